@@ -1,0 +1,168 @@
+// Package algorithms holds the rate-limiting algorithms of caddy-ratelimit in
+// pure Go.
+//
+// Every algorithm takes the current time as an argument and never reads the
+// clock, so the same timeline can be replayed in tests and against the Redis
+// twin of each algorithm (package lua). A Limiter binds an algorithm to a
+// zone's tiers; its State holds what one key has consumed. A State is not safe
+// for concurrent use: the store that owns it serializes calls.
+//
+// Time going backwards (a clock step, or two goroutines whose readings of the
+// clock arrive out of order) is treated as no time having passed: each State
+// clamps now to the latest instant it has seen.
+package algorithms
+
+import (
+	"fmt"
+	"time"
+)
+
+// Names of the built-in algorithms, as written in the Caddyfile and JSON.
+const (
+	SlidingLog    = "sliding_log"
+	SlidingWindow = "sliding_window"
+	FixedWindow   = "fixed_window"
+	TokenBucket   = "token_bucket"
+	LeakyBucket   = "leaky_bucket"
+	GCRA          = "gcra"
+	Concurrency   = "concurrency"
+)
+
+// Names lists the built-in algorithms, the default first.
+var Names = [...]string{SlidingLog, SlidingWindow, FixedWindow, TokenBucket, LeakyBucket, GCRA, Concurrency}
+
+// Tier is one limit of a zone: at most Events units per Window.
+type Tier struct {
+	Events int64
+	Window time.Duration
+}
+
+// Config is what a Limiter needs to know about a zone.
+type Config struct {
+	// Tiers must all admit a request for it to be admitted. At least one.
+	Tiers []Tier
+
+	// Burst is the bucket capacity of token_bucket, leaky_bucket and gcra,
+	// in units, for every tier. Zero means each tier's Events.
+	Burst int64
+
+	// CountRejected makes denied requests consume too (punitive limiting).
+	CountRejected bool
+}
+
+// Decision is the outcome of one Take: whether the request may proceed and
+// every value a response header needs.
+type Decision struct {
+	// Allowed reports whether every tier admitted the request.
+	Allowed bool
+
+	// Tier is the index in Config.Tiers of the tier the other fields
+	// describe: the tier that refused (the one with the longest RetryAfter
+	// if several did), or when allowed the tier with the fewest remaining.
+	Tier int
+
+	// Limit is the Events of that tier (or its Burst for bucket algorithms).
+	Limit int64
+
+	// Remaining is how many units that tier would still admit right now,
+	// after this decision. Never negative.
+	Remaining int64
+
+	// ResetAfter is how long until that tier is whole again (Remaining ==
+	// Limit) if nothing more arrives.
+	ResetAfter time.Duration
+
+	// RetryAfter, when denied, is how long until a request of the same cost
+	// would be admitted if nothing else arrives. Zero when allowed. Never
+	// shorter than the real wait. When the cost can never be admitted
+	// (it exceeds a tier's capacity) it is that tier's Window.
+	RetryAfter time.Duration
+
+	// Delay, when allowed, is how long the request should be held before it
+	// proceeds for the admitted traffic to leave at a constant rate. Only
+	// leaky_bucket sets it; the handler honours it with on_limit wait.
+	Delay time.Duration
+
+	// Token identifies what this Take recorded (the concurrency lease), for
+	// State.Undo. Zero when there is nothing to identify.
+	Token uint64
+}
+
+// Limiter is an algorithm bound to one zone's Config.
+type Limiter interface {
+	// Name is the algorithm's name, one of Names for the built-ins.
+	Name() string
+
+	// Config returns the configuration the Limiter was built with.
+	Config() Config
+
+	// NewState returns the state of a key with no history.
+	NewState() State
+}
+
+// State is what one key has consumed under a Limiter. It is not safe for
+// concurrent use.
+type State interface {
+	// Take decides whether cost units may be consumed at now across all
+	// tiers at once. An admitted request consumes cost in every tier; a
+	// denied one consumes nothing unless Config.CountRejected.
+	Take(now time.Time, cost int64) Decision
+
+	// Undo gives back what an admitted Take of cost, which returned d,
+	// consumed: when a later zone denies the request, and when a
+	// concurrency request ends. Undoing never makes the state more generous
+	// than it was before the Take.
+	Undo(now time.Time, cost int64, d Decision)
+
+	// Idle reports whether the state at now is the same as NewState's, so
+	// the store may drop it.
+	Idle(now time.Time) bool
+}
+
+// New returns the Limiter for algorithm name (empty means sliding_log)
+// with cfg, or an error naming what is wrong with cfg for that algorithm.
+func New(name string, cfg Config) (Limiter, error) {
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	switch name {
+	case SlidingLog, "":
+		return newSlidingLog(cfg)
+	case SlidingWindow:
+		return newSlidingWindow(cfg)
+	case FixedWindow:
+		return newFixedWindow(cfg)
+	case TokenBucket:
+		return newTokenBucket(cfg)
+	case LeakyBucket:
+		return newLeakyBucket(cfg)
+	case GCRA:
+		return newGCRA(cfg)
+	case Concurrency:
+		return newConcurrency(cfg)
+	}
+	return nil, fmt.Errorf("unknown algorithm %q (want one of %v)", name, Names)
+}
+
+// UsesBurst reports whether the algorithm named has a bucket capacity.
+func UsesBurst(name string) bool {
+	return name == TokenBucket || name == LeakyBucket || name == GCRA
+}
+
+func (c Config) validate() error {
+	if len(c.Tiers) == 0 {
+		return fmt.Errorf("no limit: at least one tier (events per window) is required")
+	}
+	for i, t := range c.Tiers {
+		if t.Events <= 0 {
+			return fmt.Errorf("limit %d: events must be positive, got %d", i+1, t.Events)
+		}
+		if t.Window <= 0 {
+			return fmt.Errorf("limit %d: window must be positive, got %s", i+1, t.Window)
+		}
+	}
+	if c.Burst < 0 {
+		return fmt.Errorf("burst must not be negative, got %d", c.Burst)
+	}
+	return nil
+}

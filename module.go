@@ -1,0 +1,156 @@
+// Package ratelimit is a Caddy HTTP handler that limits how often requests
+// may pass, per zone and key, in memory or (across instances) in Redis.
+package ratelimit
+
+import (
+	"encoding/json"
+
+	"github.com/caddyserver/caddy/v2"
+	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
+)
+
+func init() {
+	caddy.RegisterModule(Handler{})
+}
+
+// Handler limits the rate of requests. Each request is sorted into the zones
+// whose matchers it satisfies; each zone turns the request into a key and
+// holds that key to all of the zone's limits (tiers) with its algorithm. A
+// request is admitted only when every zone admits it; one denied by any zone
+// consumes nothing in the others.
+//
+// Rejected requests get the configured status (429 by default), a
+// Retry-After header and rate-limit headers; when the site has
+// handle_errors routes the rejection is returned to them as an error with
+// that status so they can render it.
+type Handler struct {
+	// Zones are the independent limits this handler enforces, in order.
+	// Zone names must be unique within the handler.
+	Zones []*Zone `json:"zones,omitempty"`
+
+	// Store is where limit state lives: "memory" (the default: one
+	// instance's own counts).
+	Store string `json:"store,omitempty"`
+
+	// Headers chooses the rate-limit response headers written on every
+	// response, allowed or denied: "ietf" (RateLimit-Policy and RateLimit,
+	// draft-ietf-httpapi-ratelimit-headers), "legacy" (X-RateLimit-Limit,
+	// X-RateLimit-Remaining, X-RateLimit-Reset), "both" (the default) or
+	// "off". Retry-After is written on every rejection whatever this says.
+	Headers string `json:"headers,omitempty"`
+
+	// Status is the HTTP status code of a rejection. Default: 429.
+	Status int `json:"status,omitempty"`
+
+	// DryRun decides, counts, logs and sets headers, but never rejects.
+	DryRun bool `json:"dry_run,omitempty"`
+
+	// Jitter adds a random fraction (0 to 1) of up to this much to
+	// Retry-After, so rejected clients do not all retry at the same
+	// instant. Retry-After is never made shorter. Default: 0.
+	Jitter float64 `json:"jitter,omitempty"`
+
+	// SweepInterval is how often the memory store drops the state of keys
+	// that have gone idle (nanoseconds in JSON, or a duration string).
+	// Default: 1m.
+	SweepInterval caddy.Duration `json:"sweep_interval,omitempty"`
+
+	// MaxKeys is the most keys the memory store holds per zone; beyond it
+	// the least recently used key is evicted, so a flood of distinct keys
+	// cannot exhaust memory. Default: 1000000.
+	MaxKeys int `json:"max_keys,omitempty"`
+}
+
+// Zone is one independent limit: which requests it counts, how a request
+// becomes a key, and the tiers each key is held to.
+type Zone struct {
+	// Name identifies the zone in headers, placeholders, logs and metrics.
+	// Required; unique within the handler.
+	Name string `json:"name"`
+
+	// MatcherSetsRaw restricts the zone to the requests that match. Default:
+	// every request the handler sees.
+	MatcherSetsRaw caddyhttp.RawMatcherSets `json:"match,omitempty" caddy:"namespace=http.matchers"`
+
+	// Key is a placeholder template evaluated per request, e.g.
+	// "{http.request.remote.host}" or
+	// "{http.request.header.X-Org-Id}:{http.request.method}". Each distinct
+	// value is limited on its own. A static key limits all matching
+	// requests together. Required unless KeyResolverRaw is set.
+	Key string `json:"key,omitempty"`
+
+	// KeyResolverRaw is a module from the namespace
+	// http.handlers.rate_limit.key_resolvers that turns a request into a
+	// key, instead of the Key template.
+	KeyResolverRaw json.RawMessage `json:"key_resolver,omitempty" caddy:"namespace=http.handlers.rate_limit.key_resolvers inline_key=resolver"`
+
+	// Algorithm is one of sliding_log (the default: an exact rolling
+	// window), sliding_window, fixed_window, token_bucket, leaky_bucket,
+	// gcra or concurrency (requests in flight).
+	Algorithm string `json:"algorithm,omitempty"`
+
+	// Limits are the tiers every key is held to; all must admit a request.
+	// At least one. For concurrency, exactly one: events is the most
+	// requests in flight and window how long a lease lives at most.
+	Limits []Limit `json:"limits,omitempty"`
+
+	// Burst is the bucket capacity of token_bucket, leaky_bucket and gcra,
+	// in units, applied to every tier. Default: each tier's events. Not
+	// allowed with other algorithms.
+	Burst int64 `json:"burst,omitempty"`
+
+	// Cost is how many units a request consumes: a positive integer or a
+	// placeholder that evaluates to one (e.g.
+	// "{http.request.header.X-Cost}"). A placeholder that is empty or not a
+	// positive integer counts as 1. Default: "1".
+	Cost string `json:"cost,omitempty"`
+
+	// OnLimit is what happens to a request over the limit: "reject" (the
+	// default) or "wait": hold it until it is admitted, for at most MaxWait,
+	// then reject it. With leaky_bucket, wait also spaces admitted requests
+	// evenly (traffic shaping).
+	OnLimit string `json:"on_limit,omitempty"`
+
+	// MaxWait is the longest a request waits with on_limit wait. Required
+	// with wait, not allowed otherwise.
+	MaxWait caddy.Duration `json:"max_wait,omitempty"`
+
+	// CountRejected makes denied requests consume units too, so a client
+	// that keeps hammering stays limited. Default: false (a denied request
+	// consumes nothing).
+	CountRejected bool `json:"count_rejected,omitempty"`
+
+	// IPv4Prefix groups IPv4 client addresses in the key by this many
+	// leading bits (e.g. 24 counts a /24 as one client). Applies to key
+	// values that are an IP address. Default: 32 (each address alone).
+	IPv4Prefix int `json:"ipv4_prefix,omitempty"`
+
+	// IPv6Prefix groups IPv6 client addresses in the key by this many
+	// leading bits (64 counts a /64, one customer's network, as one
+	// client). Default: 128 (each address alone).
+	IPv6Prefix int `json:"ipv6_prefix,omitempty"`
+
+	// EmptyKey is what a request whose key evaluates to the empty string
+	// gets: "global" (the default: all such requests share one key),
+	// "allow" (not limited by this zone) or "deny" (rejected).
+	EmptyKey string `json:"empty_key,omitempty"`
+}
+
+// Limit is one tier of a zone: at most Events units per Window.
+type Limit struct {
+	// Events is how many units a key may consume per window. Required,
+	// positive.
+	Events int64 `json:"events"`
+
+	// Window is the length of the window (nanoseconds in JSON, or a
+	// duration string such as "1m"). Required, positive.
+	Window caddy.Duration `json:"window"`
+}
+
+// CaddyModule returns the Caddy module information.
+func (Handler) CaddyModule() caddy.ModuleInfo {
+	return caddy.ModuleInfo{
+		ID:  "http.handlers.rate_limit",
+		New: func() caddy.Module { return new(Handler) },
+	}
+}

@@ -1,0 +1,24 @@
+// Package store holds where rate-limit state lives: the Store interface the
+// handler depends on, and the in-memory store.
+package store
+
+import (
+	"context"
+	"time"
+
+	"github.com/zonelimit/caddy-ratelimit/algorithms"
+)
+
+// Store keeps the state of one zone's keys under one algorithms.Limiter.
+// Implementations are safe for concurrent use.
+type Store interface {
+	// Take decides whether key may consume cost units at now, across all
+	// tiers of the zone at once. A zero now means the store's own clock
+	// (time.Now for memory, Redis TIME for Redis); tests pass instants.
+	Take(ctx context.Context, key string, now time.Time, cost int64) (algorithms.Decision, error)
+
+	// Undo gives back what an admitted Take of cost, which returned d,
+	// consumed: when a later zone denies the request, and when a
+	// concurrency request ends.
+	Undo(ctx context.Context, key string, now time.Time, cost int64, d algorithms.Decision) error
+}
