@@ -7,6 +7,10 @@
 // zone's tiers; its State holds what one key has consumed. A State is not safe
 // for concurrent use: the store that owns it serializes calls.
 //
+// States compute in integer microseconds since the Unix epoch
+// (now.UnixMicro()), the resolution of Redis TIME, so that the Lua twin of
+// each algorithm reaches the same numbers with the same arithmetic.
+//
 // Time going backwards (a clock step, or two goroutines whose readings of the
 // clock arrive out of order) is treated as no time having passed: each State
 // clamps now to the latest instant it has seen.
@@ -157,8 +161,8 @@ func (c Config) validate() error {
 		if t.Events <= 0 {
 			return fmt.Errorf("limit %d: events must be positive, got %d", i+1, t.Events)
 		}
-		if t.Window <= 0 {
-			return fmt.Errorf("limit %d: window must be positive, got %s", i+1, t.Window)
+		if t.Window < time.Millisecond {
+			return fmt.Errorf("limit %d: window must be at least 1ms, got %s", i+1, t.Window)
 		}
 	}
 	if c.Burst < 0 {
