@@ -1,0 +1,380 @@
+// Package redistest starts real redis-server processes for tests: a single
+// server (Start) or a Redis Cluster with replicas (StartCluster), each on
+// free loopback ports, without persistence, in a temporary directory, and
+// stops them when the test ends.
+//
+// When redis-server (or redis-cli, for a cluster) is not on PATH the test is
+// skipped with a message saying so, except when the environment variable CI
+// is "true": then the test fails, so that a CI run never skips the Redis
+// tests silently. Install them with `apt-get install redis-server
+// redis-tools` (Debian).
+package redistest
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+// startTimeout bounds how long a server may take to answer PING, and a
+// cluster to reach cluster_state:ok.
+const startTimeout = 15 * time.Second
+
+// Server is one redis-server process listening on 127.0.0.1.
+type Server struct {
+	// Addr is host:port of the server; it stays the same across Restart.
+	Addr string
+
+	tb   testing.TB
+	dir  string
+	port int
+	args []string
+
+	mu   sync.Mutex
+	cmd  *exec.Cmd
+	done chan struct{} // closed when cmd has been waited for
+	logf *os.File
+}
+
+// need fails or skips tb when the binary name is not on PATH and returns
+// its path.
+func need(tb testing.TB, name string) string {
+	tb.Helper()
+	p, err := exec.LookPath(name)
+	if err == nil {
+		return p
+	}
+	msg := fmt.Sprintf("redistest: %s not found on PATH (install Debian packages redis-server and redis-tools: apt-get install -y redis-server redis-tools)", name)
+	if os.Getenv("CI") == "true" {
+		tb.Fatal(msg + "; CI=true, so this test fails instead of skipping")
+	}
+	tb.Skip(msg)
+	return ""
+}
+
+// Start starts a redis-server on a free loopback port and stops it when the
+// test ends. It skips the test when redis-server is missing (fails with
+// CI=true).
+func Start(tb testing.TB) *Server {
+	tb.Helper()
+	need(tb, "redis-server")
+	s := newServer(tb, tb.TempDir(), nil)
+	tb.Cleanup(s.Stop)
+	if err := s.start(); err != nil {
+		tb.Fatalf("redistest: %v", err)
+	}
+	return s
+}
+
+func newServer(tb testing.TB, dir string, extra []string) *Server {
+	return &Server{tb: tb, dir: dir, args: extra}
+}
+
+// freePort returns a loopback TCP port that was free a moment ago.
+func freePort() (int, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port, nil
+}
+
+// start starts the process, choosing a port the first time (retrying with
+// another port if the chosen one was taken meanwhile), and waits for PING.
+func (s *Server) start() error {
+	var lastErr error
+	for attempt := 0; attempt < 5; attempt++ {
+		if s.Addr == "" { // first start: a fresh port on every attempt
+			p, err := freePort()
+			if err != nil {
+				return err
+			}
+			s.port = p
+		}
+		if err := s.spawn(); err != nil {
+			return err
+		}
+		if lastErr = s.waitPing(startTimeout); lastErr == nil {
+			s.Addr = net.JoinHostPort("127.0.0.1", strconv.Itoa(s.port))
+			return nil
+		}
+		s.kill()
+		if s.Addr != "" { // a restart must keep its port: do not move
+			break
+		}
+	}
+	return fmt.Errorf("redis-server on port %d did not start: %v; log:\n%s", s.port, lastErr, s.logTail())
+}
+
+func (s *Server) spawn() error {
+	args := []string{
+		"--bind", "127.0.0.1",
+		"--port", strconv.Itoa(s.port),
+		"--save", "",
+		"--appendonly", "no",
+		"--dir", s.dir,
+		"--daemonize", "no",
+		"--protected-mode", "no",
+		"--loglevel", "warning",
+		"--databases", "16",
+	}
+	args = append(args, s.args...)
+	logPath := filepath.Join(s.dir, fmt.Sprintf("redis-%d.log", s.port))
+	f, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return err
+	}
+	cmd := exec.Command("redis-server", args...)
+	cmd.Stdout, cmd.Stderr = f, f
+	cmd.Dir = s.dir
+	// Its own process group, so that a signal to the test (Ctrl-C) is not
+	// what stops it and Stop can kill it reliably.
+	cmd.SysProcAttr = sysProcAttr()
+	if err := cmd.Start(); err != nil {
+		f.Close()
+		return fmt.Errorf("starting redis-server: %w", err)
+	}
+	done := make(chan struct{})
+	go func() {
+		cmd.Wait()
+		f.Close()
+		close(done)
+	}()
+	s.mu.Lock()
+	s.cmd, s.done, s.logf = cmd, done, f
+	s.mu.Unlock()
+	return nil
+}
+
+func (s *Server) logTail() string {
+	b, _ := os.ReadFile(filepath.Join(s.dir, fmt.Sprintf("redis-%d.log", s.port)))
+	if len(b) > 4000 {
+		b = b[len(b)-4000:]
+	}
+	return string(b)
+}
+
+// waitPing waits until the server answers PING with PONG.
+func (s *Server) waitPing(timeout time.Duration) error {
+	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(s.port))
+	deadline := time.Now().Add(timeout)
+	delay := 2 * time.Millisecond
+	var err error
+	for time.Now().Before(deadline) {
+		s.mu.Lock()
+		done := s.done
+		s.mu.Unlock()
+		select {
+		case <-done:
+			return errors.New("redis-server exited")
+		default:
+		}
+		var reply string
+		if reply, err = Do(addr, "PING"); err == nil {
+			if reply == "PONG" {
+				return nil
+			}
+			err = fmt.Errorf("PING answered %q", reply)
+		}
+		time.Sleep(delay)
+		if delay < 50*time.Millisecond {
+			delay *= 2
+		}
+	}
+	return err
+}
+
+// kill stops the process (SIGKILL) and waits for it.
+func (s *Server) kill() {
+	s.mu.Lock()
+	cmd, done := s.cmd, s.done
+	s.cmd = nil
+	s.mu.Unlock()
+	if cmd == nil {
+		return
+	}
+	_ = cmd.Process.Kill()
+	<-done
+}
+
+// Stop kills the server and waits for it to exit. It may be called more
+// than once; Restart starts it again on the same port.
+func (s *Server) Stop() { s.kill() }
+
+// Running reports whether the server process is running.
+func (s *Server) Running() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.cmd != nil
+}
+
+// Restart stops the server (if running) and starts it again on the same
+// port with an empty dataset (there is no persistence). It fails the test
+// when the server does not come back.
+func (s *Server) Restart() {
+	s.tb.Helper()
+	s.kill()
+	if err := s.start(); err != nil {
+		s.tb.Fatalf("redistest: restart: %v", err)
+	}
+}
+
+// Do sends one command in RESP to addr on a new connection and returns the
+// reply as text (simple strings, integers and bulk strings as they are; an
+// error reply as an error). It is enough for the helpers' own PING, INFO and
+// CLUSTER commands, without a client library.
+func Do(addr string, args ...string) (string, error) {
+	c, err := net.DialTimeout("tcp", addr, time.Second)
+	if err != nil {
+		return "", err
+	}
+	defer c.Close()
+	_ = c.SetDeadline(time.Now().Add(5 * time.Second))
+	var b strings.Builder
+	fmt.Fprintf(&b, "*%d\r\n", len(args))
+	for _, a := range args {
+		fmt.Fprintf(&b, "$%d\r\n%s\r\n", len(a), a)
+	}
+	if _, err := c.Write([]byte(b.String())); err != nil {
+		return "", err
+	}
+	r := bufio.NewReader(c)
+	line, err := r.ReadString('\n')
+	if err != nil {
+		return "", err
+	}
+	line = strings.TrimRight(line, "\r\n")
+	if line == "" {
+		return "", errors.New("empty reply")
+	}
+	switch line[0] {
+	case '+', ':':
+		return line[1:], nil
+	case '-':
+		return "", errors.New(line[1:])
+	case '$':
+		n, err := strconv.Atoi(line[1:])
+		if err != nil {
+			return "", err
+		}
+		if n < 0 {
+			return "", nil
+		}
+		buf := make([]byte, n+2)
+		if _, err := ioReadFull(r, buf); err != nil {
+			return "", err
+		}
+		return string(buf[:n]), nil
+	}
+	return "", fmt.Errorf("unexpected reply %q", line)
+}
+
+func ioReadFull(r *bufio.Reader, buf []byte) (int, error) {
+	n := 0
+	for n < len(buf) {
+		m, err := r.Read(buf[n:])
+		n += m
+		if err != nil {
+			return n, err
+		}
+	}
+	return n, nil
+}
+
+// Cluster is a Redis Cluster of redistest Servers.
+type Cluster struct {
+	// Addrs lists every node, masters first.
+	Addrs []string
+	// Servers are the nodes, in the order of Addrs.
+	Servers []*Server
+}
+
+// StartCluster starts masters*(1+replicas) redis-server nodes with
+// cluster-enabled, joins them with `redis-cli --cluster create
+// --cluster-replicas <replicas>`, waits until every node reports
+// cluster_state:ok and stops them all when the test ends. It skips the test
+// when redis-server or redis-cli is missing (fails with CI=true).
+func StartCluster(tb testing.TB, masters, replicas int) *Cluster {
+	tb.Helper()
+	need(tb, "redis-server")
+	need(tb, "redis-cli")
+	if masters < 3 {
+		tb.Fatalf("redistest: a Redis Cluster needs at least 3 masters, got %d", masters)
+	}
+	n := masters * (1 + replicas)
+	dir := tb.TempDir()
+	cl := &Cluster{}
+	var wg sync.WaitGroup
+	errs := make([]error, n)
+	for i := 0; i < n; i++ {
+		nodeDir := filepath.Join(dir, fmt.Sprintf("node%d", i))
+		if err := os.Mkdir(nodeDir, 0o755); err != nil {
+			tb.Fatal(err)
+		}
+		s := newServer(tb, nodeDir, []string{
+			"--cluster-enabled", "yes",
+			"--cluster-config-file", filepath.Join(nodeDir, "nodes.conf"),
+			"--cluster-node-timeout", "2000",
+		})
+		cl.Servers = append(cl.Servers, s)
+		tb.Cleanup(s.Stop)
+	}
+	for i, s := range cl.Servers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[i] = s.start()
+		}()
+	}
+	wg.Wait()
+	for _, err := range errs {
+		if err != nil {
+			tb.Fatalf("redistest: cluster node: %v", err)
+		}
+	}
+	for _, s := range cl.Servers {
+		cl.Addrs = append(cl.Addrs, s.Addr)
+	}
+
+	args := append([]string{"--cluster", "create"}, cl.Addrs...)
+	args = append(args, "--cluster-replicas", strconv.Itoa(replicas), "--cluster-yes")
+	ctx, cancel := context.WithTimeout(context.Background(), startTimeout)
+	defer cancel()
+	out, err := exec.CommandContext(ctx, "redis-cli", args...).CombinedOutput()
+	if err != nil {
+		tb.Fatalf("redistest: redis-cli --cluster create: %v\n%s", err, out)
+	}
+
+	deadline := time.Now().Add(startTimeout)
+	for _, addr := range cl.Addrs {
+		for {
+			info, err := Do(addr, "CLUSTER", "INFO")
+			if err == nil && strings.Contains(info, "cluster_state:ok") {
+				break
+			}
+			if time.Now().After(deadline) {
+				tb.Fatalf("redistest: node %s did not reach cluster_state:ok: %v\n%s", addr, err, info)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	return cl
+}
+
+// Stop stops every node of the cluster.
+func (c *Cluster) Stop() {
+	for _, s := range c.Servers {
+		s.Stop()
+	}
+}
