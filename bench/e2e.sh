@@ -1,0 +1,321 @@
+#!/usr/bin/env bash
+# End-to-end throughput of the rate_limit handler against plain Caddy.
+#
+# Builds ./cmd/caddy, starts ONE Caddy pinned to core 0 (taskset -c 0) serving
+# one site per scenario on its own loopback port, and drives each site with
+# wrk pinned to core 1 (taskset -c 1 wrk -t1 -c50 -d10s). After a warm-up of
+# every site it measures ROUNDS rounds, the scenarios interleaved within each
+# round so that drift (other load on the machine) hits all of them alike, and
+# prints requests/s per scenario (best and median) and each scenario's ratio
+# to plain Caddy measured in the same run. Results are written to
+# bench/results/ (gitignored).
+#
+#   bash bench/e2e.sh                       # every scenario
+#   SCENARIOS="plain deny" bash bench/e2e.sh
+#   ROUNDS=5 DURATION=15s bash bench/e2e.sh
+#
+# The figures only mean something on an otherwise idle machine: the load
+# average at the start and end is printed and recorded next to them.
+#
+# Adding a scenario: append its name to ALL_SCENARIOS, write a function
+# site_<name> that prints the body of its site block, set EXPECT[<name>] to
+# "ok" (requests should pass) or "deny" (almost all should be rejected) and,
+# optionally, TARGET[<name>] (the ratio to plain it should reach). Anything it
+# needs started (e.g. a redis-server) goes in a setup_<name> function, which
+# runs before Caddy starts; register what must be stopped with on_exit.
+set -euo pipefail
+
+ROUNDS=${ROUNDS:-3}
+DURATION=${DURATION:-10s}
+WARMUP=${WARMUP:-3s}
+CONNECTIONS=${CONNECTIONS:-50}
+CADDY_CPU=${CADDY_CPU:-0}
+WRK_CPU=${WRK_CPU:-1}
+# The algorithm of the rate-limited scenarios (default: the module's default).
+ALGORITHM=${ALGORITHM:-sliding_log}
+
+if ! command -v go >/dev/null 2>&1; then
+	export PATH="$PATH:/usr/local/go/bin"
+fi
+
+repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+cd "$repo"
+
+# ---------------------------------------------------------------------------
+# Scenarios.
+
+ALL_SCENARIOS=(plain pass deny deny_handle_errors)
+declare -A EXPECT=() TARGET=()
+
+# plain: Caddy alone, the baseline every ratio is taken against.
+EXPECT[plain]=ok
+site_plain() {
+	cat <<-'SITE'
+		respond "ok"
+	SITE
+}
+
+# pass: rate_limit in front, per client address, with a limit never reached.
+EXPECT[pass]=ok
+TARGET[pass]=0.97
+site_pass() {
+	cat <<-SITE
+		rate_limit {
+			zone bench {
+				key {http.request.remote.host}
+				algorithm $ALGORITHM
+				limit 1000000 1s
+			}
+		}
+		respond "ok"
+	SITE
+}
+
+# deny: a limit of 1 per hour, so (after the first) every request is denied;
+# the site has no handle_errors, so the handler writes the 429 itself.
+EXPECT[deny]=deny
+TARGET[deny]=0.97
+site_deny() {
+	cat <<-SITE
+		rate_limit {
+			zone bench {
+				key {http.request.remote.host}
+				algorithm $ALGORITHM
+				limit 1 1h
+			}
+		}
+		respond "ok"
+	SITE
+}
+
+# deny_handle_errors: the same, but the site renders rejections through a
+# handle_errors route (Caddy's error path).
+EXPECT[deny_handle_errors]=deny
+TARGET[deny_handle_errors]=0.72
+site_deny_handle_errors() {
+	cat <<-SITE
+		rate_limit {
+			zone bench {
+				key {http.request.remote.host}
+				algorithm $ALGORITHM
+				limit 1 1h
+			}
+		}
+		respond "ok"
+		handle_errors {
+			respond "rate limited" {err.status_code}
+		}
+	SITE
+}
+
+# ---------------------------------------------------------------------------
+# Helpers.
+
+EXIT_HOOKS=()
+# on_exit CMD: run CMD (a string for eval) when the script exits.
+on_exit() { EXIT_HOOKS+=("$1"); }
+run_exit_hooks() {
+	local i
+	for ((i = ${#EXIT_HOOKS[@]} - 1; i >= 0; i--)); do
+		eval "${EXIT_HOOKS[i]}" || true
+	done
+}
+trap run_exit_hooks EXIT
+trap 'exit 130' INT TERM
+
+die() {
+	echo "e2e: $*" >&2
+	exit 1
+}
+
+# free_port: a loopback TCP port nothing listens on (and not handed out by
+# this script before).
+USED_PORTS=" "
+free_port() {
+	local p
+	for _ in $(seq 200); do
+		p=$((20000 + RANDOM % 30000))
+		case $USED_PORTS in *" $p "*) continue ;; esac
+		if ! (exec 3<>"/dev/tcp/127.0.0.1/$p") 2>/dev/null; then
+			USED_PORTS+="$p "
+			echo "$p"
+			return 0
+		fi
+	done
+	die "no free port found"
+}
+
+# wait_port PORT [SECONDS]: wait until something accepts on PORT.
+wait_port() {
+	local port=$1 limit=${2:-30} i
+	for ((i = 0; i < limit * 10; i++)); do
+		if (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then
+			return 0
+		fi
+		sleep 0.1
+	done
+	return 1
+}
+
+need() {
+	command -v "$1" >/dev/null 2>&1 && return 0
+	if [ -n "${2:-}" ]; then
+		echo "e2e: $1 is missing; installing Debian package $2"
+		local sudo=
+		[ "$(id -u)" -eq 0 ] || sudo=sudo
+		$sudo apt-get update && DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y "$2"
+		command -v "$1" >/dev/null 2>&1 && return 0
+	fi
+	die "$1 is required"
+}
+
+# run_wrk PORT DURATION: prints "<requests/s> <requests> <non-2xx/3xx>".
+run_wrk() {
+	local out
+	out=$(taskset -c "$WRK_CPU" wrk -t1 -c"$CONNECTIONS" -d"$2" "http://127.0.0.1:$1/")
+	echo "$out" >>"$workdir/wrk.log"
+	awk '
+		/^Requests\/sec:/ { rps = $2 }
+		/requests in/ { total = $1 }
+		/Non-2xx or 3xx responses:/ { bad = $NF }
+		END { printf "%s %s %d\n", rps, total, bad }
+	' <<<"$out"
+}
+
+median() { sort -g | awk '{ v[NR] = $1 } END { if (NR % 2) print v[(NR + 1) / 2]; else printf "%.2f\n", (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
+best() { sort -g | tail -1; }
+
+# ---------------------------------------------------------------------------
+# Main.
+
+need go
+need taskset
+need curl curl
+need wrk wrk
+[ "$(nproc)" -ge 2 ] || echo "e2e: warning: fewer than 2 cores; Caddy and wrk will share one" >&2
+
+if [ -n "${SCENARIOS:-}" ]; then
+	read -r -a scenarios <<<"$SCENARIOS"
+	case " ${scenarios[*]} " in *" plain "*) ;; *) scenarios=(plain "${scenarios[@]}") ;; esac
+else
+	scenarios=("${ALL_SCENARIOS[@]}")
+fi
+for s in "${scenarios[@]}"; do
+	declare -F "site_$s" >/dev/null || die "unknown scenario $s (no site_$s function)"
+done
+
+workdir=$(mktemp -d "${TMPDIR:-/tmp}/e2e.XXXXXX")
+on_exit "rm -rf '$workdir'"
+
+echo "e2e: building ./cmd/caddy"
+go build -o "$workdir/caddy" ./cmd/caddy
+
+for s in "${scenarios[@]}"; do
+	if declare -F "setup_$s" >/dev/null; then
+		echo "e2e: setting up $s"
+		"setup_$s"
+	fi
+done
+
+declare -A PORT=()
+{
+	cat <<-'GLOBAL'
+		{
+			admin off
+			auto_https off
+			persist_config off
+			skip_install_trust
+		}
+	GLOBAL
+	for s in "${scenarios[@]}"; do
+		PORT[$s]=$(free_port)
+		echo
+		echo "# scenario $s"
+		echo "http://127.0.0.1:${PORT[$s]} {"
+		echo "	bind 127.0.0.1"
+		"site_$s" | sed 's/^/\t/'
+		echo "}"
+	done
+} >"$workdir/Caddyfile"
+
+"$workdir/caddy" fmt --overwrite "$workdir/Caddyfile" >/dev/null 2>&1 || true
+"$workdir/caddy" adapt --config "$workdir/Caddyfile" --adapter caddyfile >/dev/null 2>"$workdir/adapt.log" ||
+	{ cat "$workdir/Caddyfile" "$workdir/adapt.log" >&2; die "the bench Caddyfile does not adapt"; }
+
+echo "e2e: starting Caddy on core $CADDY_CPU"
+taskset -c "$CADDY_CPU" "$workdir/caddy" run --config "$workdir/Caddyfile" --adapter caddyfile \
+	>"$workdir/caddy.log" 2>&1 &
+caddy_pid=$!
+on_exit "kill $caddy_pid 2>/dev/null; wait $caddy_pid 2>/dev/null"
+for s in "${scenarios[@]}"; do
+	wait_port "${PORT[$s]}" 30 || { cat "$workdir/caddy.log" >&2; die "Caddy did not listen on ${PORT[$s]} ($s)"; }
+done
+
+# Sanity: each site answers as its scenario expects.
+for s in "${scenarios[@]}"; do
+	codes=""
+	for _ in 1 2 3; do
+		codes+="$(curl -s -o /dev/null -w '%{http_code}' "http://127.0.0.1:${PORT[$s]}/") "
+	done
+	echo "e2e: $s on port ${PORT[$s]}: statuses $codes"
+	case ${EXPECT[$s]:-ok} in
+	ok) [[ $codes == "200 200 200 " ]] || die "$s should answer 200, got $codes" ;;
+	deny) [[ ${codes% } == *" 429" ]] || die "$s should deny with 429, got $codes" ;;
+	esac
+done
+
+load_start=$(cut -d' ' -f1-3 /proc/loadavg)
+echo "e2e: load average at start: $load_start"
+echo "e2e: warm-up, $WARMUP per scenario"
+for s in "${scenarios[@]}"; do run_wrk "${PORT[$s]}" "$WARMUP" >/dev/null; done
+
+declare -A RPS=() BAD=() TOTAL=()
+for ((r = 1; r <= ROUNDS; r++)); do
+	for s in "${scenarios[@]}"; do
+		read -r rps total bad < <(run_wrk "${PORT[$s]}" "$DURATION")
+		RPS[$s]+="$rps "
+		TOTAL[$s]=$((${TOTAL[$s]:-0} + total))
+		BAD[$s]=$((${BAD[$s]:-0} + bad))
+		printf 'e2e: round %d/%d %-22s %10.0f req/s\n' "$r" "$ROUNDS" "$s" "$rps"
+	done
+done
+load_end=$(cut -d' ' -f1-3 /proc/loadavg)
+
+# Report.
+mkdir -p bench/results
+stamp=$(date -u +%Y%m%dT%H%M%SZ)
+result=bench/results/e2e-$stamp.txt
+commit=$(git rev-parse --short HEAD 2>/dev/null || echo unknown)
+{
+	echo "# bench/e2e.sh $stamp commit $commit$(git diff --quiet HEAD 2>/dev/null || echo '+dirty')"
+	echo "# $(go version | cut -d' ' -f3-), $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //')"
+	echo "# caddy on core $CADDY_CPU; wrk -t1 -c$CONNECTIONS -d$DURATION on core $WRK_CPU; $ROUNDS rounds after a $WARMUP warm-up; algorithm $ALGORITHM"
+	echo "# load average at start $load_start, at end $load_end"
+	printf '%-22s %10s %10s %8s %8s %8s %s\n' scenario best_rps median_rps ratio_b ratio_m target non2xx
+	plain_best=$(tr ' ' '\n' <<<"${RPS[plain]}" | grep . | best)
+	plain_median=$(tr ' ' '\n' <<<"${RPS[plain]}" | grep . | median)
+	for s in "${scenarios[@]}"; do
+		b=$(tr ' ' '\n' <<<"${RPS[$s]}" | grep . | best)
+		m=$(tr ' ' '\n' <<<"${RPS[$s]}" | grep . | median)
+		rb=$(awk -v a="$b" -v p="$plain_best" 'BEGIN { printf "%.3f", a / p }')
+		rm=$(awk -v a="$m" -v p="$plain_median" 'BEGIN { printf "%.3f", a / p }')
+		t=${TARGET[$s]:-}
+		verdict=""
+		if [ -n "$t" ]; then
+			if awk -v r="$rb" -v t="$t" 'BEGIN { exit !(r >= t) }'; then verdict="ok"; else verdict="MISS"; fi
+		fi
+		nonok=$(awk -v b="${BAD[$s]}" -v n="${TOTAL[$s]}" 'BEGIN { printf "%.1f%%", n ? 100 * b / n : 0 }')
+		printf '%-22s %10.0f %10.0f %8s %8s %8s %s\n' "$s" "$b" "$m" "$rb" "$rm" "${t:+>=$t $verdict}" "$nonok"
+	done
+} | tee "$result"
+cp "$result" bench/results/e2e-latest.txt
+echo "e2e: written to $result (ratios are to plain in this run: ratio_b of best rounds, ratio_m of medians)"
+
+# A scenario that should pass but saw errors, or should deny but passed,
+# measured the wrong thing.
+for s in "${scenarios[@]}"; do
+	case ${EXPECT[$s]:-ok} in
+	ok) [ "${BAD[$s]}" -eq 0 ] || die "$s: ${BAD[$s]} of ${TOTAL[$s]} responses were not 2xx/3xx" ;;
+	deny) [ $((BAD[$s] * 100)) -ge $((TOTAL[$s] * 99)) ] || die "$s: only ${BAD[$s]} of ${TOTAL[$s]} responses were denied" ;;
+	esac
+done

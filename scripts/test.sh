@@ -1,0 +1,155 @@
+#!/usr/bin/env bash
+# The whole test suite, as CI runs it (.ci/run calls this):
+#
+#   1. redis      install redis-server and redis-tools from Debian's packages
+#                 when missing (the tests start their own servers)
+#   2. gofmt      `gofmt -l` must list nothing
+#   3. vet        go vet ./...
+#   4. staticcheck honnef.co/go/tools, pinned, from the module proxy
+#   5. test       go test -race -count=1 ./...
+#   6. fuzz       every Fuzz target in the repo, briefly (FUZZTIME, default 15s)
+#   7. xcaddy     scripts/xcaddy-check.sh: the README's xcaddy line builds a
+#                 Caddy that lists http.handlers.rate_limit
+#
+# CI=true is exported (unless CI is already set), so a Redis test that cannot
+# start Redis fails instead of skipping.
+#
+# Every step runs even when an earlier one failed; the summary at the end names
+# each failed step, and the exit status is non-zero if any failed.
+# Environment knobs:
+#   SKIP="fuzz xcaddy"   steps to skip (names as above)
+#   FUZZTIME=15s         how long each fuzz target runs
+#   TEST_TIMEOUT=20m     go test -timeout
+set -uo pipefail
+
+STATICCHECK_VERSION=${STATICCHECK_VERSION:-v0.8.2} # staticcheck 2026.2.2, supports Go 1.26
+FUZZTIME=${FUZZTIME:-15s}
+TEST_TIMEOUT=${TEST_TIMEOUT:-20m}
+SKIP=${SKIP:-}
+
+export CI=${CI:-true}
+
+if ! command -v go >/dev/null 2>&1; then
+	export PATH="$PATH:/usr/local/go/bin"
+fi
+if ! command -v go >/dev/null 2>&1; then
+	echo "test.sh: Go is not installed (looked on PATH and in /usr/local/go/bin)" >&2
+	exit 1
+fi
+
+cd "$(dirname "${BASH_SOURCE[0]}")/.." || exit 1
+
+failed=()
+timings=()
+start_all=$SECONDS
+
+# step NAME COMMAND...: runs COMMAND unless NAME is in $SKIP, records the
+# result and how long it took.
+step() {
+	local name=$1
+	shift
+	case " $SKIP " in
+	*" $name "*)
+		echo "=== SKIP $name"
+		timings+=("$(printf '%-12s skipped' "$name")")
+		return 0
+		;;
+	esac
+	echo
+	echo "=== RUN  $name: $*"
+	local t0=$SECONDS rc=0
+	"$@" || rc=$?
+	local dt=$((SECONDS - t0))
+	if [ "$rc" -eq 0 ]; then
+		echo "=== PASS $name (${dt}s)"
+		timings+=("$(printf '%-12s ok    %4ds' "$name" "$dt")")
+	else
+		echo "=== FAIL $name (exit $rc, ${dt}s)" >&2
+		timings+=("$(printf '%-12s FAIL  %4ds' "$name" "$dt")")
+		failed+=("$name")
+	fi
+	return 0
+}
+
+install_redis() {
+	if command -v redis-server >/dev/null 2>&1 && command -v redis-cli >/dev/null 2>&1; then
+		echo "redis: $(redis-server --version)"
+		return 0
+	fi
+	local sudo=
+	if [ "$(id -u)" -ne 0 ]; then
+		if ! command -v sudo >/dev/null 2>&1; then
+			echo "redis: redis-server is missing and neither root nor sudo is available" >&2
+			return 1
+		fi
+		sudo=sudo
+	fi
+	echo "redis: installing redis-server and redis-tools from Debian's packages"
+	$sudo apt-get update &&
+		DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y redis-server redis-tools || return 1
+	# Debian's package starts no server here (no init system); the tests start
+	# their own on free loopback ports.
+	redis-server --version
+}
+
+check_gofmt() {
+	local out
+	out=$(gofmt -l .) || return 1
+	if [ -n "$out" ]; then
+		echo "gofmt: these files need \`gofmt -w\`:" >&2
+		echo "$out" >&2
+		return 1
+	fi
+}
+
+run_staticcheck() {
+	go run "honnef.co/go/tools/cmd/staticcheck@$STATICCHECK_VERSION" ./...
+}
+
+run_tests() {
+	go test -race -count=1 -timeout "$TEST_TIMEOUT" ./...
+}
+
+# Every `func FuzzXxx(f *testing.F)` in a _test.go file, as "dir FuzzXxx".
+fuzz_targets() {
+	grep -rEo --include='*_test.go' '^func Fuzz[A-Za-z0-9_]*\(' . |
+		sed -E 's#^(.*)/[^/]*_test\.go:func (Fuzz[A-Za-z0-9_]*)\($#\1 \2#' |
+		sort -u
+}
+
+run_fuzz() {
+	local targets rc=0 n=0 dir name
+	targets=$(fuzz_targets)
+	if [ -z "$targets" ]; then
+		echo "fuzz: no Fuzz targets found"
+		return 0
+	fi
+	while read -r dir name; do
+		n=$((n + 1))
+		echo "--- fuzz $name in $dir for $FUZZTIME"
+		if ! go test -run '^$' -fuzz "^${name}\$" -fuzztime "$FUZZTIME" "$dir"; then
+			echo "--- fuzz $name in $dir FAILED (a failing input is saved under $dir/testdata/fuzz/$name)" >&2
+			rc=1
+		fi
+	done <<<"$targets"
+	echo "fuzz: ran $n target(s)"
+	return $rc
+}
+
+echo "test.sh: $(go version), CI=$CI"
+step redis install_redis
+step gofmt check_gofmt
+step vet go vet ./...
+step staticcheck run_staticcheck
+step test run_tests
+step fuzz run_fuzz
+step xcaddy bash scripts/xcaddy-check.sh
+
+echo
+echo "=== summary ($((SECONDS - start_all))s in all)"
+printf '    %s\n' "${timings[@]}"
+if [ ${#failed[@]} -gt 0 ]; then
+	echo "test.sh: FAILED step(s): ${failed[*]}" >&2
+	exit 1
+fi
+echo "test.sh: all steps passed"
