@@ -1,0 +1,216 @@
+// Package keyresolver turns a request into the key a rate-limit zone counts
+// it under.
+//
+// The built-in resolver is a placeholder template (Template) evaluated with
+// the request's caddy.Replacer; when the result is an IP address it is
+// grouped by a configurable prefix (an IPv6 /64 is usually one customer).
+// Other resolvers are Caddy guest modules in the namespace
+// http.handlers.rate_limit.key_resolvers that implement KeyResolver.
+//
+// Escape and AppendEscape make any key safe to embed in a Redis key: no
+// braces (hash tags), no control characters, bounded length, and distinct
+// keys never escape to the same string.
+package keyresolver
+
+import (
+	"fmt"
+	"net/http"
+	"net/netip"
+	"strings"
+
+	"github.com/caddyserver/caddy/v2"
+)
+
+// KeyResolver turns a request into a rate-limit key. The empty string means
+// the request has no key; the zone's empty_key setting decides what it
+// gets. An error fails the request's resolution; the handler treats it like
+// an empty key and logs it.
+//
+// Guest modules in the namespace http.handlers.rate_limit.key_resolvers
+// implement it. Key is called concurrently and must not block for long: it
+// is on the path of every request.
+type KeyResolver interface {
+	Key(r *http.Request) (string, error)
+}
+
+// Template is the default KeyResolver: a placeholder template such as
+// "{http.request.remote.host}" or
+// "{http.request.header.X-Org-Id}:{http.request.method}". Unknown
+// placeholders evaluate to the empty string.
+//
+// When the whole result is an IP address (optionally with a port, as
+// "1.2.3.4:80" or "[::1]:80", and with an IPv6 zone, which is dropped), the
+// key is the address grouped by the configured prefix: the canonical address
+// when the prefix is the full length (32 or 128), otherwise the network in
+// prefix form, e.g. "2001:db8:1:2::/64". IPv4-mapped IPv6 addresses count as
+// IPv4.
+type Template struct {
+	template string
+	static   bool // no placeholders: the template is the key
+	v4bits   int
+	v6bits   int
+}
+
+// NewTemplate returns the template resolver for tmpl, grouping IPv4
+// addresses by ipv4Prefix bits (1..32; 0 means 32) and IPv6 addresses by
+// ipv6Prefix bits (1..128; 0 means 128).
+func NewTemplate(tmpl string, ipv4Prefix, ipv6Prefix int) (*Template, error) {
+	if ipv4Prefix == 0 {
+		ipv4Prefix = 32
+	}
+	if ipv6Prefix == 0 {
+		ipv6Prefix = 128
+	}
+	if ipv4Prefix < 1 || ipv4Prefix > 32 {
+		return nil, fmt.Errorf("ipv4_prefix must be between 1 and 32, got %d", ipv4Prefix)
+	}
+	if ipv6Prefix < 1 || ipv6Prefix > 128 {
+		return nil, fmt.Errorf("ipv6_prefix must be between 1 and 128, got %d", ipv6Prefix)
+	}
+	t := &Template{
+		template: tmpl,
+		static:   !strings.ContainsAny(tmpl, "{}"),
+		v4bits:   ipv4Prefix,
+		v6bits:   ipv6Prefix,
+	}
+	if t.static {
+		// A static key that is an address is grouped once, here.
+		t.template = t.Group(tmpl)
+	}
+	return t, nil
+}
+
+// String returns the template.
+func (t *Template) String() string { return t.template }
+
+// Key evaluates the template with the request's replacer and groups an
+// address result by prefix. It never returns an error.
+func (t *Template) Key(r *http.Request) (string, error) {
+	if t.static {
+		return t.template, nil
+	}
+	repl, _ := r.Context().Value(caddy.ReplacerCtxKey).(*caddy.Replacer)
+	if repl == nil {
+		repl = caddy.NewReplacer()
+	}
+	return t.Group(repl.ReplaceAll(t.template, "")), nil
+}
+
+// Group returns s grouped by the template's prefixes if s is an IP address
+// (with or without a port), and s itself otherwise.
+func (t *Template) Group(s string) string {
+	return GroupAddr(s, t.v4bits, t.v6bits)
+}
+
+// GroupAddr returns s unchanged unless it is an IP address, possibly with a
+// port ("1.2.3.4", "1.2.3.4:80", "::1", "[::1]:80", "fe80::1%eth0"). An
+// address is returned in canonical form when the prefix for its family is
+// the full length, and otherwise as the masked network in prefix form
+// ("10.1.2.0/24", "2001:db8::/64"). Bits out of range are clamped.
+func GroupAddr(s string, v4bits, v6bits int) string {
+	if !mayBeAddr(s) {
+		return s
+	}
+	addr, ok := parseAddr(s)
+	if !ok {
+		return s
+	}
+	addr = addr.Unmap().WithZone("")
+	bits := v6bits
+	if addr.Is4() {
+		bits = v4bits
+	}
+	if bits <= 0 || bits > addr.BitLen() {
+		bits = addr.BitLen()
+	}
+	var buf [64]byte
+	var out []byte
+	if bits == addr.BitLen() {
+		out = addr.AppendTo(buf[:0])
+	} else {
+		p, err := addr.Prefix(bits)
+		if err != nil { // cannot happen: bits is in range
+			return s
+		}
+		out = p.AppendTo(buf[:0])
+	}
+	if string(out) == s { // no allocation when s is already canonical
+		return s
+	}
+	return string(out)
+}
+
+// mayBeAddr is a cheap filter so that keys that are plainly not addresses
+// are not handed to the parser (whose errors allocate).
+func mayBeAddr(s string) bool {
+	if len(s) < 2 || len(s) > 64 {
+		return false
+	}
+	c := s[0]
+	if !(c >= '0' && c <= '9' || c >= 'a' && c <= 'f' || c >= 'A' && c <= 'F' || c == ':' || c == '[') {
+		return false
+	}
+	return strings.IndexByte(s, '.') >= 0 || strings.IndexByte(s, ':') >= 0
+}
+
+// parseAddr parses an address, an address with a port, or a bracketed IPv6
+// address with or without a port.
+func parseAddr(s string) (netip.Addr, bool) {
+	if s[0] == '[' {
+		end := strings.IndexByte(s, ']')
+		if end < 0 {
+			return netip.Addr{}, false
+		}
+		rest := s[end+1:]
+		if rest != "" && !isPort(rest) {
+			return netip.Addr{}, false
+		}
+		a, err := netip.ParseAddr(s[1:end])
+		return a, err == nil && a.Is6()
+	}
+	if strings.Count(s, ":") == 1 { // IPv4 with a port
+		i := strings.IndexByte(s, ':')
+		if !isPort(s[i:]) {
+			return netip.Addr{}, false
+		}
+		a, err := netip.ParseAddr(s[:i])
+		return a, err == nil && a.Is4()
+	}
+	if !plausibleAddr(s) {
+		return netip.Addr{}, false
+	}
+	a, err := netip.ParseAddr(s)
+	return a, err == nil
+}
+
+// isPort reports whether s is ":" followed by 1 to 5 digits.
+func isPort(s string) bool {
+	if len(s) < 2 || len(s) > 6 || s[0] != ':' {
+		return false
+	}
+	for i := 1; i < len(s); i++ {
+		if s[i] < '0' || s[i] > '9' {
+			return false
+		}
+	}
+	return true
+}
+
+// plausibleAddr reports whether s only holds characters an IP address can
+// (before an IPv6 zone, which may hold anything).
+func plausibleAddr(s string) bool {
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		switch {
+		case c >= '0' && c <= '9', c >= 'a' && c <= 'f', c >= 'A' && c <= 'F', c == '.', c == ':':
+		case c == '%':
+			return true
+		default:
+			return false
+		}
+	}
+	return true
+}
+
+// Interface guard.
+var _ KeyResolver = (*Template)(nil)

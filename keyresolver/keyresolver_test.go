@@ -1,0 +1,225 @@
+package keyresolver
+
+import (
+	"net/http"
+	"net/http/httptest"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
+)
+
+func TestGroupAddr(t *testing.T) {
+	for _, tc := range []struct {
+		in     string
+		v4, v6 int
+		want   string
+	}{
+		{"1.2.3.4", 32, 128, "1.2.3.4"},
+		{"1.2.3.4", 24, 128, "1.2.3.0/24"},
+		{"1.2.3.4", 16, 128, "1.2.0.0/16"},
+		{"1.2.3.4", 1, 128, "0.0.0.0/1"},
+		{"1.2.3.4", 0, 0, "1.2.3.4"},
+		{"1.2.3.4:5678", 32, 128, "1.2.3.4"},
+		{"1.2.3.4:5678", 24, 128, "1.2.3.0/24"},
+		{"2001:db8:1:2:3:4:5:6", 32, 128, "2001:db8:1:2:3:4:5:6"},
+		{"2001:db8:1:2:3:4:5:6", 32, 64, "2001:db8:1:2::/64"},
+		{"2001:db8:1:2:3:4:5:6", 32, 48, "2001:db8:1::/48"},
+		{"2001:DB8:0001:0002:0:0:0:1", 32, 128, "2001:db8:1:2::1"},
+		{"[2001:db8:1:2::1]:443", 32, 64, "2001:db8:1:2::/64"},
+		{"[2001:db8:1:2::1]", 32, 128, "2001:db8:1:2::1"},
+		{"fe80::1%eth0", 32, 128, "fe80::1"},
+		{"fe80::1%eth0", 32, 10, "fe80::/10"},
+		{"::ffff:10.1.2.3", 24, 64, "10.1.2.0/24"},
+		{"::1", 32, 128, "::1"},
+		{"::", 32, 64, "::/64"},
+		// not addresses: unchanged
+		{"", 24, 64, ""},
+		{"a", 24, 64, "a"},
+		{"abc:GET", 24, 64, "abc:GET"},
+		{"1.2.3.4:GET", 24, 64, "1.2.3.4:GET"},
+		{"1.2.3.4:99999999", 24, 64, "1.2.3.4:99999999"},
+		{"1.2.3", 24, 64, "1.2.3"},
+		{"1.2.3.4.5", 24, 64, "1.2.3.4.5"},
+		{"tenant-1", 24, 64, "tenant-1"},
+		{"[::1", 24, 64, "[::1"},
+		{"[::1]x", 24, 64, "[::1]x"},
+		{"[1.2.3.4]", 24, 64, "[1.2.3.4]"},
+		{"deadbeef", 24, 64, "deadbeef"},
+		{"2001:db8::1:GET", 24, 64, "2001:db8::1:GET"},
+	} {
+		if got := GroupAddr(tc.in, tc.v4, tc.v6); got != tc.want {
+			t.Errorf("GroupAddr(%q, %d, %d) = %q, want %q", tc.in, tc.v4, tc.v6, got, tc.want)
+		}
+	}
+}
+
+func TestNewTemplateBounds(t *testing.T) {
+	for _, tc := range []struct {
+		v4, v6 int
+		ok     bool
+	}{
+		{0, 0, true}, {1, 1, true}, {32, 128, true}, {33, 128, false}, {32, 129, false},
+		{-1, 64, false}, {24, -5, false},
+	} {
+		_, err := NewTemplate("{http.request.remote.host}", tc.v4, tc.v6)
+		if (err == nil) != tc.ok {
+			t.Errorf("NewTemplate(v4=%d, v6=%d): err = %v, want ok=%v", tc.v4, tc.v6, err, tc.ok)
+		}
+	}
+}
+
+func newRequest(remote string, hdr map[string]string) *http.Request {
+	r := httptest.NewRequest("GET", "http://example.com/path?q=1", nil)
+	r.RemoteAddr = remote
+	for k, v := range hdr {
+		r.Header.Set(k, v)
+	}
+	caddyhttp.NewTestReplacer(r) // puts the replacer in r's context
+	return r
+}
+
+func TestTemplateKey(t *testing.T) {
+	for _, tc := range []struct {
+		tmpl   string
+		v4, v6 int
+		remote string
+		hdr    map[string]string
+		want   string
+	}{
+		{"{http.request.remote.host}", 0, 0, "192.0.2.7:1234", nil, "192.0.2.7"},
+		{"{http.request.remote.host}", 24, 0, "192.0.2.7:1234", nil, "192.0.2.0/24"},
+		{"{http.request.remote}", 0, 0, "192.0.2.7:1234", nil, "192.0.2.7"},
+		{"{http.request.remote.host}", 0, 64, "[2001:db8:a:b:c::1]:1234", nil, "2001:db8:a:b::/64"},
+		{"{http.request.remote.host}", 0, 0, "[2001:db8:a:b:c::1]:1234", nil, "2001:db8:a:b:c::1"},
+		{"{http.request.header.X-Org-Id}:{http.request.method}", 0, 0, "192.0.2.7:1", map[string]string{"X-Org-Id": "acme"}, "acme:GET"},
+		{"{http.request.header.X-Org-Id}", 0, 0, "192.0.2.7:1", nil, ""},
+		{"{http.request.header.X-Forwarded-For}", 16, 0, "192.0.2.7:1", map[string]string{"X-Forwarded-For": "10.9.8.7"}, "10.9.0.0/16"},
+		{"static", 0, 0, "192.0.2.7:1", nil, "static"},
+		{"10.0.0.1", 8, 0, "192.0.2.7:1", nil, "10.0.0.0/8"},
+		{"{unknown.placeholder}", 0, 0, "192.0.2.7:1", nil, ""},
+		{"", 0, 0, "192.0.2.7:1", nil, ""},
+	} {
+		tpl, err := NewTemplate(tc.tmpl, tc.v4, tc.v6)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := tpl.Key(newRequest(tc.remote, tc.hdr))
+		if err != nil || got != tc.want {
+			t.Errorf("%q (v4=%d v6=%d) on %s %v: got %q, %v; want %q", tc.tmpl, tc.v4, tc.v6, tc.remote, tc.hdr, got, err, tc.want)
+		}
+	}
+}
+
+func TestTemplateKeyWithoutReplacer(t *testing.T) {
+	tpl, _ := NewTemplate("{http.request.remote.host}x", 0, 0)
+	r := httptest.NewRequest("GET", "/", nil)
+	if got, err := tpl.Key(r); err != nil || got != "x" {
+		t.Fatalf("got %q, %v", got, err)
+	}
+}
+
+func TestGroupAddrNoAlloc(t *testing.T) {
+	for _, s := range []string{"192.0.2.7", "tenant-1:GET", "2001:db8::1", ""} {
+		if n := testing.AllocsPerRun(100, func() { _ = GroupAddr(s, 32, 128) }); n != 0 {
+			t.Errorf("GroupAddr(%q) allocates %v times", s, n)
+		}
+	}
+}
+
+func TestEscape(t *testing.T) {
+	long := strings.Repeat("a", MaxEscapedLen)
+	for _, tc := range []struct{ in, want string }{
+		{"", ""},
+		{"192.0.2.7", "192.0.2.7"},
+		{"2001:db8::/64", "2001:db8::/64"},
+		{"acme:GET", "acme:GET"},
+		{"{tag}", "%7Btag%7D"},
+		{"a b", "a%20b"},
+		{"100%", "100%25"},
+		{"#x", "%23x"},
+		{"line\nbreak\r", "line%0Abreak%0D"},
+		{"caf\u00e9", "caf%C3%A9"},
+		{long, long},
+	} {
+		if got := Escape(tc.in); got != tc.want {
+			t.Errorf("Escape(%q) = %q, want %q", tc.in, got, tc.want)
+		}
+		if got := string(AppendEscape([]byte("p:"), tc.in)); got != "p:"+tc.want {
+			t.Errorf("AppendEscape(%q) = %q, want %q", tc.in, got, "p:"+tc.want)
+		}
+	}
+	for _, in := range []string{long + "a", strings.Repeat("{", MaxEscapedLen/3+1), strings.Repeat("x", 1<<20)} {
+		got := Escape(in)
+		if len(got) != hashedLen || got[0] != '#' {
+			t.Errorf("Escape(%d bytes) = %q, want a hashed form", len(in), got)
+		}
+	}
+	if n := testing.AllocsPerRun(100, func() { _ = Escape("192.0.2.7") }); n != 0 {
+		t.Errorf("Escape of a safe key allocates %v times", n)
+	}
+}
+
+// unescape reverses the percent-encoding of Escape (not the hashed form).
+func unescape(s string) (string, bool) {
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		if s[i] != '%' {
+			b.WriteByte(s[i])
+			continue
+		}
+		if i+2 >= len(s) {
+			return "", false
+		}
+		v, err := strconv.ParseUint(s[i+1:i+3], 16, 8)
+		if err != nil {
+			return "", false
+		}
+		b.WriteByte(byte(v))
+		i += 2
+	}
+	return b.String(), true
+}
+
+func checkEscaped(t *testing.T, in, out string) {
+	t.Helper()
+	if len(out) > MaxEscapedLen {
+		t.Fatalf("Escape(%q) = %q: longer than %d", in, out, MaxEscapedLen)
+	}
+	for i := 0; i < len(out); i++ {
+		c := out[i]
+		if c <= ' ' || c >= 0x7f || c == '{' || c == '}' {
+			t.Fatalf("Escape(%q) = %q: unsafe byte %q", in, out, c)
+		}
+	}
+	if strings.HasPrefix(out, "#") {
+		if len(out) != hashedLen {
+			t.Fatalf("Escape(%q) = %q: bad hashed form", in, out)
+		}
+		return
+	}
+	back, ok := unescape(out)
+	if !ok || back != in {
+		t.Fatalf("Escape(%q) = %q, which unescapes to %q (ok=%v)", in, out, back, ok)
+	}
+}
+
+func FuzzKeyEscape(f *testing.F) {
+	f.Add("192.0.2.7", "192.0.2.8")
+	f.Add("{a}", "%7Ba%7D")
+	f.Add("#", "%23")
+	f.Add(strings.Repeat("a", MaxEscapedLen+1), strings.Repeat("a", MaxEscapedLen))
+	f.Add("\x00\n", "\xff")
+	f.Fuzz(func(t *testing.T, a, b string) {
+		ea, eb := Escape(a), Escape(b)
+		checkEscaped(t, a, ea)
+		checkEscaped(t, b, eb)
+		if a != b && ea == eb {
+			t.Fatalf("Escape(%q) == Escape(%q) == %q", a, b, ea)
+		}
+		if got := string(AppendEscape(nil, a)); got != ea {
+			t.Fatalf("AppendEscape(%q) = %q, Escape = %q", a, got, ea)
+		}
+	})
+}
