@@ -18,7 +18,8 @@
 # average at the start and end is printed and recorded next to them.
 #
 # Adding a scenario: append its name to ALL_SCENARIOS, write a function
-# site_<name> that prints the body of its site block, set EXPECT[<name>] to
+# site_<name> that prints the body of its site block (it gets the scenario
+# name as $1, handy as a zone name), set EXPECT[<name>] to
 # "ok" (requests should pass) or "deny" (almost all should be rejected) and,
 # optionally, TARGET[<name>] (the ratio to plain it should reach). Anything it
 # needs started (e.g. a redis-server) goes in a setup_<name> function, which
@@ -61,7 +62,7 @@ TARGET[pass]=0.97
 site_pass() {
 	cat <<-SITE
 		rate_limit {
-			zone bench {
+			zone $1 {
 				key {http.request.remote.host}
 				algorithm $ALGORITHM
 				limit 1000000 1s
@@ -78,7 +79,7 @@ TARGET[deny]=0.97
 site_deny() {
 	cat <<-SITE
 		rate_limit {
-			zone bench {
+			zone $1 {
 				key {http.request.remote.host}
 				algorithm $ALGORITHM
 				limit 1 1h
@@ -95,7 +96,7 @@ TARGET[deny_handle_errors]=0.72
 site_deny_handle_errors() {
 	cat <<-SITE
 		rate_limit {
-			zone bench {
+			zone $1 {
 				key {http.request.remote.host}
 				algorithm $ALGORITHM
 				limit 1 1h
@@ -233,7 +234,7 @@ declare -A PORT=()
 		echo "# scenario $s"
 		echo "http://127.0.0.1:${PORT[$s]} {"
 		echo "	bind 127.0.0.1"
-		"site_$s" | sed 's/^/\t/'
+		"site_$s" "$s" | sed 's/^/\t/'
 		echo "}"
 	done
 } >"$workdir/Caddyfile"
