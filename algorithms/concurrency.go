@@ -1,6 +1,179 @@
 package algorithms
 
-import "errors"
+// concurrency: at most Events units in flight per key. Exactly one tier;
+// its Window is how long a lease lives at most, so a request that never
+// ends (a crashed instance) frees its slot after the window. Burst and
+// CountRejected do not apply (New returns an error).
+//
+// Model, in integer microseconds (the Lua twin must do the same):
+//
+//	state: last (µs), lastToken, leases = [(token, cost, expiry)] in
+//	       arrival order (so ordered by expiry and by token), held = sum of
+//	       the leases' costs
+//
+//	t = max(now, last); last = t
+//	drop every lease with expiry <= t
+//	allowed iff cost <= Events and held + cost <= Events
+//	allowed: token = max(lastToken + 1, t); lastToken = token
+//	         append (token, cost, t + Wµs); held += cost
+//	         (cost 0 is admitted without a lease: token 0)
+//	remaining  = Events - held                       after the update
+//	resetAfter = expiry of the newest lease - t      (0 with no lease)
+//	retryAfter (denied) = min(1s, e - t), at least 1µs, where e is the
+//	             expiry of the oldest lease whose expiry frees enough slots
+//	             for cost (requests usually end long before their lease
+//	             expires, and we cannot know when, so a client is told to
+//	             retry within a second); Window when cost > Events
+//	undo: drop the lease whose token is d.Token (unknown or expired: no-op)
+//	idle: no lease with expiry > t
+//
+// Tokens are never 0 and grow with time (at least the current µs), so a
+// token from a state that was swept and recreated cannot release a lease
+// of the new state.
 
-// TODO: stub, to be replaced by the real algorithm.
-func newConcurrency(cfg Config) (Limiter, error) { return nil, errors.New("concurrency: not implemented") }
+import (
+	"fmt"
+	"time"
+)
+
+type concurrency struct {
+	cfg    Config
+	events int64
+	window int64 // µs
+}
+
+func newConcurrency(cfg Config) (Limiter, error) {
+	if len(cfg.Tiers) != 1 {
+		return nil, fmt.Errorf("concurrency: exactly one limit (requests in flight, lease window) is allowed, got %d", len(cfg.Tiers))
+	}
+	if cfg.Burst != 0 {
+		return nil, fmt.Errorf("concurrency: burst does not apply (the limit's events is the most requests in flight)")
+	}
+	if cfg.CountRejected {
+		return nil, fmt.Errorf("concurrency: count_rejected does not apply (a rejected request holds no slot)")
+	}
+	t := cfg.Tiers[0]
+	return &concurrency{cfg: bktCloneConfig(cfg), events: t.Events, window: t.Window.Microseconds()}, nil
+}
+
+func (l *concurrency) Name() string   { return Concurrency }
+func (l *concurrency) Config() Config { return l.cfg }
+
+// ccMaxPrealloc bounds the leases a fresh state preallocates room for.
+const ccMaxPrealloc = 64
+
+func (l *concurrency) NewState() State {
+	n := l.events
+	if n > ccMaxPrealloc {
+		n = ccMaxPrealloc
+	}
+	return &concurrencyState{l: l, leases: make([]ccLease, 0, n)}
+}
+
+type ccLease struct {
+	token  uint64
+	cost   int64
+	expiry int64 // µs since the epoch
+}
+
+type concurrencyState struct {
+	l         *concurrency
+	last      int64 // latest instant seen, µs since the epoch
+	lastToken uint64
+	held      int64
+	leases    []ccLease // ordered by expiry (and token)
+}
+
+// advance clamps now to the latest instant seen, drops the leases expired at
+// it and returns it in µs.
+func (s *concurrencyState) advance(now time.Time) int64 {
+	t := now.UnixMicro()
+	if t < s.last {
+		t = s.last
+	}
+	s.last = t
+	k := 0
+	for k < len(s.leases) && s.leases[k].expiry <= t {
+		s.held -= s.leases[k].cost
+		k++
+	}
+	if k > 0 {
+		s.leases = s.leases[:copy(s.leases, s.leases[k:])]
+	}
+	return t
+}
+
+func (s *concurrencyState) Take(now time.Time, cost int64) Decision {
+	if cost < 0 {
+		cost = 0
+	}
+	t := s.advance(now)
+	l := s.l
+	d := Decision{Limit: l.events}
+	if cost <= l.events && s.held+cost <= l.events {
+		d.Allowed = true
+		if cost > 0 {
+			tok := s.lastToken + 1
+			if ut := uint64(t); ut > tok {
+				tok = ut
+			}
+			s.lastToken = tok
+			s.leases = append(s.leases, ccLease{token: tok, cost: cost, expiry: t + l.window})
+			s.held += cost
+			d.Token = tok
+		}
+	} else if cost > l.events {
+		d.RetryAfter = bktDur(l.window)
+	} else {
+		// The oldest lease whose expiry frees enough slots.
+		free := l.events - s.held
+		wait := int64(time.Second / time.Microsecond)
+		for _, ls := range s.leases {
+			free += ls.cost
+			if free >= cost {
+				if w := ls.expiry - t; w < wait {
+					wait = w
+				}
+				break
+			}
+		}
+		if wait < 1 {
+			wait = 1
+		}
+		d.RetryAfter = bktDur(wait)
+	}
+	d.Remaining = l.events - s.held
+	if n := len(s.leases); n > 0 {
+		d.ResetAfter = bktDur(s.leases[n-1].expiry - t)
+	}
+	return d
+}
+
+func (s *concurrencyState) Undo(now time.Time, cost int64, d Decision) {
+	if d.Token == 0 {
+		return
+	}
+	s.advance(now)
+	// Tokens grow along the slice: binary search.
+	lo, hi := 0, len(s.leases)
+	for lo < hi {
+		m := int(uint(lo+hi) >> 1)
+		if s.leases[m].token < d.Token {
+			lo = m + 1
+		} else {
+			hi = m
+		}
+	}
+	if lo < len(s.leases) && s.leases[lo].token == d.Token {
+		s.held -= s.leases[lo].cost
+		s.leases = append(s.leases[:lo], s.leases[lo+1:]...)
+	}
+}
+
+func (s *concurrencyState) Idle(now time.Time) bool {
+	t := now.UnixMicro()
+	if t < s.last {
+		t = s.last
+	}
+	return len(s.leases) == 0 || s.leases[len(s.leases)-1].expiry <= t
+}
