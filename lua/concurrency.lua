@@ -1,0 +1,107 @@
+-- concurrency.lua: the Redis twin of algorithms/concurrency.go; read the
+-- model there. At most `events` units in flight per key, each admitted
+-- request holding a lease that expires after `window` on its own (a crashed
+-- instance never blocks a key for longer than that).
+--
+-- KEYS[1]  hash: t = latest instant seen (µs), k = last token, h = units held
+-- KEYS[2]  sorted set of leases: member "<token>:<cost>", score = expiry (µs)
+-- ARGV[5]  (undo) the token of the lease to release
+-- ARGV[7], ARGV[8]  events, window_us (exactly one tier)
+local hkey, zkey = KEYS[1], KEYS[2]
+local events = tonumber(ARGV[7])
+local window = tonumber(ARGV[8])
+
+local function lease_cost(member)
+  local c = string.match(member, ':(%d+)$')
+  return tonumber(c) or 0
+end
+
+local st = redis.call('HMGET', hkey, 't', 'k', 'h')
+local exists = st[1] ~= false
+local last, last_token, held = 0, 0, 0
+if exists then
+  last, last_token, held = tonumber(st[1]), tonumber(st[2]) or 0, tonumber(st[3]) or 0
+elseif redis.call('EXISTS', zkey) == 1 then
+  -- The hash is gone but leases remain (evicted): rebuild it from them.
+  local all = redis.call('ZRANGE', zkey, 0, -1)
+  for _, m in ipairs(all) do
+    held = held + lease_cost(m)
+    local tok = tonumber(string.match(m, '^(%d+):'))
+    if tok and tok > last_token then last_token = tok end
+  end
+  exists = true
+end
+
+-- advance: clamp now to the latest instant seen, drop the expired leases.
+local t = NOW
+if t < last then t = last end
+last = t
+local expired = redis.call('ZRANGEBYSCORE', zkey, '-inf', str(t))
+if #expired > 0 then
+  for _, m in ipairs(expired) do held = held - lease_cost(m) end
+  redis.call('ZREMRANGEBYSCORE', zkey, '-inf', str(t))
+end
+
+local function save()
+  local horizon = 0
+  local newest = redis.call('ZRANGE', zkey, -1, -1, 'WITHSCORES')
+  if #newest == 2 then horizon = tonumber(newest[2]) - t end
+  redis.call('HSET', hkey, 't', str(last), 'k', str(last_token), 'h', str(held))
+  local ttl = ttl_ms(horizon)
+  redis.call('PEXPIRE', hkey, ttl)
+  redis.call('PEXPIRE', zkey, ttl)
+  return horizon
+end
+
+if MODE == '1' then
+  if not exists then return 0 end
+  local token = ARGV[5]
+  if redis.call('ZREM', zkey, token .. ':' .. ARGV[3]) == 1 then
+    held = held - COST
+  else
+    -- Released with another cost than taken: find the lease by its token.
+    local prefix = token .. ':'
+    for _, m in ipairs(redis.call('ZRANGE', zkey, 0, -1)) do
+      if string.sub(m, 1, #prefix) == prefix then
+        redis.call('ZREM', zkey, m)
+        held = held - lease_cost(m)
+        break
+      end
+    end
+  end
+  save()
+  return 0
+end
+
+local allowed, token, retry = 0, 0, 0
+if COST <= events and held + COST <= events then
+  allowed = 1
+  if COST > 0 then
+    token = last_token + 1
+    if t > token then token = t end
+    last_token = token
+    redis.call('ZADD', zkey, str(t + window), str(token) .. ':' .. str(COST))
+    held = held + COST
+  end
+elseif COST > events then
+  retry = window
+else
+  -- The oldest lease whose expiry frees enough units (at most a second:
+  -- requests usually end long before their lease expires).
+  local free = events - held
+  local wait = 1000000
+  local need = COST - free -- >= 1; every lease holds at least one unit
+  local leases = redis.call('ZRANGE', zkey, 0, need - 1, 'WITHSCORES')
+  for j = 1, #leases, 2 do
+    free = free + lease_cost(leases[j])
+    if free >= COST then
+      local w = tonumber(leases[j + 1]) - t
+      if w < wait then wait = w end
+      break
+    end
+  end
+  if wait < 1 then wait = 1 end
+  retry = wait
+end
+local reset = save()
+return {allowed, 0, events, events - held, reset, retry, 0, token}

@@ -1,0 +1,77 @@
+-- lib.lua: helpers shared by every script of caddy-ratelimit. The Go side
+-- sends each script as lib.lua followed by the algorithm's file, so a script
+-- is one EVALSHA.
+--
+-- Common arguments of every script:
+--   ARGV[1] mode: "0" take, "1" undo
+--   ARGV[2] now in microseconds since the epoch; "" (or "0") means read
+--           Redis TIME here. Calling TIME in a script that writes is allowed:
+--           Redis 7 replicates a script's effects (its writes), never the
+--           script itself (redis.replicate_commands below does the same on
+--           Redis 3.2-4 and is a no-op since 5).
+--   ARGV[3] cost (units; negative counts as 0)
+--   ARGV[4] count_rejected: "1" or "0"
+--   ARGV[5] a unique member (sliding_log) or the token to undo (concurrency)
+--   ARGV[6] n, the number of tiers, then per tier the algorithm's constants
+-- Every script answers {allowed (1/0), tier (0-based), limit, remaining,
+-- reset_after_us, retry_after_us, delay_us, token}, or 0 for an undo.
+--
+-- Arithmetic: all values are integers below 2^53, exact in Lua's doubles.
+-- Lua 5.1 has no integer division: idiv truncates toward zero as Go's / does
+-- (math.fmod is exact), cdiv is the Go twins' ceiling (a+b-1)/b.
+if redis.replicate_commands then redis.replicate_commands() end
+
+local function idiv(a, b)
+  return (a - math.fmod(a, b)) / b
+end
+
+local function cdiv(a, b)
+  if a >= 0 then
+    local r = math.fmod(a, b)
+    local q = (a - r) / b
+    if r > 0 then q = q + 1 end
+    return q
+  end
+  return idiv(a + b - 1, b)
+end
+
+local function now_us(arg)
+  if arg == nil or arg == '' or arg == '0' then
+    local t = redis.call('TIME')
+    return tonumber(t[1]) * 1000000 + tonumber(t[2])
+  end
+  return tonumber(arg)
+end
+
+-- str formats an integer for Redis without an exponent (tostring would
+-- write 1.7e+15).
+local function str(x)
+  return string.format('%d', x)
+end
+
+-- ttl_ms is the PEXPIRE of a state that needs us more microseconds: rounded
+-- up to milliseconds plus a one-second margin.
+local function ttl_ms(us)
+  if us < 0 then us = 0 end
+  return cdiv(us, 1000) + 1000
+end
+
+local MODE = ARGV[1]
+local NOW = now_us(ARGV[2])
+local COST = tonumber(ARGV[3])
+if COST < 0 then COST = 0 end
+local COUNT_REJECTED = ARGV[4] == '1'
+local N = tonumber(ARGV[6])
+
+-- pick: the tier a Decision describes. Denied: one whose cost can never
+-- pass first, then the longest wait; allowed: the fewest remaining; ties go
+-- to the lowest index (the first seen).
+local function better_denied(a, b)
+  if b == nil then return true end
+  if a.impossible ~= b.impossible then return a.impossible end
+  return a.wait > b.wait
+end
+
+local function better_allowed(a, b)
+  return b == nil or a.remaining < b.remaining
+end

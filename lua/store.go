@@ -1,0 +1,341 @@
+// Package lua is the Redis store of caddy-ratelimit: one Lua script per
+// algorithm (the Redis twin of each Go algorithm in package algorithms),
+// embedded with go:embed and run with EVALSHA (EVAL on NOSCRIPT), and the
+// Store that runs them through a go-redis UniversalClient (one node,
+// Cluster or Sentinel).
+//
+// # One command per decision
+//
+// Take sends exactly one EVALSHA: the script decides every tier of the zone
+// atomically and answers every field of the Decision. Undo (a later zone
+// denied the request, or a concurrency request ended) is one more EVALSHA of
+// the same script in undo mode; it is skipped when there is nothing to give
+// back.
+//
+// # Time
+//
+// Take and Undo with a zero now let the script read Redis's TIME, so that
+// the instances sharing a count never depend on their own clocks; tests
+// pass an instant in (now.UnixMicro()). Reading TIME in a script that then
+// writes is allowed because Redis (5 and later; 7 always) replicates a
+// script's effects, not the script itself.
+//
+// # Key layout
+//
+// Every key of one zone key is
+//
+//	<key_prefix><zone>:{<escaped key>}:<alg>:<config digest>[:<part>]
+//
+// The braces are the Cluster hash tag: all keys of one zone key live in one
+// slot, so a script never gets CROSSSLOT. The user's key is escaped by
+// EscapeKey ('{', '}', '%', space and control bytes become %XX; an escaped key
+// longer than 128 bytes is replaced by "%H" + its hex SHA-256), so it can
+// never inject a brace or a newline nor make a key longer than about 200
+// bytes plus the prefix and zone. The zone name is escaped the same way (it
+// precedes the hash tag), and a key_prefix may not contain a brace. The
+// config digest (8 hex digits of a SHA-256 of the algorithm, tiers and burst)
+// means a changed limit starts from fresh state, as the memory store does.
+//
+// Keys per zone key and algorithm:
+//
+//	sliding_log     <...>:sl:<d>        sorted set of admitted events
+//	                <...>:sl:<d>:m      hash: latest instant seen
+//	sliding_window  <...>:sw:<d>        hash: per tier window start and counts
+//	fixed_window    <...>:fw:<d>        hash: per tier window start and count
+//	token_bucket    <...>:tb:<d>        hash: last instant, level per tier
+//	leaky_bucket    <...>:lb:<d>        hash: last instant, level per tier
+//	gcra            <...>:gcra:<d>      hash: last instant, TAT per tier
+//	concurrency     <...>:cc:<d>        hash: last instant, last token, held
+//	                <...>:cc:<d>:l      sorted set of leases scored by expiry
+//
+// Every write sets a PEXPIRE: the time until the state is the same as a fresh
+// one (at most the longest window; for the buckets the time until full or
+// empty, at most twice the capacity's refill time; for concurrency the newest
+// lease's expiry) plus a one-second margin, so Redis never fills with dead
+// keys and a crashed instance's concurrency leases expire on their own.
+//
+// # Unique members
+//
+// Sorted-set members are unique even for requests in the same microsecond:
+// a sliding_log event is "<now µs>-<instance id>-<counter>" (a random
+// per-process id and a per-store atomic counter, passed in by the Store); a
+// concurrency lease is "<token>:<cost>", where the token is drawn inside
+// the script exactly as the Go twin draws it (max(last token + 1, now µs)),
+// so Decision.Token maps to its lease deterministically.
+package lua
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"embed"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/zonelimit/caddy-ratelimit/algorithms"
+	"github.com/zonelimit/caddy-ratelimit/store"
+)
+
+//go:embed *.lua
+var scriptFS embed.FS
+
+// Margin is added to every key's TTL beyond the time its state needs.
+const Margin = time.Second
+
+// scripts holds one redis.Script per algorithm: lib.lua followed by the
+// algorithm's script.
+var scripts = func() map[string]*redis.Script {
+	lib, err := scriptFS.ReadFile("lib.lua")
+	if err != nil {
+		panic(err)
+	}
+	m := make(map[string]*redis.Script)
+	for _, name := range algorithms.Names {
+		src, err := scriptFS.ReadFile(name + ".lua")
+		if err != nil {
+			continue // not written yet
+		}
+		m[name] = redis.NewScript(string(lib) + "\n" + string(src))
+	}
+	return m
+}()
+
+// Script returns the source of the script of algorithm name as sent to
+// Redis (lib.lua then the algorithm's file), and whether there is one.
+func Script(name string) (string, bool) {
+	lib, _ := scriptFS.ReadFile("lib.lua")
+	src, err := scriptFS.ReadFile(name + ".lua")
+	if err != nil {
+		return "", false
+	}
+	return string(lib) + "\n" + string(src), true
+}
+
+// instanceID tells this process's sorted-set members apart from other
+// instances'.
+var instanceID = func() string {
+	var b [8]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		panic(err)
+	}
+	return hex.EncodeToString(b[:])
+}()
+
+// Options names a Store's keys.
+type Options struct {
+	// KeyPrefix starts every key (e.g. "rl:"). It may not contain a brace.
+	KeyPrefix string
+
+	// Zone is the zone's name; it follows the prefix (escaped like a key).
+	Zone string
+}
+
+// Store keeps one zone's state in Redis. It is safe for concurrent use.
+type Store struct {
+	c       redis.UniversalClient
+	l       algorithms.Limiter
+	script  *redis.Script
+	head    string   // "<prefix><zone>:{"
+	tails   []string // "}:<alg>:<digest>[:<part>]", one per key
+	static  []any    // ARGV after the common arguments
+	cr      string   // count_rejected: "1" or "0"
+	member  bool     // the script wants a unique member in ARGV[5]
+	counter atomic.Uint64
+	idHead  string // "<instance id>-<store id>-"
+}
+
+var _ store.Store = (*Store)(nil)
+
+var storeSeq atomic.Uint64
+
+// NewStore returns a Store running l's script on c.
+func NewStore(c redis.UniversalClient, l algorithms.Limiter, o Options) (*Store, error) {
+	if c == nil {
+		return nil, errors.New("redis store: no client")
+	}
+	if l == nil {
+		return nil, errors.New("redis store: no limiter")
+	}
+	if strings.ContainsAny(o.KeyPrefix, "{}") {
+		return nil, fmt.Errorf("redis store: key_prefix %q must not contain a brace ('{' or '}' would change the Cluster hash tag)", o.KeyPrefix)
+	}
+	name := l.Name()
+	sc := scripts[name]
+	if sc == nil {
+		return nil, fmt.Errorf("redis store: no Lua script for algorithm %q", name)
+	}
+	cfg := l.Config()
+	s := &Store{
+		c:      c,
+		l:      l,
+		script: sc,
+		head:   o.KeyPrefix + EscapeKey(o.Zone) + ":{",
+		cr:     "0",
+		idHead: instanceID + "-" + strconv.FormatUint(storeSeq.Add(1), 36) + "-",
+	}
+	if cfg.CountRejected {
+		s.cr = "1"
+	}
+	h := sha256.New()
+	fmt.Fprintf(h, "%s|%d|", name, cfg.Burst)
+	for _, t := range cfg.Tiers {
+		fmt.Fprintf(h, "%d/%d|", t.Events, t.Window.Microseconds())
+	}
+	digest := hex.EncodeToString(h.Sum(nil))[:8]
+
+	num := func(v int64) string { return strconv.FormatInt(v, 10) }
+	s.static = append(s.static, num(int64(len(cfg.Tiers))))
+	var short string
+	var parts []string
+	switch name {
+	case algorithms.TokenBucket, algorithms.LeakyBucket:
+		short = "tb"
+		if name == algorithms.LeakyBucket {
+			short = "lb"
+		}
+		for i, t := range cfg.Tiers {
+			rate, scale, capacity, err := algorithms.BucketParams(t, cfg.Burst)
+			if err != nil {
+				return nil, fmt.Errorf("redis store: %s: limit %d: %v", name, i+1, err)
+			}
+			burst := cfg.Burst
+			if burst <= 0 {
+				burst = t.Events
+			}
+			s.static = append(s.static, num(rate), num(scale), num(capacity), num(burst), num(t.Window.Microseconds()))
+		}
+	case algorithms.GCRA:
+		short = "gcra"
+		for i, t := range cfg.Tiers {
+			iv, tau, err := algorithms.GCRAParams(t, cfg.Burst)
+			if err != nil {
+				return nil, fmt.Errorf("redis store: gcra: limit %d: %v", i+1, err)
+			}
+			burst := cfg.Burst
+			if burst <= 0 {
+				burst = t.Events
+			}
+			s.static = append(s.static, num(iv), num(tau), num(burst), num(t.Window.Microseconds()))
+		}
+	case algorithms.Concurrency:
+		short = "cc"
+		parts = []string{"", ":l"}
+		for _, t := range cfg.Tiers {
+			s.static = append(s.static, num(t.Events), num(t.Window.Microseconds()))
+		}
+	case algorithms.SlidingLog:
+		short = "sl"
+		parts = []string{"", ":m"}
+		s.member = true
+		for _, t := range cfg.Tiers {
+			s.static = append(s.static, num(t.Events), num(t.Window.Microseconds()))
+		}
+	case algorithms.SlidingWindow, algorithms.FixedWindow:
+		short = "sw"
+		if name == algorithms.FixedWindow {
+			short = "fw"
+		}
+		for _, t := range cfg.Tiers {
+			s.static = append(s.static, num(t.Events), num(t.Window.Microseconds()))
+		}
+	default:
+		return nil, fmt.Errorf("redis store: algorithm %q is not supported", name)
+	}
+	if parts == nil {
+		parts = []string{""}
+	}
+	for _, p := range parts {
+		s.tails = append(s.tails, "}:"+short+":"+digest+p)
+	}
+	return s, nil
+}
+
+// Keys returns the Redis keys of key, in the order the script takes them.
+func (s *Store) Keys(key string) []string {
+	esc := EscapeKey(key)
+	keys := make([]string, len(s.tails))
+	for i, t := range s.tails {
+		keys[i] = s.head + esc + t
+	}
+	return keys
+}
+
+// Modes of a script call (ARGV[1]).
+const (
+	modeTake = "0"
+	modeUndo = "1"
+)
+
+func (s *Store) args(mode string, now time.Time, cost int64, extra string) []any {
+	a := make([]any, 0, 5+len(s.static))
+	ns := ""
+	if !now.IsZero() {
+		ns = strconv.FormatInt(now.UnixMicro(), 10)
+	}
+	a = append(a, mode, ns, strconv.FormatInt(cost, 10), s.cr, extra)
+	return append(a, s.static...)
+}
+
+// Take decides whether key may consume cost units at now (Redis TIME when
+// now is zero) with one EVALSHA.
+func (s *Store) Take(ctx context.Context, key string, now time.Time, cost int64) (algorithms.Decision, error) {
+	extra := ""
+	if s.member {
+		extra = s.idHead + strconv.FormatUint(s.counter.Add(1), 36)
+	}
+	res, err := s.script.Run(ctx, s.c, s.Keys(key), s.args(modeTake, now, cost, extra)...).Int64Slice()
+	if err != nil {
+		return algorithms.Decision{}, fmt.Errorf("redis store: %s: %w", s.l.Name(), err)
+	}
+	if len(res) < 8 {
+		return algorithms.Decision{}, fmt.Errorf("redis store: %s: script answered %d values, want 8", s.l.Name(), len(res))
+	}
+	return algorithms.Decision{
+		Allowed:    res[0] == 1,
+		Tier:       int(res[1]),
+		Limit:      res[2],
+		Remaining:  res[3],
+		ResetAfter: usDur(res[4]),
+		RetryAfter: usDur(res[5]),
+		Delay:      usDur(res[6]),
+		Token:      uint64(res[7]),
+	}, nil
+}
+
+// Undo gives back what an admitted Take of cost, which returned d, consumed
+// (one EVALSHA; none when there is nothing to give back).
+func (s *Store) Undo(ctx context.Context, key string, now time.Time, cost int64, d algorithms.Decision) error {
+	if !d.Allowed {
+		return nil
+	}
+	if s.l.Name() == algorithms.Concurrency {
+		if d.Token == 0 {
+			return nil
+		}
+	} else if cost <= 0 {
+		return nil
+	}
+	extra := strconv.FormatUint(d.Token, 10)
+	err := s.script.Run(ctx, s.c, s.Keys(key), s.args(modeUndo, now, cost, extra)...).Err()
+	if err != nil && !errors.Is(err, redis.Nil) {
+		return fmt.Errorf("redis store: %s undo: %w", s.l.Name(), err)
+	}
+	return nil
+}
+
+func usDur(us int64) time.Duration {
+	if us <= 0 {
+		return 0
+	}
+	if us > int64(1<<63-1)/int64(time.Microsecond) {
+		return time.Duration(1<<63 - 1)
+	}
+	return time.Duration(us) * time.Microsecond
+}
