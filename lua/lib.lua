@@ -75,3 +75,30 @@ end
 local function better_allowed(a, b)
   return b == nil or a.remaining < b.remaining
 end
+
+-- fmod: a mod b rounded toward minus infinity (b > 0), exact.
+local function fmod(a, b)
+  local m = math.fmod(a, b)
+  if m < 0 then m = m + b end
+  return m
+end
+
+-- win_pick: the tier a Decision of sliding_log, sliding_window or
+-- fixed_window describes: allowed, the fewest remaining; denied, the longest
+-- wait; ties go to the lowest index. RetryAfter is that wait.
+local function win_pick(allowed)
+  local p = {set = false}
+  function p.offer(i, limit, rem, reset, wait)
+    if rem < 0 then rem = 0 end
+    if p.set then
+      if allowed and rem >= p.rem or (not allowed) and wait <= p.wait then return end
+    end
+    p.set, p.tier, p.limit, p.rem, p.reset, p.wait = true, i, limit, rem, reset, wait
+  end
+  function p.result()
+    local retry = 0
+    if not allowed then retry = p.wait end
+    return {allowed and 1 or 0, p.tier, p.limit, p.rem, p.reset, retry, 0, 0}
+  end
+  return p
+end

@@ -38,8 +38,8 @@
 //
 // Keys per zone key and algorithm:
 //
-//	sliding_log     <...>:sl:<d>        sorted set of admitted events
-//	                <...>:sl:<d>:m      hash: latest instant seen
+//	sliding_log     <...>:sl:<d>:m      string: latest instant seen
+//	                <...>:sl:<d>:<i>    sorted set of tier i's admitted units
 //	sliding_window  <...>:sw:<d>        hash: per tier window start and counts
 //	fixed_window    <...>:fw:<d>        hash: per tier window start and count
 //	token_bucket    <...>:tb:<d>        hash: last instant, level per tier
@@ -57,7 +57,7 @@
 // # Unique members
 //
 // Sorted-set members are unique even for requests in the same microsecond:
-// a sliding_log event is "<now µs>-<instance id>-<counter>" (a random
+// a sliding_log unit is "<now µs>-<instance id>-<store id>-<counter>" (a random
 // per-process id and a per-store atomic counter, passed in by the Store); a
 // concurrency lease is "<token>:<cost>", where the token is drawn inside
 // the script exactly as the Go twin draws it (max(last token + 1, now µs)),
@@ -232,9 +232,10 @@ func NewStore(c redis.UniversalClient, l algorithms.Limiter, o Options) (*Store,
 		}
 	case algorithms.SlidingLog:
 		short = "sl"
-		parts = []string{"", ":m"}
+		parts = []string{":m"}
 		s.member = true
-		for _, t := range cfg.Tiers {
+		for i, t := range cfg.Tiers {
+			parts = append(parts, ":"+strconv.Itoa(i))
 			s.static = append(s.static, num(t.Events), num(t.Window.Microseconds()))
 		}
 	case algorithms.SlidingWindow, algorithms.FixedWindow:

@@ -1,0 +1,116 @@
+-- sliding_log.lua: the Redis twin of algorithms/sliding_log.go; read the
+-- model there. An exact rolling window: per tier a sorted set with one
+-- member per admitted unit, scored by its timestamp (µs); a tier counts the
+-- units of the last window (ZREMRANGEBYSCORE drops the older ones, ZCARD
+-- counts the rest, ZADD logs). Members are unique even within one
+-- microsecond: ARGV[5] is "<instance id>-<store id>-<counter>" from the Go
+-- side (per-process random id, per-store atomic counter), and a Take of cost
+-- c logs c members "<now µs>-<ARGV[5]>" and "<...>.2" to "<...>.c".
+--
+-- KEYS[1]       string: the latest instant seen (µs)
+-- KEYS[1 + i]   sorted set of tier i's units
+-- ARGV[7..]     per tier: events, window_us
+local mkey = KEYS[1]
+local P = {}
+for i = 1, N do
+  local o = 6 + (i - 1) * 2
+  P[i] = {E = tonumber(ARGV[o + 1]), W = tonumber(ARGV[o + 2]), key = KEYS[1 + i]}
+end
+
+local lastv = redis.call('GET', mkey)
+local t = NOW
+if lastv then
+  local last = tonumber(lastv)
+  if t < last then t = last end
+end
+
+-- horizon: how long the newest unit of any tier stays in its window.
+local function save()
+  local horizon = 0
+  for i = 1, N do
+    local newest = redis.call('ZRANGE', P[i].key, -1, -1, 'WITHSCORES')
+    if #newest == 2 then
+      local h = tonumber(newest[2]) + P[i].W - t
+      if h > horizon then horizon = h end
+    end
+  end
+  local ttl = ttl_ms(horizon)
+  redis.call('SET', mkey, str(t), 'PX', ttl)
+  for i = 1, N do redis.call('PEXPIRE', P[i].key, ttl) end
+end
+
+if MODE == '1' then
+  -- Undo: the cost newest units of every tier (no expiry first, as in Go).
+  if not lastv then return 0 end
+  for i = 1, N do redis.call('ZREMRANGEBYRANK', P[i].key, -COST, -1) end
+  save()
+  return 0
+end
+
+local member = str(t) .. '-' .. ARGV[5]
+
+-- log adds c units stamped t to tier p.
+local function log(p, c)
+  if c <= 0 then return end
+  local args = {p.key, str(t), member}
+  for j = 2, c do
+    args[#args + 1] = str(t)
+    args[#args + 1] = member .. '.' .. j
+  end
+  redis.call('ZADD', unpack(args))
+end
+
+local count = {}
+local ok = true
+for i = 1, N do
+  local p = P[i]
+  redis.call('ZREMRANGEBYSCORE', p.key, '-inf', str(t - p.W))
+  count[i] = redis.call('ZCARD', p.key)
+  if COST > p.E or count[i] > p.E - COST then ok = false end
+end
+if ok then
+  for i = 1, N do
+    log(P[i], COST)
+    count[i] = count[i] + COST
+  end
+elseif COUNT_REJECTED and COST > 0 then
+  -- Log the units anyway, keeping only the newest E (only they ever decide).
+  for i = 1, N do
+    local p = P[i]
+    if COST >= p.E then
+      redis.call('DEL', p.key)
+      log(p, p.E)
+      count[i] = p.E
+    else
+      local excess = count[i] - (p.E - COST)
+      if excess > 0 then
+        redis.call('ZREMRANGEBYRANK', p.key, 0, excess - 1)
+        count[i] = count[i] - excess
+      end
+      log(p, COST)
+      count[i] = count[i] + COST
+    end
+  end
+end
+save()
+
+local pick = win_pick(ok)
+for i = 1, N do
+  local p = P[i]
+  local reset, wait = 0, 0
+  if count[i] > 0 then
+    local newest = redis.call('ZRANGE', p.key, -1, -1, 'WITHSCORES')
+    reset = tonumber(newest[2]) + p.W - t
+  end
+  if not ok then
+    if COST > p.E then
+      wait = p.W
+    elseif count[i] > p.E - COST then
+      local k = count[i] + COST - p.E
+      local kth = redis.call('ZRANGE', p.key, k - 1, k - 1, 'WITHSCORES')
+      wait = tonumber(kth[2]) + p.W - t
+    end
+  end
+  pick.offer(i - 1, p.E, p.E - count[i], reset, wait)
+end
+return pick.result()

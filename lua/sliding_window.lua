@@ -1,0 +1,143 @@
+-- sliding_window.lua: the Redis twin of algorithms/sliding_window.go; read
+-- the model there. Per tier the previous and the current window's counts
+-- (aligned to the Unix epoch); the previous one is weighted by how much of it
+-- still overlaps the rolling window. The weighted part is a double computed
+-- in the same order as the Go twin (multiply, then divide), so both round
+-- alike.
+--
+-- KEYS[1]  hash: t = latest instant seen (µs); per tier i: s<i> = window
+--          start (µs), p<i> = previous count, c<i> = current count
+-- ARGV[7..] per tier: events, window_us
+local key = KEYS[1]
+local P = {}
+local fields = {'t'}
+for i = 1, N do
+  local o = 6 + (i - 1) * 2
+  P[i] = {E = tonumber(ARGV[o + 1]), W = tonumber(ARGV[o + 2])}
+  fields[#fields + 1] = 's' .. i
+  fields[#fields + 1] = 'p' .. i
+  fields[#fields + 1] = 'c' .. i
+end
+
+local st = redis.call('HMGET', key, unpack(fields))
+local exists = st[1] ~= false
+local start, prev, cur = {}, {}, {}
+for i = 1, N do
+  start[i] = tonumber(st[3 * i - 1]) or 0
+  prev[i] = tonumber(st[3 * i]) or 0
+  cur[i] = tonumber(st[3 * i + 1]) or 0
+end
+
+local t = NOW
+if exists then
+  local last = tonumber(st[1])
+  if t < last then t = last end
+end
+
+local function save()
+  local args = {key, 't', str(t)}
+  local horizon = 0
+  for i = 1, N do
+    args[#args + 1] = 's' .. i
+    args[#args + 1] = str(start[i])
+    args[#args + 1] = 'p' .. i
+    args[#args + 1] = str(prev[i])
+    args[#args + 1] = 'c' .. i
+    args[#args + 1] = str(cur[i])
+    local h = 0
+    if cur[i] > 0 then h = start[i] + 2 * P[i].W - t elseif prev[i] > 0 then h = start[i] + P[i].W - t end
+    if h > horizon then horizon = h end
+  end
+  redis.call('HSET', unpack(args))
+  redis.call('PEXPIRE', key, ttl_ms(horizon))
+end
+
+if MODE == '1' then
+  if not exists then return 0 end
+  for i = 1, N do
+    if start[i] == t - fmod(t, P[i].W) then
+      local c = cur[i]
+      if COST < c then c = COST end
+      cur[i] = cur[i] - c
+    end
+  end
+  save()
+  return 0
+end
+
+-- weighted: the part of a previous count pc still inside the rolling window
+-- at offset e.
+local function weighted(p, pc, e)
+  if pc == 0 then return 0 end
+  return (pc * (p.W - e)) / p.W
+end
+
+local function fits(p, pc, cc, e)
+  local a = p.E - COST - cc
+  return a >= 0 and weighted(p, pc, e) <= a
+end
+
+-- first: the smallest x in [lo, W) with fits(pc, cc, x), or -1.
+local function first(p, pc, cc, lo)
+  local a = p.E - COST - cc
+  if a < 0 then return -1 end
+  if fits(p, pc, cc, lo) then return lo end
+  local W = p.W
+  if not fits(p, pc, cc, W - 1) then return -1 end
+  local f = math.ceil(W - a * W / pc)
+  local x = W - 1
+  if f < W - 1 then
+    x = f
+    if lo + 1 > x then x = lo + 1 end
+  end
+  while not fits(p, pc, cc, x) do x = x + 1 end
+  while x - 1 > lo and fits(p, pc, cc, x - 1) do x = x - 1 end
+  return x
+end
+
+local function wait_of(i)
+  local p = P[i]
+  if COST > p.E then return p.W end
+  local e = t - start[i]
+  local x = first(p, prev[i], cur[i], e)
+  if x >= 0 then return x - e end
+  x = first(p, cur[i], 0, 0)
+  if x >= 0 then return start[i] + p.W + x - t end
+  return start[i] + 2 * p.W - t
+end
+
+local ok = true
+for i = 1, N do
+  local p = P[i]
+  local ws = t - fmod(t, p.W)
+  if ws ~= start[i] then
+    if ws == start[i] + p.W then prev[i] = cur[i] else prev[i] = 0 end
+    cur[i] = 0
+    start[i] = ws
+  end
+  if COST > p.E or not fits(p, prev[i], cur[i], t - start[i]) then ok = false end
+end
+if ok then
+  for i = 1, N do cur[i] = cur[i] + COST end
+elseif COUNT_REJECTED then
+  for i = 1, N do
+    local p = P[i]
+    if COST >= p.E - cur[i] then cur[i] = p.E else cur[i] = cur[i] + COST end
+  end
+end
+save()
+
+local pick = win_pick(ok)
+for i = 1, N do
+  local p = P[i]
+  local reset, wait = 0, 0
+  if cur[i] > 0 then
+    reset = start[i] + 2 * p.W - t
+  elseif prev[i] > 0 then
+    reset = start[i] + p.W - t
+  end
+  if not ok then wait = wait_of(i) end
+  local rem = p.E - cur[i] - math.ceil(weighted(p, prev[i], t - start[i]))
+  pick.offer(i - 1, p.E, rem, reset, wait)
+end
+return pick.result()
