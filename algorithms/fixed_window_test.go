@@ -1,0 +1,163 @@
+package algorithms
+
+import (
+	"math"
+	"slices"
+	"testing"
+	"time"
+)
+
+func TestFixedWindowTimeline(t *testing.T) {
+	one := Config{Tiers: []Tier{{3, time.Second}}}
+	two := Config{Tiers: []Tier{{3, time.Second}, {5, 10 * time.Second}}}
+	ms, us := winTms, time.Microsecond
+	cases := []struct {
+		name  string
+		cfg   Config
+		steps []winTStep
+	}{
+		{"3 per second", one, []winTStep{
+			{at: 0, cost: 1, want: winTOK(0, 3, 2, time.Second)},
+			{at: 100 * ms, cost: 1, want: winTOK(0, 3, 1, 900*ms)},
+			{at: 200 * ms, cost: 1, want: winTOK(0, 3, 0, 800*ms)},
+			{at: 300 * ms, cost: 1, want: winTNo(0, 3, 0, 700*ms, 700*ms)},
+			{at: time.Second - us, cost: 1, want: winTNo(0, 3, 0, us, us)},
+			{at: time.Second, cost: 1, want: winTOK(0, 3, 2, time.Second)},
+			{at: 1500 * ms, cost: 0, want: winTOK(0, 3, 2, 500*ms)},
+			{at: 1500 * ms, cost: 2, want: winTOK(0, 3, 0, 500*ms)},
+			{at: 1600 * ms, cost: 3, want: winTNo(0, 3, 0, 400*ms, 400*ms)},
+			// the 2x burst at a boundary: 3 at 2.999s, 3 more at 3s
+			{at: 3*time.Second - us, cost: 3, want: winTOK(0, 3, 0, us)},
+			{at: 3 * time.Second, cost: 3, want: winTOK(0, 3, 0, time.Second)},
+		}},
+		{"cost above the limit", one, []winTStep{
+			{at: 0, cost: 4, want: winTNo(0, 3, 3, 0, time.Second)},
+			{at: 0, cost: 3, want: winTOK(0, 3, 0, time.Second)},
+			{at: 10 * ms, cost: 100, want: winTNo(0, 3, 0, 990*ms, time.Second)},
+		}},
+		{"negative cost is zero", one, []winTStep{
+			{at: 0, cost: -5, want: winTOK(0, 3, 3, 0)},
+		}},
+		{"3 per second and 5 per 10s", two, []winTStep{
+			{at: 0, cost: 1, want: winTOK(0, 3, 2, time.Second)},
+			{at: 100 * ms, cost: 1, want: winTOK(0, 3, 1, 900*ms)},
+			{at: 200 * ms, cost: 1, want: winTOK(0, 3, 0, 800*ms)},
+			{at: 300 * ms, cost: 1, want: winTNo(0, 3, 0, 700*ms, 700*ms)},
+			{at: 1000 * ms, cost: 1, want: winTOK(1, 5, 1, 9*time.Second)},
+			{at: 1100 * ms, cost: 1, want: winTOK(1, 5, 0, 8900*ms)},
+			{at: 1200 * ms, cost: 1, want: winTNo(1, 5, 0, 8800*ms, 8800*ms)},
+			{at: 10 * time.Second, cost: 1, want: winTOK(0, 3, 2, time.Second)},
+		}},
+		{"cost above one tier of two", two, []winTStep{
+			{at: 0, cost: 4, want: winTNo(0, 3, 3, 0, time.Second)},
+			{at: 0, cost: 6, want: winTNo(1, 5, 5, 0, 10*time.Second)},
+		}},
+		{"time going backwards", one, []winTStep{
+			{at: 900 * ms, cost: 1, want: winTOK(0, 3, 2, 100*ms)},
+			{at: 1100 * ms, cost: 1, want: winTOK(0, 3, 2, 900*ms)},
+			{at: 950 * ms, cost: 1, want: winTOK(0, 3, 1, 900*ms)}, // counts in 1.1s's window
+			{at: -time.Hour, cost: 1, want: winTOK(0, 3, 0, 900*ms)},
+			{at: 1200 * ms, cost: 1, want: winTNo(0, 3, 0, 800*ms, 800*ms)},
+		}},
+		{"undo", one, []winTStep{
+			{at: 0, cost: 2, want: winTOK(0, 3, 1, time.Second)},
+			{at: 100 * ms, cost: 1, want: winTOK(0, 3, 0, 900*ms)},
+			{at: 110 * ms, cost: 1, undo: true},
+			{at: 120 * ms, cost: 1, want: winTOK(0, 3, 0, 880*ms)},
+			{at: 130 * ms, cost: 1, want: winTNo(0, 3, 0, 870*ms, 870*ms)},
+			{at: 140 * ms, cost: 1, undo: true}, // of a denial: nothing
+			{at: 150 * ms, cost: 1, want: winTNo(0, 3, 0, 850*ms, 850*ms)},
+		}},
+		{"undo in a later window gives nothing", one, []winTStep{
+			{at: 900 * ms, cost: 3, want: winTOK(0, 3, 0, 100*ms)},
+			{at: 1100 * ms, cost: 3, undo: true},
+			{at: 1100 * ms, cost: 3, want: winTOK(0, 3, 0, 900*ms)},
+			{at: 1200 * ms, cost: 1, want: winTNo(0, 3, 0, 800*ms, 800*ms)},
+		}},
+		{"undo never below zero", one, []winTStep{
+			{at: 0, cost: 1, want: winTOK(0, 3, 2, time.Second)},
+			{at: 0, cost: 9, undo: true},
+			{at: 0, cost: 3, want: winTOK(0, 3, 0, time.Second)},
+		}},
+		{"large counts", Config{Tiers: []Tier{{1_000_000_000, 10 * time.Second}}}, []winTStep{
+			{at: 0, cost: 999_999_999, want: winTOK(0, 1e9, 1, 10*time.Second)},
+			{at: time.Second, cost: 2, want: winTNo(0, 1e9, 1, 9*time.Second, 9*time.Second)},
+			{at: 2 * time.Second, cost: 1, want: winTOK(0, 1e9, 0, 8*time.Second)},
+			{at: 10 * time.Second, cost: 1e9, want: winTOK(0, 1e9, 0, 10*time.Second)},
+		}},
+		{"no overflow at MaxInt64", Config{Tiers: []Tier{{math.MaxInt64, time.Second}}, CountRejected: true}, []winTStep{
+			{at: 0, cost: math.MaxInt64, want: winTOK(0, math.MaxInt64, 0, time.Second)},
+			{at: 0, cost: 1, want: winTNo(0, math.MaxInt64, 0, time.Second, time.Second)},
+			{at: 0, cost: math.MaxInt64, want: winTNo(0, math.MaxInt64, 0, time.Second, time.Second)},
+		}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) { winTRun(t, FixedWindow, c.cfg, c.steps) })
+	}
+}
+
+func TestFixedWindowCountRejected(t *testing.T) {
+	ms := winTms
+	one := []Tier{{3, time.Second}}
+	base := []winTStep{
+		{at: 0, cost: 2, want: winTOK(0, 3, 1, time.Second)},
+	}
+	winTRun(t, FixedWindow, Config{Tiers: one}, append(slices.Clone(base),
+		winTStep{at: 100 * ms, cost: 2, want: winTNo(0, 3, 1, 900*ms, 900*ms)},
+		winTStep{at: 200 * ms, cost: 1, want: winTOK(0, 3, 0, 800*ms)},
+	))
+	winTRun(t, FixedWindow, Config{Tiers: one, CountRejected: true}, append(slices.Clone(base),
+		winTStep{at: 100 * ms, cost: 2, want: winTNo(0, 3, 0, 900*ms, 900*ms)},
+		winTStep{at: 200 * ms, cost: 1, want: winTNo(0, 3, 0, 800*ms, 800*ms)},
+		winTStep{at: 1000 * ms, cost: 3, want: winTOK(0, 3, 0, time.Second)},
+	))
+	two := []Tier{{3, time.Second}, {5, 10 * time.Second}}
+	base = []winTStep{
+		{at: 0, cost: 1, want: winTOK(0, 3, 2, time.Second)},
+		{at: 100 * ms, cost: 1, want: winTOK(0, 3, 1, 900*ms)},
+		{at: 200 * ms, cost: 1, want: winTOK(0, 3, 0, 800*ms)},
+	}
+	winTRun(t, FixedWindow, Config{Tiers: two, CountRejected: true}, append(slices.Clone(base),
+		winTStep{at: 500 * ms, cost: 2, want: winTNo(1, 5, 0, 9500*ms, 9500*ms)},
+	))
+	winTRun(t, FixedWindow, Config{Tiers: two}, append(slices.Clone(base),
+		winTStep{at: 500 * ms, cost: 2, want: winTNo(0, 3, 0, 500*ms, 500*ms)},
+	))
+}
+
+func TestFixedWindowIdle(t *testing.T) {
+	ms := winTms
+	l := winTNew(t, FixedWindow, Config{Tiers: []Tier{{3, time.Second}, {5, 10 * time.Second}}})
+	st := l.NewState()
+	if !st.Idle(winT0) {
+		t.Fatal("new state not idle")
+	}
+	st.Take(winT0, 1)
+	st.Take(winT0.Add(500*ms), 1)
+	for _, c := range []struct {
+		at   time.Duration
+		idle bool
+	}{
+		{-time.Hour, false},
+		{0, false},
+		{1500 * ms, false},
+		{10*time.Second - time.Microsecond, false},
+		{10 * time.Second, true},
+	} {
+		if got := st.Idle(winT0.Add(c.at)); got != c.idle {
+			t.Errorf("Idle(t0+%v) = %v, want %v", c.at, got, c.idle)
+		}
+	}
+	st = l.NewState()
+	d := st.Take(winT0, 2)
+	st.Undo(winT0, 2, d)
+	if !st.Idle(winT0) {
+		t.Error("not idle after undoing the only take")
+	}
+}
+
+func TestFixedWindowProperties(t *testing.T) { winTRunProperty(t, FixedWindow, nil) }
+
+func TestFixedWindowNoAlloc(t *testing.T) { winTAllocs(t, FixedWindow) }
+
+func BenchmarkFixedWindow(b *testing.B) { winTBench(b, FixedWindow) }

@@ -1,0 +1,186 @@
+package algorithms
+
+import (
+	"math"
+	"slices"
+	"testing"
+	"time"
+)
+
+func TestSlidingWindowTimeline(t *testing.T) {
+	ten := Config{Tiers: []Tier{{10, time.Second}}}
+	two := Config{Tiers: []Tier{{3, time.Second}, {5, 10 * time.Second}}}
+	ms, us := winTms, time.Microsecond
+	cases := []struct {
+		name  string
+		cfg   Config
+		steps []winTStep
+	}{
+		{"10 per second", ten, []winTStep{
+			{at: 0, cost: 5, want: winTOK(0, 10, 5, 2*time.Second)},
+			{at: 500 * ms, cost: 5, want: winTOK(0, 10, 0, 1500*ms)},
+			// the next window weighs 10 at 90% at 1.1s: 9, room for 1
+			{at: 600 * ms, cost: 1, want: winTNo(0, 10, 0, 1400*ms, 500*ms)},
+			{at: 1100 * ms, cost: 1, want: winTOK(0, 10, 0, 1900*ms)},
+			// now 8.99999 + 1: room for 1 more once the weight is 8 (at 1.2s)
+			{at: 1100*ms + us, cost: 1, want: winTNo(0, 10, 0, 1900*ms-us, 100*ms-us)},
+			{at: 1500 * ms, cost: 1, want: winTOK(0, 10, 3, 1500*ms)},
+			{at: 3500 * ms, cost: 1, want: winTOK(0, 10, 9, 1500*ms)},
+			{at: 3500 * ms, cost: 0, want: winTOK(0, 10, 9, 1500*ms)},
+		}},
+		{"cost above the limit", ten, []winTStep{
+			{at: 0, cost: 11, want: winTNo(0, 10, 10, 0, time.Second)},
+			{at: 500 * ms, cost: 1, want: winTOK(0, 10, 9, 1500*ms)},
+			// cost == limit needs the window of the 1 out of reach: 2s
+			{at: 600 * ms, cost: 10, want: winTNo(0, 10, 9, 1400*ms, 1400*ms)},
+			{at: 2 * time.Second, cost: 10, want: winTOK(0, 10, 0, 2*time.Second)},
+		}},
+		{"negative cost is zero", ten, []winTStep{
+			{at: 0, cost: -5, want: winTOK(0, 10, 10, 0)},
+		}},
+		{"3 per second and 5 per 10s", two, []winTStep{
+			{at: 0, cost: 1, want: winTOK(0, 3, 2, 2*time.Second)},
+			{at: 100 * ms, cost: 1, want: winTOK(0, 3, 1, 1900*ms)},
+			{at: 200 * ms, cost: 1, want: winTOK(0, 3, 0, 1800*ms)},
+			// 3 x (1 - 333334/1e6) = 1.999998 <= 2 at 1.333334s
+			{at: 300 * ms, cost: 1, want: winTNo(0, 3, 0, 1700*ms, 1033334*us)},
+			{at: 1333334 * us, cost: 1, want: winTOK(0, 3, 0, 1666666*us)},
+			{at: 2500 * ms, cost: 1, want: winTOK(1, 5, 0, 17500*ms)},
+			// the 10s tier: 5 x 80% = 4 at 12s
+			{at: 2600 * ms, cost: 1, want: winTNo(1, 5, 0, 17400*ms, 9400*ms)},
+		}},
+		{"cost above one tier of two", two, []winTStep{
+			{at: 0, cost: 4, want: winTNo(0, 3, 3, 0, time.Second)},
+			{at: 0, cost: 6, want: winTNo(1, 5, 5, 0, 10*time.Second)},
+		}},
+		{"time going backwards", ten, []winTStep{
+			{at: 1500 * ms, cost: 1, want: winTOK(0, 10, 9, 1500*ms)},
+			{at: 500 * ms, cost: 1, want: winTOK(0, 10, 8, 1500*ms)},
+			{at: -time.Hour, cost: 1, want: winTOK(0, 10, 7, 1500*ms)},
+		}},
+		{"undo", ten, []winTStep{
+			{at: 0, cost: 9, want: winTOK(0, 10, 1, 2*time.Second)},
+			{at: 100 * ms, cost: 1, want: winTOK(0, 10, 0, 1900*ms)},
+			{at: 110 * ms, cost: 1, undo: true},
+			{at: 120 * ms, cost: 1, want: winTOK(0, 10, 0, 1880*ms)},
+			{at: 130 * ms, cost: 1, want: winTNo(0, 10, 0, 1870*ms, 970*ms)},
+			{at: 140 * ms, cost: 1, undo: true}, // of a denial: nothing
+			{at: 150 * ms, cost: 1, want: winTNo(0, 10, 0, 1850*ms, 950*ms)},
+		}},
+		{"undo in a later window gives nothing", ten, []winTStep{
+			{at: 900 * ms, cost: 10, want: winTOK(0, 10, 0, 1100*ms)},
+			{at: 1100 * ms, cost: 10, undo: true},
+			{at: 1100 * ms, cost: 2, want: winTNo(0, 10, 1, 900*ms, 100*ms)},
+		}},
+		{"undo never below zero", ten, []winTStep{
+			{at: 0, cost: 1, want: winTOK(0, 10, 9, 2*time.Second)},
+			{at: 0, cost: 9, undo: true},
+			{at: 0, cost: 10, want: winTOK(0, 10, 0, 2*time.Second)},
+		}},
+		{"no overflow at MaxInt64", Config{Tiers: []Tier{{math.MaxInt64, time.Second}}, CountRejected: true}, []winTStep{
+			{at: 0, cost: math.MaxInt64, want: winTOK(0, math.MaxInt64, 0, 2*time.Second)},
+			{at: 0, cost: 1, want: winTNo(0, math.MaxInt64, 0, 2*time.Second, time.Second)},
+		}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) { winTRun(t, SlidingWindow, c.cfg, c.steps) })
+	}
+}
+
+// TestSlidingWindowLarge: a billion per hour, where the weighted previous
+// window needs float64 care: 1e9 x (1 - 3/3.6e9) = 999999999.17 > 999999999,
+// 1e9 x (1 - 4/3.6e9) = 999999998.89 fits.
+func TestSlidingWindowLarge(t *testing.T) {
+	tH := time.Unix(1_699_999_200, 0) // on an hour
+	h, us := time.Hour, time.Microsecond
+	l := winTNew(t, SlidingWindow, Config{Tiers: []Tier{{1_000_000_000, h}}})
+	st := l.NewState()
+	for i, s := range []winTStep{
+		{at: 0, cost: 1e9, want: winTOK(0, 1e9, 0, 2*h)},
+		{at: h / 2, cost: 1, want: winTNo(0, 1e9, 0, 3*h/2, h/2+4*us)},
+		{at: h + 3*us, cost: 1, want: winTNo(0, 1e9, 0, h-3*us, us)},
+		{at: h + 4*us, cost: 1, want: winTOK(0, 1e9, 0, 2*h-4*us)},
+		{at: 3 * h / 2, cost: 1, want: winTOK(0, 1e9, 499_999_998, 3*h/2)},
+	} {
+		if got := st.Take(tH.Add(s.at), s.cost); got != s.want {
+			t.Errorf("step %d:\n got  %+v\n want %+v", i, got, s.want)
+		}
+	}
+}
+
+func TestSlidingWindowCountRejected(t *testing.T) {
+	ms := winTms
+	ten := []Tier{{10, time.Second}}
+	base := []winTStep{{at: 0, cost: 8, want: winTOK(0, 10, 2, 2*time.Second)}}
+	winTRun(t, SlidingWindow, Config{Tiers: ten}, append(slices.Clone(base),
+		winTStep{at: 100 * ms, cost: 3, want: winTNo(0, 10, 2, 1900*ms, 1025*ms)},
+		winTStep{at: 200 * ms, cost: 2, want: winTOK(0, 10, 0, 1800*ms)},
+	))
+	winTRun(t, SlidingWindow, Config{Tiers: ten, CountRejected: true}, append(slices.Clone(base),
+		winTStep{at: 100 * ms, cost: 3, want: winTNo(0, 10, 0, 1900*ms, 1200*ms)},
+		winTStep{at: 200 * ms, cost: 2, want: winTNo(0, 10, 0, 1800*ms, 1000*ms)},
+	))
+}
+
+func TestSlidingWindowIdle(t *testing.T) {
+	ms := winTms
+	l := winTNew(t, SlidingWindow, Config{Tiers: []Tier{{3, time.Second}, {5, 10 * time.Second}}})
+	st := l.NewState()
+	if !st.Idle(winT0) {
+		t.Fatal("new state not idle")
+	}
+	st.Take(winT0, 1)
+	st.Take(winT0.Add(500*ms), 1)
+	for _, c := range []struct {
+		at   time.Duration
+		idle bool
+	}{
+		{-time.Hour, false},
+		{0, false},
+		{1500 * ms, false},
+		{10 * time.Second, false}, // the 10s tier still weighs the previous window
+		{20*time.Second - time.Microsecond, false},
+		{20 * time.Second, true},
+	} {
+		if got := st.Idle(winT0.Add(c.at)); got != c.idle {
+			t.Errorf("Idle(t0+%v) = %v, want %v", c.at, got, c.idle)
+		}
+	}
+	st = l.NewState()
+	d := st.Take(winT0, 2)
+	st.Undo(winT0, 2, d)
+	if !st.Idle(winT0) {
+		t.Error("not idle after undoing the only take")
+	}
+}
+
+func TestSlidingWindowProperties(t *testing.T) { winTRunProperty(t, SlidingWindow, nil) }
+
+// TestSlidingWindowPropertiesLarge: the same properties with counts in the
+// millions to billions, where the float64 weighting is least exact.
+func TestSlidingWindowPropertiesLarge(t *testing.T) {
+	l := winTNew(t, SlidingWindow, Config{Tiers: []Tier{{1_000_000_000, time.Hour}}})
+	st := l.NewState()
+	now := time.Unix(1_699_999_200, 0)
+	for i := range 2000 {
+		now = now.Add(time.Duration(i%17) * 997 * time.Millisecond)
+		cost := int64(1 + (i*7919)%5_000_000)
+		d := st.Take(now, cost)
+		if d.Allowed {
+			continue
+		}
+		if !winTClone(st).Take(now.Add(d.RetryAfter), cost).Allowed {
+			t.Fatalf("step %d: %+v: refused after RetryAfter", i, d)
+		}
+		if winTClone(st).Take(now.Add(d.RetryAfter-time.Microsecond), cost).Allowed {
+			t.Fatalf("step %d: %+v: admitted before RetryAfter", i, d)
+		}
+		if winTClone(st).Take(now, d.Remaining+1).Allowed {
+			t.Fatalf("step %d: %+v: admits Remaining+1", i, d)
+		}
+	}
+}
+
+func TestSlidingWindowNoAlloc(t *testing.T) { winTAllocs(t, SlidingWindow) }
+
+func BenchmarkSlidingWindow(b *testing.B) { winTBench(b, SlidingWindow) }
