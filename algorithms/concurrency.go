@@ -59,8 +59,9 @@ func newConcurrency(cfg Config) (Limiter, error) {
 func (l *concurrency) Name() string   { return Concurrency }
 func (l *concurrency) Config() Config { return l.cfg }
 
-// ccMaxPrealloc bounds the leases a fresh state preallocates room for.
-const ccMaxPrealloc = 64
+// ccMaxPrealloc bounds the leases a fresh state preallocates room for:
+// most keys hold few requests in flight, and append grows the rest.
+const ccMaxPrealloc = 4
 
 func (l *concurrency) NewState() State {
 	n := l.events
