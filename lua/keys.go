@@ -14,6 +14,10 @@ const MaxEscapedKey = 128
 // is not one), so a hashed key never equals an escaped one.
 const hashedKeyPrefix = "%H"
 
+// emptyKey is the escaped form of the empty key: a hash tag must not be
+// empty. Escaping never produces it ('Z' is not a hex digit).
+const emptyKey = "%Z"
+
 // EscapeKey returns the form of a user's key that goes between the braces
 // of a Redis key (the Cluster hash tag):
 //
@@ -21,13 +25,19 @@ const hashedKeyPrefix = "%H"
 //     and LF) and ' ' become %XX (upper-case hex); every other byte is kept;
 //   - if the result is longer than MaxEscapedKey (128) bytes, the key is
 //     replaced by "%H" followed by the hex SHA-256 of the original key
-//     (66 bytes).
+//     (66 bytes);
+//   - the empty key becomes "%Z" (an empty hash tag "{}" is no hash tag).
 //
 // The result never contains a brace or a newline, is at most 128 bytes, and
 // distinct keys give distinct results (escaping is injective because '%'
 // itself is escaped; a digest cannot be confused with an escaped key, see
 // hashedKeyPrefix; distinct long keys collide only if SHA-256 does).
 func EscapeKey(key string) string {
+	if key == "" {
+		// "{}" is no hash tag at all (Redis would hash the whole key, and
+		// the keys of one zone key could land in different slots).
+		return emptyKey
+	}
 	n := 0
 	for i := 0; i < len(key); i++ {
 		if mustEscape(key[i]) {

@@ -24,15 +24,22 @@ if lastv then
   if t < last then t = last end
 end
 
--- horizon: how long the newest unit of any tier stays in its window.
-local function save()
+-- newest returns the timestamp of tier p's newest unit, or nil.
+local function newest(p)
+  local r = redis.call('ZRANGE', p.key, -1, -1, 'WITHSCORES')
+  if #r == 2 then return tonumber(r[2]) end
+  return nil
+end
+
+-- save writes the latest instant and sets every key's TTL: how long the
+-- newest unit of any tier stays in its window (newest_ts[i], fetched when
+-- not given), plus the margin.
+local function save(newest_ts)
   local horizon = 0
   for i = 1, N do
-    local newest = redis.call('ZRANGE', P[i].key, -1, -1, 'WITHSCORES')
-    if #newest == 2 then
-      local h = tonumber(newest[2]) + P[i].W - t
-      if h > horizon then horizon = h end
-    end
+    local ts = newest_ts and newest_ts[i]
+    if ts == nil then ts = newest(P[i]) end
+    if ts and ts + P[i].W - t > horizon then horizon = ts + P[i].W - t end
   end
   local ttl = ttl_ms(horizon)
   redis.call('SET', mkey, str(t), 'PX', ttl)
@@ -92,16 +99,25 @@ elseif COUNT_REJECTED and COST > 0 then
     end
   end
 end
-save()
+-- The newest unit of each tier: t if this call logged, else looked up.
+local newest_ts = {}
+local logged = COST > 0 and (ok or COUNT_REJECTED)
+for i = 1, N do
+  if count[i] == 0 then
+    newest_ts[i] = false
+  elseif logged then
+    newest_ts[i] = t
+  else
+    newest_ts[i] = newest(P[i])
+  end
+end
+save(newest_ts)
 
 local pick = win_pick(ok)
 for i = 1, N do
   local p = P[i]
   local reset, wait = 0, 0
-  if count[i] > 0 then
-    local newest = redis.call('ZRANGE', p.key, -1, -1, 'WITHSCORES')
-    reset = tonumber(newest[2]) + p.W - t
-  end
+  if count[i] > 0 then reset = newest_ts[i] + p.W - t end
   if not ok then
     if COST > p.E then
       wait = p.W

@@ -29,7 +29,8 @@
 // The braces are the Cluster hash tag: all keys of one zone key live in one
 // slot, so a script never gets CROSSSLOT. The user's key is escaped by
 // EscapeKey ('{', '}', '%', space and control bytes become %XX; an escaped key
-// longer than 128 bytes is replaced by "%H" + its hex SHA-256), so it can
+// longer than 128 bytes is replaced by "%H" + its hex SHA-256; the empty key
+// is "%Z", since "{}" would be no hash tag at all), so it can
 // never inject a brace or a newline nor make a key longer than about 200
 // bytes plus the prefix and zone. The zone name is escaped the same way (it
 // precedes the hash tag), and a key_prefix may not contain a brace. The
