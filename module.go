@@ -39,7 +39,8 @@ type Handler struct {
 	// "off". Retry-After is written on every rejection whatever this says.
 	Headers string `json:"headers,omitempty"`
 
-	// Status is the HTTP status code of a rejection. Default: 429.
+	// Status is the HTTP status code of a rejection, 400 to 599.
+	// Default: 429.
 	Status int `json:"status,omitempty"`
 
 	// DryRun decides, counts, logs and sets headers, but never rejects.
@@ -65,7 +66,8 @@ type Handler struct {
 // becomes a key, and the tiers each key is held to.
 type Zone struct {
 	// Name identifies the zone in headers, placeholders, logs and metrics.
-	// Required; unique within the handler.
+	// Required; unique within the handler; 1 to 128 printable ASCII
+	// characters other than space, quotes, backslash and braces.
 	Name string `json:"name"`
 
 	// MatcherSetsRaw restricts the zone to the requests that match. Default:
@@ -76,7 +78,7 @@ type Zone struct {
 	// "{http.request.remote.host}" or
 	// "{http.request.header.X-Org-Id}:{http.request.method}". Each distinct
 	// value is limited on its own. A static key limits all matching
-	// requests together. Required unless KeyResolverRaw is set.
+	// requests together. Required unless KeyResolverRaw is set (not both).
 	Key string `json:"key,omitempty"`
 
 	// KeyResolverRaw is a module from the namespace
@@ -139,11 +141,11 @@ type Zone struct {
 // Limit is one tier of a zone: at most Events units per Window.
 type Limit struct {
 	// Events is how many units a key may consume per window. Required,
-	// positive.
+	// positive, at most 2^50.
 	Events int64 `json:"events"`
 
 	// Window is the length of the window (nanoseconds in JSON, or a
-	// duration string such as "1m"). Required, positive.
+	// duration string such as "1m"). Required, at least 1ms.
 	Window caddy.Duration `json:"window"`
 }
 

@@ -1,0 +1,365 @@
+package ratelimit
+
+import (
+	"bytes"
+	"encoding/json"
+	"flag"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/caddyserver/caddy/v2/caddyconfig"
+	_ "github.com/caddyserver/caddy/v2/modules/standard"
+)
+
+var updateGolden = flag.Bool("update", false, "rewrite the JSON half of testdata/caddyfile/*.caddyfiletest from the adapter's output")
+
+// adaptCaddyfile adapts a Caddyfile (file name "Caddyfile") to indented
+// JSON.
+func adaptCaddyfile(t testing.TB, caddyfile string) (string, []caddyconfig.Warning, error) {
+	t.Helper()
+	adapter := caddyconfig.GetAdapter("caddyfile")
+	if adapter == nil {
+		t.Fatal("no caddyfile adapter registered")
+	}
+	out, warnings, err := adapter.Adapt([]byte(caddyfile), nil)
+	if err != nil {
+		return "", warnings, err
+	}
+	var buf bytes.Buffer
+	if err := json.Indent(&buf, out, "", "\t"); err != nil {
+		t.Fatalf("adapter returned invalid JSON: %v\n%s", err, out)
+	}
+	return buf.String(), warnings, nil
+}
+
+const goldenSeparator = "----------"
+
+// readGolden splits a .caddyfiletest file into its Caddyfile and expected
+// output (JSON, or an error substring when it does not start with '{').
+func readGolden(t testing.TB, path string) (caddyfile, expected string) {
+	t.Helper()
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	text := strings.ReplaceAll(string(data), "\r\n", "\n")
+	parts := strings.SplitN(text, goldenSeparator, 2)
+	if len(parts) != 2 {
+		t.Fatalf("%s: no %q line between the Caddyfile and the expected output", path, goldenSeparator)
+	}
+	return strings.TrimSpace(parts[0]) + "\n", strings.TrimSpace(parts[1])
+}
+
+func goldenFiles(t testing.TB) []string {
+	t.Helper()
+	files, err := filepath.Glob(filepath.Join("testdata", "caddyfile", "*.caddyfiletest"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(files) == 0 {
+		t.Fatal("no golden files in testdata/caddyfile")
+	}
+	return files
+}
+
+// TestCaddyfileGolden adapts every testdata/caddyfile/*.caddyfiletest and
+// compares the JSON with the expected half of the file (or, when that half
+// is not JSON, checks that adapting fails with an error containing it).
+// Run with -update to rewrite the JSON halves; then read the diff.
+func TestCaddyfileGolden(t *testing.T) {
+	for _, path := range goldenFiles(t) {
+		t.Run(filepath.Base(path), func(t *testing.T) {
+			caddyfile, expected := readGolden(t, path)
+			got, warnings, err := adaptCaddyfile(t, caddyfile)
+
+			if expected != "" && expected[0] != '{' {
+				if err == nil {
+					t.Fatalf("adapt succeeded, want an error containing %q", expected)
+				}
+				if !strings.Contains(err.Error(), expected) {
+					t.Fatalf("error %q does not contain %q", err, expected)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatalf("adapt: %v", err)
+			}
+			for _, w := range warnings {
+				t.Errorf("warning: %s", w)
+			}
+			if *updateGolden {
+				out := strings.TrimSpace(caddyfile) + "\n" + goldenSeparator + "\n" + got + "\n"
+				if err := os.WriteFile(path, []byte(out), 0o644); err != nil {
+					t.Fatal(err)
+				}
+				return
+			}
+			if got != expected {
+				t.Errorf("adapted JSON differs\n--- got:\n%s\n--- want:\n%s", got, expected)
+			}
+		})
+	}
+}
+
+// TestCaddyfileGoldenHandlersValidate checks that every handler the golden
+// files produce passes Validate when decoded from the adapted JSON, so the
+// Caddyfile and JSON paths agree on what is valid.
+func TestCaddyfileGoldenHandlersValidate(t *testing.T) {
+	for _, path := range goldenFiles(t) {
+		caddyfile, expected := readGolden(t, path)
+		if expected == "" || expected[0] != '{' {
+			continue
+		}
+		out, _, err := adaptCaddyfile(t, caddyfile)
+		if err != nil {
+			t.Fatalf("%s: %v", path, err)
+		}
+		handlers := findRateLimitHandlers(t, []byte(out))
+		if len(handlers) == 0 {
+			t.Errorf("%s: no rate_limit handler in the adapted JSON", path)
+		}
+		for _, raw := range handlers {
+			var h Handler
+			dec := json.NewDecoder(bytes.NewReader(raw))
+			dec.DisallowUnknownFields()
+			if err := dec.Decode(&h); err != nil {
+				t.Errorf("%s: decoding %s: %v", path, raw, err)
+				continue
+			}
+			if err := h.Validate(); err != nil {
+				t.Errorf("%s: Validate: %v", path, err)
+			}
+		}
+	}
+}
+
+// findRateLimitHandlers returns every JSON object with "handler":
+// "rate_limit", without the "handler" key, anywhere in doc.
+func findRateLimitHandlers(t testing.TB, doc []byte) []json.RawMessage {
+	var v any
+	if err := json.Unmarshal(doc, &v); err != nil {
+		t.Fatal(err)
+	}
+	var found []json.RawMessage
+	var walk func(any)
+	walk = func(v any) {
+		switch v := v.(type) {
+		case map[string]any:
+			if v["handler"] == "rate_limit" {
+				c := make(map[string]any, len(v))
+				for k, x := range v {
+					if k != "handler" {
+						c[k] = x
+					}
+				}
+				b, err := json.Marshal(c)
+				if err != nil {
+					t.Fatal(err)
+				}
+				found = append(found, b)
+			}
+			for _, x := range v {
+				walk(x)
+			}
+		case []any:
+			for _, x := range v {
+				walk(x)
+			}
+		}
+	}
+	walk(v)
+	return found
+}
+
+// TestCaddyfileErrors checks that bad input fails adapt with the file and
+// line at fault and a message naming the problem.
+func TestCaddyfileErrors(t *testing.T) {
+	// site wraps a rate_limit block (its lines start at line 2) in a site.
+	site := func(body string) string {
+		return ":8080 {\n" + body + "\n\trespond \"ok\"\n}\n"
+	}
+	// zone wraps zone lines (starting at line 4) in a zone block.
+	zone := func(lines string) string {
+		return site("\trate_limit {\n\t\tzone z {\n" + lines + "\n\t\t}\n\t}")
+	}
+	tests := []struct {
+		name      string
+		caddyfile string
+		want      []string // substrings of the error
+	}{
+		// The directive itself.
+		{"directive argument", site("\trate_limit /api foo {\n\t}"), []string{"Caddyfile:2", `unexpected argument "foo"`}},
+		{"no block", site("\trate_limit"), []string{"Caddyfile:2", "no zones"}},
+		{"empty block", site("\trate_limit {\n\t}"), []string{"Caddyfile:2", "no zones"}},
+		{"unknown handler subdirective", site("\trate_limit {\n\t\tzone z {\n\t\t\tkey k\n\t\t\tlimit 1 1s\n\t\t}\n\t\tfrobnicate 3\n\t}"), []string{"Caddyfile:7", `unknown subdirective "frobnicate"`, "max_keys"}},
+		{"mholt distributed", site("\trate_limit {\n\t\tdistributed\n\t}"), []string{"Caddyfile:3", "distributed", "not supported"}},
+		{"mholt log_key", site("\trate_limit {\n\t\tlog_key\n\t}"), []string{"Caddyfile:3", "log_key", "{http.rate_limit.key}"}},
+
+		// zone line.
+		{"zone without name", site("\trate_limit {\n\t\tzone {\n\t\t\tkey k\n\t\t}\n\t}"), []string{"Caddyfile:3", "zone takes exactly one argument"}},
+		{"zone with two names", site("\trate_limit {\n\t\tzone a b {\n\t\t\tkey k\n\t\t}\n\t}"), []string{"Caddyfile:3", "zone takes exactly one argument", "got 2"}},
+		{"zone name with quote", site("\trate_limit {\n\t\tzone \"a\\\"b\" {\n\t\t\tkey k\n\t\t\tlimit 1 1s\n\t\t}\n\t}"), []string{"Caddyfile:3", "zone name"}},
+		{"duplicate zone", site("\trate_limit {\n\t\tzone z {\n\t\t\tkey k\n\t\t\tlimit 1 1s\n\t\t}\n\t\tzone z {\n\t\t\tkey k\n\t\t\tlimit 1 1s\n\t\t}\n\t}"), []string{"Caddyfile:7", `duplicate zone name "z"`, "line 3"}},
+		{"zone without block", site("\trate_limit {\n\t\tzone z\n\t}"), []string{"Caddyfile:3", `zone "z": no key`}},
+		{"zone without key", zone("\t\t\tlimit 1 1s"), []string{"Caddyfile:3", `zone "z": no key`}},
+		{"zone without limit", zone("\t\t\tkey k"), []string{"Caddyfile:3", `zone "z": no limit`}},
+		{"unknown zone subdirective", zone("\t\t\tkey k\n\t\t\tlimit 1 1s\n\t\t\tmax_events 5"), []string{"Caddyfile:6", `unknown subdirective "max_events"`, "empty_key"}},
+
+		// key.
+		{"key without value", zone("\t\t\tkey\n\t\t\tlimit 1 1s"), []string{"Caddyfile:4", "key takes exactly one argument", "got 0"}},
+		{"key with two values", zone("\t\t\tkey {remote_host} {method}\n\t\t\tlimit 1 1s"), []string{"Caddyfile:4", "key takes exactly one argument", "got 2"}},
+		{"duplicate key", zone("\t\t\tkey a\n\t\t\tlimit 1 1s\n\t\t\tkey b"), []string{"Caddyfile:6", "key already specified (at line 4)"}},
+		{"key with block", zone("\t\t\tkey a {\n\t\t\t\tb\n\t\t\t}\n\t\t\tlimit 1 1s"), []string{"Caddyfile:4", "key does not take a block"}},
+
+		// algorithm.
+		{"unknown algorithm", zone("\t\t\tkey k\n\t\t\talgorithm leaky\n\t\t\tlimit 1 1s"), []string{"Caddyfile:5", `unknown algorithm "leaky"`, "sliding_log, sliding_window, fixed_window, token_bucket, leaky_bucket, gcra, concurrency"}},
+		{"algorithm without value", zone("\t\t\tkey k\n\t\t\talgorithm\n\t\t\tlimit 1 1s"), []string{"Caddyfile:5", "algorithm takes exactly one argument"}},
+		{"duplicate algorithm", zone("\t\t\tkey k\n\t\t\talgorithm gcra\n\t\t\tlimit 1 1s\n\t\t\talgorithm gcra"), []string{"Caddyfile:7", "algorithm already specified (at line 5)"}},
+
+		// limit.
+		{"limit one argument", zone("\t\t\tkey k\n\t\t\tlimit 10"), []string{"Caddyfile:5", "limit takes two arguments", "got 1"}},
+		{"limit three arguments", zone("\t\t\tkey k\n\t\t\tlimit 10 1s 5"), []string{"Caddyfile:5", "limit takes two arguments", "got 3"}},
+		{"limit zero events", zone("\t\t\tkey k\n\t\t\tlimit 0 1s"), []string{"Caddyfile:5", "events must be positive, got 0"}},
+		{"limit negative events", zone("\t\t\tkey k\n\t\t\tlimit -5 1s"), []string{"Caddyfile:5", "events must be positive, got -5"}},
+		{"limit non-numeric events", zone("\t\t\tkey k\n\t\t\tlimit ten 1s"), []string{"Caddyfile:5", `events must be a positive integer, got "ten"`}},
+		{"limit overflowing events", zone("\t\t\tkey k\n\t\t\tlimit 99999999999999999999 1s"), []string{"Caddyfile:5", "events must be a positive integer"}},
+		{"limit events above bound", zone("\t\t\tkey k\n\t\t\tlimit 1125899906842625 1s"), []string{"Caddyfile:5", "events must be at most 1125899906842624"}},
+		{"limit bad window", zone("\t\t\tkey k\n\t\t\tlimit 10 1fortnight"), []string{"Caddyfile:5", `window: bad duration "1fortnight"`}},
+		{"limit negative window", zone("\t\t\tkey k\n\t\t\tlimit 10 -1s"), []string{"Caddyfile:5", "window must be at least 1ms, got -1s"}},
+		{"limit window under 1ms", zone("\t\t\tkey k\n\t\t\tlimit 10 500us"), []string{"Caddyfile:5", "window must be at least 1ms, got 500µs"}},
+		{"limit zero window", zone("\t\t\tkey k\n\t\t\tlimit 10 0"), []string{"Caddyfile:5", "window must be at least 1ms, got 0s"}},
+
+		// events/window shorthand.
+		{"events without window", zone("\t\t\tkey k\n\t\t\tevents 10"), []string{"Caddyfile:5", "events without window"}},
+		{"window without events", zone("\t\t\tkey k\n\t\t\twindow 1m"), []string{"Caddyfile:5", "window without events"}},
+		{"zero events", zone("\t\t\tkey k\n\t\t\tevents 0\n\t\t\twindow 1m"), []string{"Caddyfile:5", "events must be positive, got 0"}},
+		{"negative events", zone("\t\t\tkey k\n\t\t\tevents -1\n\t\t\twindow 1m"), []string{"Caddyfile:5", "events must be positive, got -1"}},
+		{"non-numeric events", zone("\t\t\tkey k\n\t\t\tevents lots\n\t\t\twindow 1m"), []string{"Caddyfile:5", `events must be a positive integer, got "lots"`}},
+		{"fractional events", zone("\t\t\tkey k\n\t\t\tevents 1.5\n\t\t\twindow 1m"), []string{"Caddyfile:5", `events must be a positive integer, got "1.5"`}},
+		{"bad window", zone("\t\t\tkey k\n\t\t\tevents 1\n\t\t\twindow soon"), []string{"Caddyfile:6", `window: bad duration "soon"`}},
+		{"window without unit", zone("\t\t\tkey k\n\t\t\tevents 1\n\t\t\twindow 60"), []string{"Caddyfile:6", `window: bad duration "60"`}},
+		{"duplicate events", zone("\t\t\tkey k\n\t\t\tevents 1\n\t\t\twindow 1m\n\t\t\tevents 2"), []string{"Caddyfile:7", "events already specified (at line 5)"}},
+		{"events with two values", zone("\t\t\tkey k\n\t\t\tevents 1 2\n\t\t\twindow 1m"), []string{"Caddyfile:5", "events takes exactly one argument"}},
+		{"shorthand then limit", zone("\t\t\tkey k\n\t\t\tevents 1\n\t\t\twindow 1m\n\t\t\tlimit 5 1h"), []string{"Caddyfile:7", "cannot be mixed", "events at line 5"}},
+		{"limit then shorthand", zone("\t\t\tkey k\n\t\t\tlimit 5 1h\n\t\t\twindow 1m"), []string{"Caddyfile:6", "cannot be mixed", "limit at line 5"}},
+
+		// burst.
+		{"burst with sliding_log", zone("\t\t\tkey k\n\t\t\tlimit 5 1s\n\t\t\tburst 10"), []string{"Caddyfile:6", "burst applies only to algorithms token_bucket, leaky_bucket and gcra, not sliding_log"}},
+		{"burst with fixed_window", zone("\t\t\tkey k\n\t\t\tburst 10\n\t\t\talgorithm fixed_window\n\t\t\tlimit 5 1s"), []string{"Caddyfile:5", "not fixed_window"}},
+		{"burst zero", zone("\t\t\tkey k\n\t\t\talgorithm gcra\n\t\t\tlimit 5 1s\n\t\t\tburst 0"), []string{"Caddyfile:7", "burst must be positive, got 0"}},
+		{"burst above bound", zone("\t\t\tkey k\n\t\t\talgorithm gcra\n\t\t\tlimit 5 1s\n\t\t\tburst 2251799813685248"), []string{"Caddyfile:7", "burst must be at most 1125899906842624"}},
+		{"burst non-numeric", zone("\t\t\tkey k\n\t\t\talgorithm gcra\n\t\t\tlimit 5 1s\n\t\t\tburst many"), []string{"Caddyfile:7", `burst must be a positive integer, got "many"`}},
+
+		// concurrency.
+		{"concurrency with two limits", zone("\t\t\tkey k\n\t\t\talgorithm concurrency\n\t\t\tlimit 5 1m\n\t\t\tlimit 50 1h"), []string{"Caddyfile:6", "concurrency takes exactly one limit", "got 2"}},
+		{"concurrency with count_rejected", zone("\t\t\tkey k\n\t\t\talgorithm concurrency\n\t\t\tlimit 5 1m\n\t\t\tcount_rejected"), []string{"Caddyfile:7", "count_rejected does not apply to algorithm concurrency"}},
+
+		// cost.
+		{"cost zero", zone("\t\t\tkey k\n\t\t\tlimit 5 1s\n\t\t\tcost 0"), []string{"Caddyfile:6", "cost must be positive, got 0"}},
+		{"cost word", zone("\t\t\tkey k\n\t\t\tlimit 5 1s\n\t\t\tcost heavy"), []string{"Caddyfile:6", `cost must be a positive integer or a placeholder, got "heavy"`}},
+		{"cost above limit", zone("\t\t\tkey k\n\t\t\tlimit 5 1s\n\t\t\tcost 6"), []string{"Caddyfile:6", "cost 6 exceeds limit 1 (5 events)"}},
+		{"cost without value", zone("\t\t\tkey k\n\t\t\tlimit 5 1s\n\t\t\tcost"), []string{"Caddyfile:6", "cost takes exactly one argument"}},
+
+		// on_limit.
+		{"on_limit without value", zone("\t\t\tkey k\n\t\t\tlimit 5 1s\n\t\t\ton_limit"), []string{"Caddyfile:6", "on_limit takes reject or wait <max_wait>"}},
+		{"on_limit wait without max_wait", zone("\t\t\tkey k\n\t\t\tlimit 5 1s\n\t\t\ton_limit wait"), []string{"Caddyfile:6", "on_limit wait takes one argument", "got 0"}},
+		{"on_limit wait bad duration", zone("\t\t\tkey k\n\t\t\tlimit 5 1s\n\t\t\ton_limit wait forever"), []string{"Caddyfile:6", `on_limit wait: bad duration "forever"`}},
+		{"on_limit wait zero", zone("\t\t\tkey k\n\t\t\tlimit 5 1s\n\t\t\ton_limit wait 0s"), []string{"Caddyfile:6", "max_wait must be positive, got 0s"}},
+		{"on_limit wait negative", zone("\t\t\tkey k\n\t\t\tlimit 5 1s\n\t\t\ton_limit wait -2s"), []string{"Caddyfile:6", "max_wait must be positive, got -2s"}},
+		{"on_limit wait extra", zone("\t\t\tkey k\n\t\t\tlimit 5 1s\n\t\t\ton_limit wait 1s 2s"), []string{"Caddyfile:6", "on_limit wait takes one argument", "got 2"}},
+		{"on_limit reject extra", zone("\t\t\tkey k\n\t\t\tlimit 5 1s\n\t\t\ton_limit reject 1s"), []string{"Caddyfile:6", "on_limit reject takes no further arguments"}},
+		{"on_limit unknown", zone("\t\t\tkey k\n\t\t\tlimit 5 1s\n\t\t\ton_limit queue"), []string{"Caddyfile:6", `unknown on_limit value "queue" (want one of reject, wait)`}},
+
+		// count_rejected.
+		{"count_rejected with argument", zone("\t\t\tkey k\n\t\t\tlimit 5 1s\n\t\t\tcount_rejected yes"), []string{"Caddyfile:6", "count_rejected takes no arguments, got 1"}},
+
+		// prefixes.
+		{"ipv4_prefix zero", zone("\t\t\tkey k\n\t\t\tlimit 5 1s\n\t\t\tipv4_prefix 0"), []string{"Caddyfile:6", "ipv4_prefix must be between 1 and 32 bits, got 0"}},
+		{"ipv4_prefix 33", zone("\t\t\tkey k\n\t\t\tlimit 5 1s\n\t\t\tipv4_prefix 33"), []string{"Caddyfile:6", "ipv4_prefix must be between 1 and 32 bits, got 33"}},
+		{"ipv4_prefix slash", zone("\t\t\tkey k\n\t\t\tlimit 5 1s\n\t\t\tipv4_prefix /24"), []string{"Caddyfile:6", `ipv4_prefix must be a number of bits between 1 and 32, got "/24"`}},
+		{"ipv6_prefix 129", zone("\t\t\tkey k\n\t\t\tlimit 5 1s\n\t\t\tipv6_prefix 129"), []string{"Caddyfile:6", "ipv6_prefix must be between 1 and 128 bits, got 129"}},
+		{"ipv6_prefix negative", zone("\t\t\tkey k\n\t\t\tlimit 5 1s\n\t\t\tipv6_prefix -64"), []string{"Caddyfile:6", "ipv6_prefix must be between 1 and 128 bits, got -64"}},
+		{"ipv6_prefix missing", zone("\t\t\tkey k\n\t\t\tlimit 5 1s\n\t\t\tipv6_prefix"), []string{"Caddyfile:6", "ipv6_prefix takes exactly one argument"}},
+
+		// empty_key.
+		{"empty_key unknown", zone("\t\t\tkey k\n\t\t\tlimit 5 1s\n\t\t\tempty_key skip"), []string{"Caddyfile:6", `unknown empty_key value "skip" (want one of allow, deny, global)`}},
+
+		// match.
+		{"match empty", zone("\t\t\tkey k\n\t\t\tlimit 5 1s\n\t\t\tmatch {\n\t\t\t}"), []string{"Caddyfile:6", "match needs at least one request matcher"}},
+		{"match unknown matcher", zone("\t\t\tkey k\n\t\t\tlimit 5 1s\n\t\t\tmatch {\n\t\t\t\tnope /x\n\t\t\t}"), []string{"Caddyfile:", "nope"}},
+
+		// Handler options.
+		{"headers unknown", site("\trate_limit {\n\t\tzone z {\n\t\t\tkey k\n\t\t\tlimit 1 1s\n\t\t}\n\t\theaders draft\n\t}"), []string{"Caddyfile:7", `unknown headers value "draft" (want one of ietf, legacy, both, off)`}},
+		{"headers missing", site("\trate_limit {\n\t\tzone z {\n\t\t\tkey k\n\t\t\tlimit 1 1s\n\t\t}\n\t\theaders\n\t}"), []string{"Caddyfile:7", "headers takes exactly one argument"}},
+		{"status 200", site("\trate_limit {\n\t\tzone z {\n\t\t\tkey k\n\t\t\tlimit 1 1s\n\t\t}\n\t\tstatus 200\n\t}"), []string{"Caddyfile:7", "status must be a 4xx or 5xx code (400 to 599), got 200"}},
+		{"status 999", site("\trate_limit {\n\t\tzone z {\n\t\t\tkey k\n\t\t\tlimit 1 1s\n\t\t}\n\t\tstatus 999\n\t}"), []string{"Caddyfile:7", "got 999"}},
+		{"status 100", site("\trate_limit {\n\t\tzone z {\n\t\t\tkey k\n\t\t\tlimit 1 1s\n\t\t}\n\t\tstatus 100\n\t}"), []string{"Caddyfile:7", "got 100"}},
+		{"status word", site("\trate_limit {\n\t\tzone z {\n\t\t\tkey k\n\t\t\tlimit 1 1s\n\t\t}\n\t\tstatus teapot\n\t}"), []string{"Caddyfile:7", `status must be an HTTP status code, got "teapot"`}},
+		{"duplicate status", site("\trate_limit {\n\t\tstatus 429\n\t\tzone z {\n\t\t\tkey k\n\t\t\tlimit 1 1s\n\t\t}\n\t\tstatus 503\n\t}"), []string{"Caddyfile:8", "status already specified (at line 3)"}},
+		{"dry_run with argument", site("\trate_limit {\n\t\tzone z {\n\t\t\tkey k\n\t\t\tlimit 1 1s\n\t\t}\n\t\tdry_run true\n\t}"), []string{"Caddyfile:7", "dry_run takes no arguments"}},
+		{"jitter above 1", site("\trate_limit {\n\t\tzone z {\n\t\t\tkey k\n\t\t\tlimit 1 1s\n\t\t}\n\t\tjitter 1.5\n\t}"), []string{"Caddyfile:7", "jitter must be a fraction between 0 and 1, got 1.5"}},
+		{"jitter negative", site("\trate_limit {\n\t\tzone z {\n\t\t\tkey k\n\t\t\tlimit 1 1s\n\t\t}\n\t\tjitter -0.1\n\t}"), []string{"Caddyfile:7", "got -0.1"}},
+		{"jitter NaN", site("\trate_limit {\n\t\tzone z {\n\t\t\tkey k\n\t\t\tlimit 1 1s\n\t\t}\n\t\tjitter NaN\n\t}"), []string{"Caddyfile:7", "jitter must be a fraction between 0 and 1"}},
+		{"jitter percent", site("\trate_limit {\n\t\tzone z {\n\t\t\tkey k\n\t\t\tlimit 1 1s\n\t\t}\n\t\tjitter 20%\n\t}"), []string{"Caddyfile:7", `jitter must be a fraction between 0 and 1, got "20%"`}},
+		{"sweep_interval negative", site("\trate_limit {\n\t\tzone z {\n\t\t\tkey k\n\t\t\tlimit 1 1s\n\t\t}\n\t\tsweep_interval -1m\n\t}"), []string{"Caddyfile:7", "sweep_interval must be positive, got -1m0s"}},
+		{"sweep_interval zero", site("\trate_limit {\n\t\tzone z {\n\t\t\tkey k\n\t\t\tlimit 1 1s\n\t\t}\n\t\tsweep_interval 0s\n\t}"), []string{"Caddyfile:7", "sweep_interval must be positive, got 0s"}},
+		{"sweep_interval bad", site("\trate_limit {\n\t\tzone z {\n\t\t\tkey k\n\t\t\tlimit 1 1s\n\t\t}\n\t\tsweep_interval often\n\t}"), []string{"Caddyfile:7", `sweep_interval: bad duration "often"`}},
+		{"max_keys negative", site("\trate_limit {\n\t\tzone z {\n\t\t\tkey k\n\t\t\tlimit 1 1s\n\t\t}\n\t\tmax_keys -1\n\t}"), []string{"Caddyfile:7", "max_keys must be positive, got -1"}},
+		{"max_keys word", site("\trate_limit {\n\t\tzone z {\n\t\t\tkey k\n\t\t\tlimit 1 1s\n\t\t}\n\t\tmax_keys lots\n\t}"), []string{"Caddyfile:7", `max_keys must be a positive integer, got "lots"`}},
+		{"store redis", site("\trate_limit {\n\t\tzone z {\n\t\t\tkey k\n\t\t\tlimit 1 1s\n\t\t}\n\t\tstore disk\n\t}"), []string{"Caddyfile:7", `unknown store "disk"`}},
+		{"store missing", site("\trate_limit {\n\t\tzone z {\n\t\t\tkey k\n\t\t\tlimit 1 1s\n\t\t}\n\t\tstore\n\t}"), []string{"Caddyfile:7", "store takes exactly one argument"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			out, _, err := adaptCaddyfile(t, tt.caddyfile)
+			if err == nil {
+				t.Fatalf("adapt succeeded, want an error\nCaddyfile:\n%s\nJSON:\n%s", tt.caddyfile, out)
+			}
+			for _, want := range tt.want {
+				if !strings.Contains(err.Error(), want) {
+					t.Errorf("error %q does not contain %q\nCaddyfile:\n%s", err, want, tt.caddyfile)
+				}
+			}
+		})
+	}
+}
+
+// TestCaddyfileOrder checks where the directive lands among Caddy's own
+// without an order line: before basic_auth, after rewrite and header, and
+// before reverse_proxy and respond.
+func TestCaddyfileOrder(t *testing.T) {
+	caddyfile := `:8080 {
+	reverse_proxy localhost:9000
+	basic_auth {
+		bob $2a$14$Zkx19XLiW6VYouLHR5NmfOFU0z2GTNmpkT/5qqR7hx4IjWJPDhjvG
+	}
+	rate_limit {
+		zone z {
+			key {remote_host}
+			limit 1 1s
+		}
+	}
+	header X-A b
+	rewrite /a /b
+}
+`
+	out, _, err := adaptCaddyfile(t, caddyfile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var order []string
+	for _, want := range []string{`"handler": "headers"`, `"handler": "rewrite"`, `"handler": "rate_limit"`, `"handler": "authentication"`, `"handler": "reverse_proxy"`} {
+		i := strings.Index(out, want)
+		if i < 0 {
+			t.Fatalf("%s not in\n%s", want, out)
+		}
+		order = append(order, want)
+		for _, prev := range order[:len(order)-1] {
+			if strings.Index(out, prev) > i {
+				t.Errorf("%s comes before %s, want after", want, prev)
+			}
+		}
+	}
+}

@@ -1,0 +1,331 @@
+package ratelimit
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/caddyserver/caddy/v2"
+
+	"github.com/zonelimit/caddy-ratelimit/algorithms"
+)
+
+// Values accepted by the enumerated options, as written in the Caddyfile and
+// JSON. The empty string (the option left out) is accepted too and means the
+// default, which Provision fills in.
+var (
+	storeNames    = []string{"memory"}
+	headerModes   = []string{"ietf", "legacy", "both", "off"}
+	onLimitModes  = []string{"reject", "wait"}
+	emptyKeyModes = []string{"allow", "deny", "global"}
+)
+
+// Bounds of the options with a range.
+const (
+	maxIPv4Prefix = 32
+	maxIPv6Prefix = 128
+	minStatus     = 400
+	maxStatus     = 599
+	minWindow     = time.Millisecond
+	maxZoneName   = 128
+
+	// maxCount bounds events, burst and a constant cost: far above any
+	// real limit, and low enough that the algorithms' arithmetic (and the
+	// doubles of the Redis store's Lua scripts) stays exact.
+	maxCount = int64(1) << 50
+)
+
+// Validate checks the configuration as a whole: every zone on its own
+// (options in range, options that apply to the zone's algorithm, tiers
+// the algorithm accepts) and the handler's options, and that zone names are
+// unique. It implements caddy.Validator and accepts a configuration before
+// and after Provision has filled in the defaults.
+func (h *Handler) Validate() error {
+	if len(h.Zones) == 0 {
+		return errors.New("no zones: at least one zone (a key and a limit) is required")
+	}
+	seen := make(map[string]int, len(h.Zones))
+	for i, z := range h.Zones {
+		if z == nil {
+			return fmt.Errorf("zone %d: empty (null) zone", i+1)
+		}
+		if err := z.validate(); err != nil {
+			if z.Name == "" {
+				return fmt.Errorf("zone %d: %v", i+1, err)
+			}
+			return fmt.Errorf("zone %q: %v", z.Name, err)
+		}
+		if j, dup := seen[z.Name]; dup {
+			return fmt.Errorf("duplicate zone name %q (zones %d and %d): zone names must be unique", z.Name, j+1, i+1)
+		}
+		seen[z.Name] = i
+	}
+	return h.validateOptions()
+}
+
+// validateOptions checks the handler's own options (everything but the
+// zones).
+func (h *Handler) validateOptions() error {
+	if h.Store != "" {
+		if err := checkStore(h.Store); err != nil {
+			return err
+		}
+	}
+	if h.Headers != "" {
+		if err := checkOneOf("headers", h.Headers, headerModes); err != nil {
+			return err
+		}
+	}
+	if h.Status != 0 {
+		if err := checkStatus(h.Status); err != nil {
+			return err
+		}
+	}
+	if err := checkJitter(h.Jitter); err != nil {
+		return err
+	}
+	if h.SweepInterval < 0 {
+		return fmt.Errorf("sweep_interval must not be negative, got %s", time.Duration(h.SweepInterval))
+	}
+	if h.MaxKeys < 0 {
+		return fmt.Errorf("max_keys must not be negative, got %d", h.MaxKeys)
+	}
+	return nil
+}
+
+// zoneError is an error in one option of a zone. Option is the Caddyfile
+// subdirective at fault (empty for the zone as a whole), so that the
+// Caddyfile parser can report the line that holds it.
+type zoneError struct {
+	option string
+	err    error
+}
+
+func (e *zoneError) Error() string { return e.err.Error() }
+func (e *zoneError) Unwrap() error { return e.err }
+
+func zoneErrf(option, format string, args ...any) error {
+	return &zoneError{option: option, err: fmt.Errorf(format, args...)}
+}
+
+// validate checks one zone on its own. The zero value of an option means
+// its default; values Provision fills in are valid.
+func (z *Zone) validate() error {
+	if err := checkZoneName(z.Name); err != nil {
+		return &zoneError{err: err}
+	}
+	if z.Key == "" && len(z.KeyResolverRaw) == 0 {
+		return zoneErrf("key", "no key: add key <template>, e.g. key {http.request.remote.host}")
+	}
+	if z.Key != "" && len(z.KeyResolverRaw) > 0 {
+		return zoneErrf("key", "key and key_resolver are mutually exclusive")
+	}
+	alg := z.Algorithm
+	if alg == "" {
+		alg = algorithms.SlidingLog
+	}
+	if err := checkAlgorithm(alg); err != nil {
+		return &zoneError{option: "algorithm", err: err}
+	}
+	if len(z.Limits) == 0 {
+		return zoneErrf("limit", "no limit: add limit <events> <window> (or events <n> and window <duration>)")
+	}
+	for i, l := range z.Limits {
+		if err := checkEvents(l.Events); err != nil {
+			return zoneErrf("limit", "limit %d: %v", i+1, err)
+		}
+		if err := checkWindow(time.Duration(l.Window)); err != nil {
+			return zoneErrf("limit", "limit %d: %v", i+1, err)
+		}
+	}
+	if alg == algorithms.Concurrency && len(z.Limits) > 1 {
+		return zoneErrf("limit", "algorithm concurrency takes exactly one limit (requests in flight, lease lifetime), got %d", len(z.Limits))
+	}
+	if z.Burst < 0 {
+		return zoneErrf("burst", "burst must be positive, got %d", z.Burst)
+	}
+	if z.Burst > maxCount {
+		return zoneErrf("burst", "burst must be at most %d, got %d", maxCount, z.Burst)
+	}
+	if z.Burst > 0 && !algorithms.UsesBurst(alg) {
+		return zoneErrf("burst", "burst applies only to algorithms %s, %s and %s, not %s",
+			algorithms.TokenBucket, algorithms.LeakyBucket, algorithms.GCRA, alg)
+	}
+	if z.Cost != "" {
+		if err := checkCost(z.Cost); err != nil {
+			return &zoneError{option: "cost", err: err}
+		}
+		if n, err := strconv.ParseInt(z.Cost, 10, 64); err == nil {
+			for i, l := range z.Limits {
+				capacity, what := l.Events, "events"
+				if z.Burst > 0 {
+					capacity, what = z.Burst, "burst"
+				}
+				if n > capacity {
+					return zoneErrf("cost", "cost %d exceeds limit %d (%d %s): no request could ever pass", n, i+1, capacity, what)
+				}
+			}
+		}
+	}
+	switch z.OnLimit {
+	case "", "reject":
+		if z.MaxWait != 0 {
+			return zoneErrf("on_limit", "max_wait applies only with on_limit wait")
+		}
+	case "wait":
+		if z.MaxWait <= 0 {
+			return zoneErrf("on_limit", "on_limit wait needs a positive max_wait (on_limit wait <duration>), got %s", time.Duration(z.MaxWait))
+		}
+	default:
+		return &zoneError{option: "on_limit", err: checkOneOf("on_limit", z.OnLimit, onLimitModes)}
+	}
+	if z.CountRejected && alg == algorithms.Concurrency {
+		return zoneErrf("count_rejected", "count_rejected does not apply to algorithm concurrency (a denied request holds no lease)")
+	}
+	if z.IPv4Prefix != 0 {
+		if err := checkPrefix("ipv4_prefix", z.IPv4Prefix, maxIPv4Prefix); err != nil {
+			return &zoneError{option: "ipv4_prefix", err: err}
+		}
+	}
+	if z.IPv6Prefix != 0 {
+		if err := checkPrefix("ipv6_prefix", z.IPv6Prefix, maxIPv6Prefix); err != nil {
+			return &zoneError{option: "ipv6_prefix", err: err}
+		}
+	}
+	if z.EmptyKey != "" {
+		if err := checkOneOf("empty_key", z.EmptyKey, emptyKeyModes); err != nil {
+			return &zoneError{option: "empty_key", err: err}
+		}
+	}
+	// Last, the algorithm's own view of the tiers (e.g. numbers it cannot
+	// represent exactly).
+	if _, err := algorithms.New(alg, z.limiterConfig()); err != nil {
+		option := "limit"
+		if z.Burst > 0 {
+			option = "burst"
+		}
+		return &zoneError{option: option, err: err}
+	}
+	return nil
+}
+
+// limiterConfig is the algorithms.Config of the zone.
+func (z *Zone) limiterConfig() algorithms.Config {
+	tiers := make([]algorithms.Tier, len(z.Limits))
+	for i, l := range z.Limits {
+		tiers[i] = algorithms.Tier{Events: l.Events, Window: time.Duration(l.Window)}
+	}
+	return algorithms.Config{Tiers: tiers, Burst: z.Burst, CountRejected: z.CountRejected}
+}
+
+// checkZoneName accepts names that are safe in headers (a structured-field
+// string needs no escaping), logs, metrics labels and store keys: 1 to 128
+// printable ASCII characters other than space, quotes, backslash and
+// braces.
+func checkZoneName(name string) error {
+	if name == "" {
+		return errors.New("zone name is empty")
+	}
+	if len(name) > maxZoneName {
+		return fmt.Errorf("zone name is longer than %d characters", maxZoneName)
+	}
+	for _, c := range []byte(name) {
+		if c <= ' ' || c >= 0x7f || c == '"' || c == '\'' || c == '\\' || c == '{' || c == '}' {
+			return fmt.Errorf("zone name %q: only printable ASCII without spaces, quotes, backslashes or braces is allowed", name)
+		}
+	}
+	return nil
+}
+
+func checkOneOf(option, value string, valid []string) error {
+	for _, v := range valid {
+		if value == v {
+			return nil
+		}
+	}
+	return fmt.Errorf("unknown %s value %q (want one of %s)", option, value, strings.Join(valid, ", "))
+}
+
+func checkStore(name string) error {
+	for _, v := range storeNames {
+		if name == v {
+			return nil
+		}
+	}
+	return fmt.Errorf("unknown store %q (want one of %s)", name, strings.Join(storeNames, ", "))
+}
+
+func checkAlgorithm(name string) error {
+	for _, v := range algorithms.Names {
+		if name == v {
+			return nil
+		}
+	}
+	return fmt.Errorf("unknown algorithm %q (want one of %s)", name, strings.Join(algorithms.Names[:], ", "))
+}
+
+func checkEvents(n int64) error {
+	if n <= 0 {
+		return fmt.Errorf("events must be positive, got %d", n)
+	}
+	if n > maxCount {
+		return fmt.Errorf("events must be at most %d, got %d", maxCount, n)
+	}
+	return nil
+}
+
+func checkWindow(w time.Duration) error {
+	if w < minWindow {
+		return fmt.Errorf("window must be at least %s, got %s", minWindow, w)
+	}
+	return nil
+}
+
+func checkPrefix(option string, bits, max int) error {
+	if bits < 1 || bits > max {
+		return fmt.Errorf("%s must be between 1 and %d bits, got %d", option, max, bits)
+	}
+	return nil
+}
+
+func checkStatus(code int) error {
+	if code < minStatus || code > maxStatus {
+		return fmt.Errorf("status must be a 4xx or 5xx code (%d to %d), got %d", minStatus, maxStatus, code)
+	}
+	return nil
+}
+
+func checkJitter(f float64) error {
+	if math.IsNaN(f) || f < 0 || f > 1 {
+		return fmt.Errorf("jitter must be a fraction between 0 and 1, got %v", f)
+	}
+	return nil
+}
+
+// checkCost accepts a positive integer or a value with a placeholder (which
+// is evaluated per request).
+func checkCost(s string) error {
+	if strings.Contains(s, "{") {
+		if !strings.Contains(s, "}") {
+			return fmt.Errorf("cost %q: unterminated placeholder", s)
+		}
+		return nil
+	}
+	n, err := strconv.ParseInt(s, 10, 64)
+	if err != nil {
+		return fmt.Errorf("cost must be a positive integer or a placeholder, got %q", s)
+	}
+	if n <= 0 {
+		return fmt.Errorf("cost must be positive, got %d", n)
+	}
+	if n > maxCount {
+		return fmt.Errorf("cost must be at most %d, got %d", maxCount, n)
+	}
+	return nil
+}
+
+// Interface guard.
+var _ caddy.Validator = (*Handler)(nil)
