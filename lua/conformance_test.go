@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"math/rand"
+	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -177,7 +179,7 @@ func playConformance(t *testing.T, c redis.UniversalClient, steps int) {
 						states := map[string]algorithms.State{}
 						decs := make([]algorithms.Decision, len(ops))
 						undone := make([]bool, len(ops))
-						inexact := 0
+						inexact, allowed, denied, undos := 0, 0, 0, 0
 						for i, o := range ops {
 							now := t0.Add(o.at)
 							st := states[o.key]
@@ -191,6 +193,7 @@ func playConformance(t *testing.T, c redis.UniversalClient, steps int) {
 									continue
 								}
 								undone[j] = true
+								undos++
 								st.Undo(now, o.cost, decs[j])
 								if err := rs.Undo(ctx, o.key, now, o.cost, decs[j]); err != nil {
 									t.Fatalf("seed %d step %d: Undo: %v", seed, i, err)
@@ -203,6 +206,11 @@ func playConformance(t *testing.T, c redis.UniversalClient, steps int) {
 								t.Fatalf("seed %d step %d: Take: %v", seed, i, err)
 							}
 							decs[i] = want
+							if want.Allowed {
+								allowed++
+							} else {
+								denied++
+							}
 							if d := diffDecision(want, got, false); d != "" {
 								t.Fatalf("seed %d step %d (at t0%+v key %q cost %d): decisions differ:%s\n%s",
 									seed, i, o.at, o.key, o.cost, d, history(ops[:i+1], decs))
@@ -214,6 +222,12 @@ func playConformance(t *testing.T, c redis.UniversalClient, steps int) {
 						if inexact > 0 {
 							t.Logf("seed %d: %d decisions differ by less than 1ms", seed, inexact)
 						}
+						// A timeline that never admits, never denies or never
+						// undoes tests less than it seems to.
+						if allowed == 0 || denied == 0 || undos == 0 {
+							t.Errorf("seed %d: a weak timeline: %d allowed, %d denied, %d undone", seed, allowed, denied, undos)
+						}
+						totals.Add(int64(allowed+denied), int64(undos))
 					}
 				})
 			}
@@ -236,9 +250,68 @@ func history(ops []op, decs []algorithms.Decision) string {
 	return s
 }
 
+// confTotals counts what a conformance run compared.
+type confTotals struct{ takes, undos atomic.Int64 }
+
+func (c *confTotals) Add(takes, undos int64) { c.takes.Add(takes); c.undos.Add(undos) }
+
+var totals confTotals
+
 func TestConformance(t *testing.T) {
 	_, c := newClient(t)
+	totals = confTotals{}
 	playConformance(t, c, 300)
+	t.Logf("single redis-server: %d Takes and %d Undos compared", totals.takes.Load(), totals.undos.Load())
+}
+
+// TestCluster plays the conformance suite against a 6-node Redis Cluster
+// (3 masters, 3 replicas), then keys full of braces, newlines and length,
+// which must never answer CROSSSLOT.
+func TestCluster(t *testing.T) {
+	if testing.Short() {
+		t.Skip("-short: no cluster")
+	}
+	_, c := newClusterClient(t)
+	t.Run("conformance", func(t *testing.T) {
+		totals = confTotals{}
+		playConformance(t, c, 120)
+		t.Logf("cluster: %d Takes and %d Undos compared", totals.takes.Load(), totals.undos.Load())
+	})
+	t.Run("no_crossslot", func(t *testing.T) {
+		ctx := context.Background()
+		keys := []string{"", "plain", "{", "}", "{}", "}{", "a{b}c", "{x}{y}", "line\nbreak\r\n", "x\ny{",
+			strings.Repeat("{", 50), strings.Repeat("k", 129), strings.Repeat("}\n", 300), "\x00\xff%7B"}
+		cfg := algorithms.Config{Tiers: tiers(algorithms.Tier{Events: 3, Window: sec(1)}, algorithms.Tier{Events: 5, Window: sec(10)},
+			algorithms.Tier{Events: 9, Window: time.Minute})}
+		for _, alg := range algorithms.Names {
+			cfg := cfg
+			if alg == algorithms.Concurrency {
+				cfg.Tiers = cfg.Tiers[:1]
+			}
+			l := mustLimiter(t, alg, cfg)
+			s := mustStore(t, c, l, "cross{slot}\n")
+			for _, k := range keys {
+				d, err := s.Take(ctx, k, time.Time{}, 1)
+				if err != nil {
+					t.Fatalf("%s: Take(%q): %v", alg, k, err)
+				}
+				if err := s.Undo(ctx, k, time.Time{}, 1, d); err != nil {
+					t.Fatalf("%s: Undo(%q): %v", alg, k, err)
+				}
+				slot := int64(-1)
+				for _, rk := range s.Keys(k) {
+					n, err := c.ClusterKeySlot(ctx, rk).Result()
+					if err != nil {
+						t.Fatal(err)
+					}
+					if slot >= 0 && n != slot {
+						t.Fatalf("%s: keys of %q in slots %d and %d", alg, k, slot, n)
+					}
+					slot = n
+				}
+			}
+		}
+	})
 }
 
 // TestConformanceHandwritten plays short timelines written out by hand, so

@@ -4,8 +4,9 @@
 -- units of the last window (ZREMRANGEBYSCORE drops the older ones, ZCARD
 -- counts the rest, ZADD logs). Members are unique even within one
 -- microsecond: ARGV[5] is "<instance id>-<store id>-<counter>" from the Go
--- side (per-process random id, per-store atomic counter), and a Take of cost
--- c logs c members "<now µs>-<ARGV[5]>" and "<...>.2" to "<...>.c".
+-- side (per-process random id, per-store atomic counter, base 36), and a
+-- Take of cost c logs c members ARGV[5] and "<ARGV[5]>.2" to "<...>.c"
+-- (the timestamp is the score, so it need not be in the member).
 --
 -- KEYS[1]       string: the latest instant seen (µs)
 -- KEYS[1 + i]   sorted set of tier i's units
@@ -54,17 +55,23 @@ if MODE == '1' then
   return 0
 end
 
-local member = str(t) .. '-' .. ARGV[5]
+local member = ARGV[5]
 
--- log adds c units stamped t to tier p.
+-- log adds c units stamped t to tier p, at most 1000 per ZADD (unpack has
+-- a limit of a few thousand values).
 local function log(p, c)
-  if c <= 0 then return end
-  local args = {p.key, str(t), member}
-  for j = 2, c do
-    args[#args + 1] = str(t)
-    args[#args + 1] = member .. '.' .. j
+  local ts = str(t)
+  local j = 1
+  while j <= c do
+    local args = {p.key}
+    local stop = math.min(c, j + 999)
+    for u = j, stop do
+      args[#args + 1] = ts
+      if u == 1 then args[#args + 1] = member else args[#args + 1] = member .. '.' .. u end
+    end
+    redis.call('ZADD', unpack(args))
+    j = stop + 1
   end
-  redis.call('ZADD', unpack(args))
 end
 
 local count = {}

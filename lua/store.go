@@ -58,8 +58,9 @@
 // # Unique members
 //
 // Sorted-set members are unique even for requests in the same microsecond:
-// a sliding_log unit is "<now µs>-<instance id>-<store id>-<counter>" (a random
-// per-process id and a per-store atomic counter, passed in by the Store); a
+// a sliding_log unit is "<instance id>-<store id>-<counter>[.<unit>]" (a
+// random per-process id, a per-process store number and a per-store atomic
+// counter, in base 36, passed in by the Store; the score holds the µs); a
 // concurrency lease is "<token>:<cost>", where the token is drawn inside
 // the script exactly as the Go twin draws it (max(last token + 1, now µs)),
 // so Decision.Token maps to its lease deterministically.
@@ -70,6 +71,7 @@ import (
 	"crypto/rand"
 	"crypto/sha256"
 	"embed"
+	"encoding/binary"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -126,7 +128,7 @@ var instanceID = func() string {
 	if _, err := rand.Read(b[:]); err != nil {
 		panic(err)
 	}
-	return hex.EncodeToString(b[:])
+	return strconv.FormatUint(binary.LittleEndian.Uint64(b[:]), 36)
 }()
 
 // Options names a Store's keys.

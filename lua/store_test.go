@@ -496,3 +496,48 @@ func TestTakeError(t *testing.T) {
 		t.Fatal("Take against a stopped Redis did not fail")
 	}
 }
+
+// TestLargeCost: a cost of thousands of units (sliding_log logs one member
+// per unit) works, admitted and with count_rejected.
+func TestLargeCost(t *testing.T) {
+	_, c := newClient(t)
+	ctx := context.Background()
+	for _, cr := range []bool{false, true} {
+		cfg := oneTier(20000, time.Minute)
+		cfg.CountRejected = cr
+		l := mustLimiter(t, algorithms.SlidingLog, cfg)
+		s := mustStore(t, c, l, fmt.Sprintf("large-%v", cr))
+		st := l.NewState()
+		for i, cost := range []int64{12345, 12345, 20000, 5, 30000} {
+			now := t0.Add(time.Duration(i) * time.Millisecond)
+			want := st.Take(now, cost)
+			got, err := s.Take(ctx, "k", now, cost)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if d := diffDecision(want, got, true); d != "" {
+				t.Fatalf("count_rejected %v, take %d of %d: %s", cr, i, cost, d)
+			}
+		}
+	}
+}
+
+// TestMemoryPerKey logs what one key costs in Redis per algorithm (MEMORY
+// USAGE of its keys) after 10 admitted Takes of a 100/min limit, one tier.
+func TestMemoryPerKey(t *testing.T) {
+	_, c := newClient(t)
+	ctx := context.Background()
+	for _, name := range algorithms.Names {
+		s := mustStore(t, c, mustLimiter(t, name, oneTier(100, time.Minute)), "mem")
+		for i := 0; i < 10; i++ {
+			if _, err := s.Take(ctx, "203.0.113.7", t0.Add(time.Duration(i)*time.Millisecond), 1); err != nil {
+				t.Fatal(err)
+			}
+		}
+		total := int64(0)
+		for _, k := range s.Keys("203.0.113.7") {
+			total += c.MemoryUsage(ctx, k).Val()
+		}
+		t.Logf("%-15s %4d bytes per key (10 events in the window)", name, total)
+	}
+}
