@@ -60,6 +60,8 @@ type Handler struct {
 	// the least recently used key is evicted, so a flood of distinct keys
 	// cannot exhaust memory. Default: 1000000.
 	MaxKeys int `json:"max_keys,omitempty"`
+
+	rt handlerRuntime // set up by Provision (provision.go)
 }
 
 // Zone is one independent limit: which requests it counts, how a request

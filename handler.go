@@ -1,0 +1,325 @@
+package ratelimit
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/caddyserver/caddy/v2"
+	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+
+	"github.com/zonelimit/caddy-ratelimit/algorithms"
+)
+
+// statusClientClosed is the status of a request whose client went away
+// while it waited (nginx's 499, as Caddy's reverse proxy uses it).
+const statusClientClosed = 499
+
+// taken is one zone's admission of the request, kept to be undone.
+type taken struct {
+	z    *zone
+	key  string
+	cost int64
+	d    algorithms.Decision
+}
+
+// errStore marks a store failure while waiting: the zone is skipped.
+var errStore = errors.New("store failure")
+
+// ServeHTTP decides the request in every zone that applies, in order. A
+// zone that denies it undoes what the zones before it admitted, and the
+// request is rejected; otherwise it proceeds to next, and the leases of
+// concurrency zones are released when next returns (or panics).
+func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyhttp.Handler) error {
+	rt := &h.rt
+	ctx := r.Context()
+
+	var takesBuf [4]taken
+	takes := takesBuf[:0]
+	var appliedBuf [4]*zone
+	applied := appliedBuf[:0] // zones that decided, for RateLimit-Policy
+
+	// The decision reported in the headers: the one with the fewest
+	// remaining, or a (dry-run) denial.
+	var rep taken
+	reported, repDenied := false, false
+
+	var delay time.Duration
+	leases := false
+
+	for _, z := range rt.zones {
+		if len(z.matchers) > 0 {
+			ok, err := z.matchers.AnyMatchWithError(r)
+			if err != nil {
+				h.undoAll(ctx, takes)
+				return err
+			}
+			if !ok {
+				continue
+			}
+		}
+
+		key, err := z.resolver.Key(r)
+		if err != nil {
+			if c := rt.logger.Check(zapcore.DebugLevel, "resolving rate limit key"); c != nil {
+				c.Write(zap.String("zone", z.name), zap.Error(err))
+			}
+			key = ""
+		}
+		if key == "" {
+			switch z.emptyKey {
+			case emptyKeyAllow:
+				continue
+			case emptyKeyDeny:
+				d := z.emptyKeyDenial()
+				applied = append(applied, z)
+				if rt.dryRun {
+					h.logDenial(z, key, &d, true)
+					rep, reported, repDenied = taken{z: z, key: key, d: d}, true, true
+					continue
+				}
+				h.undoAll(ctx, takes)
+				return h.reject(w, r, z, key, &d, h.policy(applied))
+			}
+		}
+
+		cost := z.costOf(r)
+		d, err := z.store.Take(ctx, key, time.Time{}, cost)
+		if err == nil && !d.Allowed && z.wait && !rt.dryRun {
+			d, err = h.waitAdmitted(ctx, z, key, cost, d)
+			if err != nil && ctx.Err() != nil {
+				// The client went away while waiting.
+				h.undoAll(ctx, takes)
+				return caddyhttp.Error(statusClientClosed, err)
+			}
+		}
+		if err != nil {
+			// The store failed: this zone lets the request through.
+			rt.logger.Warn("rate limit store failed; request not limited by this zone",
+				zap.String("zone", z.name), zap.Error(err))
+			continue
+		}
+		applied = append(applied, z)
+
+		if !d.Allowed {
+			if rt.dryRun {
+				h.logDenial(z, key, &d, true)
+				if !repDenied {
+					rep, reported, repDenied = taken{z: z, key: key, cost: cost, d: d}, true, true
+				}
+				continue
+			}
+			h.undoAll(ctx, takes)
+			return h.reject(w, r, z, key, &d, h.policy(applied))
+		}
+
+		takes = append(takes, taken{z: z, key: key, cost: cost, d: d})
+		if z.lease {
+			leases = true
+		}
+		if z.shape && d.Delay > delay && !rt.dryRun {
+			delay = d.Delay
+		}
+		if !repDenied && (!reported || d.Remaining < rep.d.Remaining) {
+			rep, reported = taken{z: z, key: key, cost: cost, d: d}, true
+		}
+	}
+
+	if reported {
+		h.setHeaders(w.Header(), rep.z, &rep.d, h.policy(applied))
+		repl, _ := ctx.Value(caddy.ReplacerCtxKey).(*caddy.Replacer)
+		var retry int64
+		if !rep.d.Allowed {
+			retry = max(ceilSeconds(rep.d.RetryAfter), 1)
+		}
+		setPlaceholders(repl, rep.z, rep.key, &rep.d, retry)
+	}
+
+	if delay > 0 {
+		// leaky_bucket with on_limit wait: leave at the bucket's rate.
+		if err := h.sleepFor(ctx, delay); err != nil {
+			h.undoAll(ctx, takes)
+			return caddyhttp.Error(statusClientClosed, err)
+		}
+	}
+
+	if leases {
+		defer h.release(ctx, takes)
+	}
+	return next.ServeHTTP(w, r)
+}
+
+// reject answers a denied request: Retry-After, the rate-limit headers and
+// placeholders, then either an error for the site's handle_errors routes or
+// the status written here.
+func (h *Handler) reject(w http.ResponseWriter, r *http.Request, z *zone, key string, d *algorithms.Decision, policy []string) error {
+	rt := &h.rt
+	retry := retryAfterSeconds(d.RetryAfter, rt.jitter)
+	hdr := w.Header()
+	hdr[hdrRetryAfter] = []string{strconv.FormatInt(retry, 10)}
+	h.setHeaders(hdr, z, d, policy)
+	if repl, _ := r.Context().Value(caddy.ReplacerCtxKey).(*caddy.Replacer); repl != nil {
+		setPlaceholders(repl, z, key, d, retry)
+		repl.Set(phExceeded, z.name)
+	}
+	h.logDenial(z, key, d, false)
+	if h.useErrorRoutes(r) {
+		return caddyhttp.Error(rt.status, z.rejectError)
+	}
+	w.WriteHeader(rt.status)
+	return nil
+}
+
+// useErrorRoutes reports whether a rejection should be returned as an
+// error, for the site's handle_errors routes to render.
+func (h *Handler) useErrorRoutes(r *http.Request) bool {
+	if r.Context().Value(caddyhttp.ErrorCtxKey) != nil {
+		// Already in the error routes: an error now would not be rendered.
+		return false
+	}
+	switch h.rt.errorRoutes {
+	case errorRoutesYes:
+		return true
+	case errorRoutesNo:
+		return false
+	}
+	srv, ok := r.Context().Value(caddyhttp.ServerCtxKey).(*caddyhttp.Server)
+	return ok && srv != nil && srv.Errors != nil && len(srv.Errors.Routes) > 0
+}
+
+// logDenial logs a denial at debug level only: a limiter under attack must
+// not write a line per request.
+func (h *Handler) logDenial(z *zone, key string, d *algorithms.Decision, dry bool) {
+	msg := "rate limit exceeded"
+	if dry {
+		msg = "rate limit exceeded (dry run: not rejected)"
+	}
+	if c := h.rt.logger.Check(zapcore.DebugLevel, msg); c != nil {
+		c.Write(zap.String("zone", z.name), zap.String("key", key),
+			zap.Int("tier", d.Tier), zap.Int64("limit", d.Limit),
+			zap.Duration("retry_after", d.RetryAfter))
+	}
+}
+
+// policy is the RateLimit-Policy value for the zones that applied.
+func (h *Handler) policy(applied []*zone) []string {
+	switch len(applied) {
+	case 0:
+		return nil
+	case 1:
+		return applied[0].policyVals
+	case len(h.rt.zones):
+		return h.rt.policyAll
+	}
+	items := make([]string, len(applied))
+	for i, z := range applied {
+		items[i] = z.policy
+	}
+	return []string{strings.Join(items, ", ")}
+}
+
+// waitAdmitted holds a request the zone denied until the zone admits it,
+// for at most the zone's max_wait. It returns the last decision (denied
+// when max_wait would be exceeded), the context's error when the client
+// went away, or errStore when the store failed.
+func (h *Handler) waitAdmitted(ctx context.Context, z *zone, key string, cost int64, d algorithms.Decision) (algorithms.Decision, error) {
+	deadline := h.now().Add(z.maxWait)
+	for !d.Allowed {
+		wait := max(d.RetryAfter, time.Millisecond)
+		if h.now().Add(wait).After(deadline) {
+			return d, nil
+		}
+		if err := h.sleepFor(ctx, wait); err != nil {
+			return d, err
+		}
+		next, err := z.store.Take(ctx, key, time.Time{}, cost)
+		if err != nil {
+			return d, errors.Join(errStore, err)
+		}
+		d = next
+	}
+	return d, nil
+}
+
+// undoAll gives back, latest first, what the zones admitted.
+func (h *Handler) undoAll(ctx context.Context, takes []taken) {
+	if len(takes) == 0 {
+		return
+	}
+	ctx = context.WithoutCancel(ctx)
+	for i := len(takes) - 1; i >= 0; i-- {
+		t := &takes[i]
+		if err := t.z.store.Undo(ctx, t.key, time.Time{}, t.cost, t.d); err != nil {
+			h.rt.logger.Debug("undoing a rate limit admission", zap.String("zone", t.z.name), zap.Error(err))
+		}
+	}
+}
+
+// release ends the concurrency leases of a request that has finished.
+func (h *Handler) release(ctx context.Context, takes []taken) {
+	ctx = context.WithoutCancel(ctx)
+	for i := len(takes) - 1; i >= 0; i-- {
+		t := &takes[i]
+		if !t.z.lease {
+			continue
+		}
+		if err := t.z.store.Undo(ctx, t.key, time.Time{}, t.cost, t.d); err != nil {
+			h.rt.logger.Debug("releasing a concurrency lease", zap.String("zone", t.z.name), zap.Error(err))
+		}
+	}
+}
+
+func (h *Handler) now() time.Time {
+	if h.rt.clock != nil {
+		return h.rt.clock()
+	}
+	return time.Now()
+}
+
+// sleepFor waits d, or until ctx is done (then returns its error).
+func (h *Handler) sleepFor(ctx context.Context, d time.Duration) error {
+	if h.rt.sleep != nil {
+		return h.rt.sleep(ctx, d)
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// costOf is the cost of the request in zone z: the static cost, or the
+// placeholder's value when it is a positive integer, else 1.
+func (z *zone) costOf(r *http.Request) int64 {
+	if z.costTmpl == "" {
+		return z.cost
+	}
+	repl, _ := r.Context().Value(caddy.ReplacerCtxKey).(*caddy.Replacer)
+	if repl == nil {
+		return 1
+	}
+	n, err := strconv.ParseInt(strings.TrimSpace(repl.ReplaceAll(z.costTmpl, "")), 10, 64)
+	if err != nil || n <= 0 {
+		return 1
+	}
+	return n
+}
+
+// emptyKeyDenial is the decision of a zone with empty_key deny for a
+// request without a key: it will never be admitted; come back after the
+// longest window.
+func (z *zone) emptyKeyDenial() algorithms.Decision {
+	return algorithms.Decision{
+		Limit:      z.tiers[0].Events,
+		ResetAfter: z.maxWindow,
+		RetryAfter: z.maxWindow,
+	}
+}

@@ -1,0 +1,855 @@
+package ratelimit
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"net/http"
+	"net/http/httptest"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/caddyserver/caddy/v2"
+	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
+
+	"github.com/zonelimit/caddy-ratelimit/store"
+)
+
+// fakeClock is the clock of the stores and of on_limit wait in tests;
+// sleeping advances it.
+type fakeClock struct {
+	mu     sync.Mutex
+	t      time.Time
+	slept []time.Duration
+}
+
+func newFakeClock() *fakeClock { return &fakeClock{t: time.Unix(1_700_000_000, 0)} }
+
+func (c *fakeClock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.t
+}
+
+func (c *fakeClock) Advance(d time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.t = c.t.Add(d)
+}
+
+func (c *fakeClock) Sleep(ctx context.Context, d time.Duration) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.slept = append(c.slept, d)
+	c.t = c.t.Add(d)
+	return nil
+}
+
+func (c *fakeClock) Slept() []time.Duration {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return append([]time.Duration(nil), c.slept...)
+}
+
+func testContext(t *testing.T) caddy.Context {
+	t.Helper()
+	ctx, cancel := caddy.NewContext(caddy.Context{Context: context.Background()})
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// provision provisions the handler given as JSON, with clock (if not nil)
+// as its clock, and cleans it up at the end of the test.
+func provision(t *testing.T, config string, clock *fakeClock) *Handler {
+	t.Helper()
+	h := new(Handler)
+	if err := json.Unmarshal([]byte(config), h); err != nil {
+		t.Fatalf("config: %v", err)
+	}
+	if clock != nil {
+		h.rt.clock = clock.Now
+		h.rt.sleep = clock.Sleep
+	}
+	if err := h.Provision(testContext(t)); err != nil {
+		t.Fatalf("provision: %v", err)
+	}
+	t.Cleanup(func() {
+		if err := h.Cleanup(); err != nil {
+			t.Errorf("cleanup: %v", err)
+		}
+	})
+	return h
+}
+
+type reqOpt func(*http.Request)
+
+func header(k, v string) reqOpt { return func(r *http.Request) { r.Header.Set(k, v) } }
+func path(p string) reqOpt      { return func(r *http.Request) { r.URL.Path = p } }
+
+func newReq(remote string, opts ...reqOpt) *http.Request {
+	r := httptest.NewRequest("GET", "http://example.com/", nil)
+	r.RemoteAddr = remote
+	for _, o := range opts {
+		o(r)
+	}
+	caddyhttp.NewTestReplacer(r)
+	return r
+}
+
+type result struct {
+	code   int
+	hdr    http.Header
+	err    error
+	called bool
+	repl   *caddy.Replacer
+}
+
+// serve runs the request through h with a next handler that answers 200
+// (or runs fn when given).
+func serve(h *Handler, r *http.Request, fn ...func(http.ResponseWriter, *http.Request) error) result {
+	w := httptest.NewRecorder()
+	var res result
+	next := caddyhttp.HandlerFunc(func(w http.ResponseWriter, r *http.Request) error {
+		res.called = true
+		if len(fn) > 0 {
+			return fn[0](w, r)
+		}
+		w.WriteHeader(http.StatusOK)
+		return nil
+	})
+	res.err = h.ServeHTTP(w, r, next)
+	res.code = w.Code
+	res.hdr = w.Result().Header
+	res.repl, _ = r.Context().Value(caddy.ReplacerCtxKey).(*caddy.Replacer)
+	return res
+}
+
+func expectHeaders(t *testing.T, res result, want map[string]string) {
+	t.Helper()
+	for k, v := range want {
+		got := res.hdr.Values(k)
+		if v == "" {
+			if len(got) != 0 {
+				t.Errorf("header %s = %q, want none", k, got)
+			}
+			continue
+		}
+		if len(got) != 1 || got[0] != v {
+			t.Errorf("header %s = %q, want %q", k, got, v)
+		}
+	}
+}
+
+const perIP3 = `{"zones":[{"name":"api","key":"{http.request.remote.host}","limits":[{"events":3,"window":"1m"}]}]}`
+
+func TestAllowThenReject(t *testing.T) {
+	clock := newFakeClock()
+	h := provision(t, perIP3, clock)
+
+	for i := 0; i < 3; i++ {
+		res := serve(h, newReq("192.0.2.1:1000"))
+		if res.err != nil || res.code != 200 || !res.called {
+			t.Fatalf("request %d: code %d err %v called %v", i+1, res.code, res.err, res.called)
+		}
+		expectHeaders(t, res, map[string]string{
+			"RateLimit-Policy":      `"api";q=3;w=60`,
+			"RateLimit":             `"api";r=` + strconv.Itoa(2-i) + `;t=60`,
+			"X-RateLimit-Limit":     "3",
+			"X-RateLimit-Remaining": strconv.Itoa(2 - i),
+			"X-RateLimit-Reset":     "60",
+			"Retry-After":           "",
+		})
+	}
+
+	clock.Advance(10*time.Second + time.Millisecond)
+	res := serve(h, newReq("192.0.2.1:1001"))
+	if res.err != nil || res.code != http.StatusTooManyRequests || res.called {
+		t.Fatalf("4th request: code %d err %v called %v", res.code, res.err, res.called)
+	}
+	// The oldest unit leaves the window 49.999s from now: round up to 50.
+	expectHeaders(t, res, map[string]string{
+		"Retry-After":           "50",
+		"RateLimit-Policy":      `"api";q=3;w=60`,
+		"RateLimit":             `"api";r=0;t=50`,
+		"X-RateLimit-Limit":     "3",
+		"X-RateLimit-Remaining": "0",
+		"X-RateLimit-Reset":     "50",
+	})
+	for ph, want := range map[string]string{
+		"{http.rate_limit.zone}":          "api",
+		"{http.rate_limit.key}":           "192.0.2.1",
+		"{http.rate_limit.remaining}":     "0",
+		"{http.rate_limit.limit}":         "3",
+		"{http.rate_limit.retry_after}":   "50",
+		"{http.rate_limit.exceeded.name}": "api",
+	} {
+		if got := res.repl.ReplaceAll(ph, "-"); got != want {
+			t.Errorf("%s = %q, want %q", ph, got, want)
+		}
+	}
+
+	// Another client is not affected.
+	if res := serve(h, newReq("192.0.2.2:1000")); res.code != 200 || !res.called {
+		t.Fatalf("other client: code %d", res.code)
+	}
+
+	// Once the window has passed, the first client is admitted again.
+	clock.Advance(50 * time.Second)
+	if res := serve(h, newReq("192.0.2.1:1000")); res.code != 200 || !res.called {
+		t.Fatalf("after the window: code %d", res.code)
+	}
+}
+
+func TestAllowedPlaceholders(t *testing.T) {
+	h := provision(t, perIP3, newFakeClock())
+	res := serve(h, newReq("192.0.2.1:1000"))
+	for ph, want := range map[string]string{
+		"{http.rate_limit.zone}":        "api",
+		"{http.rate_limit.key}":         "192.0.2.1",
+		"{http.rate_limit.remaining}":   "2",
+		"{http.rate_limit.limit}":       "3",
+		"{http.rate_limit.retry_after}": "0",
+	} {
+		if got := res.repl.ReplaceAll(ph, "-"); got != want {
+			t.Errorf("%s = %q, want %q", ph, got, want)
+		}
+	}
+}
+
+func TestHeaderModes(t *testing.T) {
+	for _, tc := range []struct {
+		mode           string
+		ietf, legacy   bool
+		statusOverride int
+	}{
+		{"", true, true, 0},
+		{"both", true, true, 0},
+		{"ietf", true, false, 0},
+		{"legacy", false, true, 0},
+		{"off", false, false, 503},
+	} {
+		t.Run(tc.mode, func(t *testing.T) {
+			cfg := `{"headers":"` + tc.mode + `","zones":[{"name":"z","key":"k","limits":[{"events":1,"window":"10s"}]}]`
+			if tc.statusOverride != 0 {
+				cfg += `,"status":` + strconv.Itoa(tc.statusOverride)
+			}
+			cfg += `}`
+			h := provision(t, cfg, newFakeClock())
+			serve(h, newReq("192.0.2.1:1"))
+			res := serve(h, newReq("192.0.2.1:1"))
+			wantCode := 429
+			if tc.statusOverride != 0 {
+				wantCode = tc.statusOverride
+			}
+			if res.code != wantCode {
+				t.Fatalf("code %d, want %d", res.code, wantCode)
+			}
+			if got := res.hdr.Get("Retry-After"); got != "10" {
+				t.Errorf("Retry-After %q, want 10 whatever the mode", got)
+			}
+			has := func(k string) bool { return len(res.hdr.Values(k)) > 0 }
+			if has("RateLimit") != tc.ietf || has("RateLimit-Policy") != tc.ietf {
+				t.Errorf("ietf headers present = %v, want %v", has("RateLimit"), tc.ietf)
+			}
+			for _, k := range []string{"X-RateLimit-Limit", "X-RateLimit-Remaining", "X-RateLimit-Reset"} {
+				if has(k) != tc.legacy {
+					t.Errorf("%s present = %v, want %v", k, has(k), tc.legacy)
+				}
+			}
+		})
+	}
+}
+
+func TestTiersReportTightest(t *testing.T) {
+	clock := newFakeClock()
+	h := provision(t, `{"zones":[{"name":"t","key":"k","limits":[
+		{"events":2,"window":"1s"},{"events":5,"window":"1m"}]}]}`, clock)
+
+	res := serve(h, newReq("192.0.2.1:1"))
+	expectHeaders(t, res, map[string]string{
+		"RateLimit-Policy":      `"t";q=2;w=1, "t";q=5;w=60`,
+		"RateLimit":             `"t";r=1;t=1`,
+		"X-RateLimit-Limit":     "2",
+		"X-RateLimit-Remaining": "1",
+	})
+	serve(h, newReq("192.0.2.1:1"))
+	res = serve(h, newReq("192.0.2.1:1"))
+	if res.code != 429 || res.hdr.Get("Retry-After") != "1" {
+		t.Fatalf("3rd in a second: code %d Retry-After %q", res.code, res.hdr.Get("Retry-After"))
+	}
+	// Keep to the per-second tier: the per-minute one refuses the 6th.
+	for i := 0; i < 3; i++ {
+		clock.Advance(time.Second)
+		if res := serve(h, newReq("192.0.2.1:1")); res.code != 200 {
+			t.Fatalf("request %d: code %d", i+3, res.code)
+		}
+	}
+	clock.Advance(time.Second)
+	res = serve(h, newReq("192.0.2.1:1"))
+	if res.code != 429 {
+		t.Fatalf("6th in a minute: code %d", res.code)
+	}
+	expectHeaders(t, res, map[string]string{
+		"X-RateLimit-Limit":     "5",
+		"X-RateLimit-Remaining": "0",
+		"Retry-After":           "56", // the first unit (t0) leaves at t0+60s; now is t0+4s
+	})
+}
+
+// A request denied by one zone consumes nothing in the zones before it.
+func TestDenialUndoesEarlierZones(t *testing.T) {
+	h := provision(t, `{"zones":[
+		{"name":"site","key":"all","limits":[{"events":2,"window":"1m"}]},
+		{"name":"ip","key":"{http.request.remote.host}","limits":[{"events":1,"window":"1m"}]}]}`, newFakeClock())
+
+	steps := []struct {
+		remote string
+		code   int
+		zone   string
+	}{
+		{"192.0.2.1:1", 200, "ip"},   // site 1/2, ip1 1/1
+		{"192.0.2.1:1", 429, "ip"},   // ip1 refuses: site's unit is given back
+		{"192.0.2.1:1", 429, "ip"},   // and again
+		{"192.0.2.2:1", 200, "site"}, // site 2/2 (would be refused without the undo)
+		{"192.0.2.3:1", 429, "site"}, // site is full
+	}
+	for i, s := range steps {
+		res := serve(h, newReq(s.remote))
+		if res.code != s.code {
+			t.Fatalf("step %d (%s): code %d, want %d", i+1, s.remote, res.code, s.code)
+		}
+		if got := res.repl.ReplaceAll("{http.rate_limit.zone}", ""); got != s.zone {
+			t.Errorf("step %d: reported zone %q, want %q", i+1, got, s.zone)
+		}
+	}
+	// After a denial by the second zone, the policy names the zones that
+	// decided.
+	res := serve(h, newReq("192.0.2.1:1"))
+	expectHeaders(t, res, map[string]string{"RateLimit-Policy": `"site";q=2;w=60`})
+}
+
+func TestMatchers(t *testing.T) {
+	h := provision(t, `{"zones":[
+		{"name":"api","match":[{"path":["/api/*"]}],"key":"{http.request.remote.host}","limits":[{"events":1,"window":"1m"}]},
+		{"name":"login","match":[{"path":["/login"]}],"key":"{http.request.remote.host}","limits":[{"events":2,"window":"1m"}]}]}`, newFakeClock())
+
+	if res := serve(h, newReq("192.0.2.1:1", path("/static/a.css"))); res.code != 200 || len(res.hdr) != 0 {
+		t.Fatalf("unmatched: code %d headers %v", res.code, res.hdr)
+	}
+	if res := serve(h, newReq("192.0.2.1:1", path("/api/x"))); res.code != 200 {
+		t.Fatalf("api 1: %d", res.code)
+	} else {
+		expectHeaders(t, res, map[string]string{"RateLimit-Policy": `"api";q=1;w=60`})
+	}
+	if res := serve(h, newReq("192.0.2.1:1", path("/api/y"))); res.code != 429 {
+		t.Fatalf("api 2: %d", res.code)
+	}
+	for i := 0; i < 2; i++ {
+		if res := serve(h, newReq("192.0.2.1:1", path("/login"))); res.code != 200 {
+			t.Fatalf("login %d: %d", i+1, res.code)
+		}
+	}
+	if res := serve(h, newReq("192.0.2.1:1", path("/login"))); res.code != 429 {
+		t.Fatalf("login 3: %d", res.code)
+	}
+	if res := serve(h, newReq("192.0.2.1:1", path("/static/b.css"))); res.code != 200 {
+		t.Fatalf("unmatched after limits: %d", res.code)
+	}
+}
+
+func TestEmptyKey(t *testing.T) {
+	cfg := func(mode string) string {
+		return `{"zones":[{"name":"org","key":"{http.request.header.X-Org}","empty_key":"` + mode +
+			`","limits":[{"events":1,"window":"30s"}]}]}`
+	}
+	t.Run("allow", func(t *testing.T) {
+		h := provision(t, cfg("allow"), newFakeClock())
+		for i := 0; i < 3; i++ {
+			if res := serve(h, newReq("192.0.2.1:1")); res.code != 200 || len(res.hdr) != 0 {
+				t.Fatalf("request %d: code %d headers %v", i, res.code, res.hdr)
+			}
+		}
+		serve(h, newReq("192.0.2.1:1", header("X-Org", "a")))
+		if res := serve(h, newReq("192.0.2.1:1", header("X-Org", "a"))); res.code != 429 {
+			t.Fatalf("keyed request not limited: %d", res.code)
+		}
+	})
+	t.Run("deny", func(t *testing.T) {
+		h := provision(t, cfg("deny"), newFakeClock())
+		res := serve(h, newReq("192.0.2.1:1"))
+		if res.code != 429 || res.called {
+			t.Fatalf("code %d called %v", res.code, res.called)
+		}
+		expectHeaders(t, res, map[string]string{"Retry-After": "30", "X-RateLimit-Remaining": "0"})
+		if res := serve(h, newReq("192.0.2.1:1", header("X-Org", "a"))); res.code != 200 {
+			t.Fatalf("keyed: %d", res.code)
+		}
+	})
+	t.Run("global", func(t *testing.T) {
+		for _, mode := range []string{"global", ""} {
+			h := provision(t, cfg(mode), newFakeClock())
+			if res := serve(h, newReq("192.0.2.1:1")); res.code != 200 {
+				t.Fatalf("first: %d", res.code)
+			}
+			// Keyless requests from anyone share one key.
+			if res := serve(h, newReq("192.0.2.2:1")); res.code != 429 {
+				t.Fatalf("second keyless: %d", res.code)
+			}
+			if res := serve(h, newReq("192.0.2.2:1", header("X-Org", "b"))); res.code != 200 {
+				t.Fatalf("keyed: %d", res.code)
+			}
+		}
+	})
+}
+
+func TestCostPlaceholder(t *testing.T) {
+	h := provision(t, `{"zones":[{"name":"c","key":"k","cost":"{http.request.header.X-Cost}","limits":[{"events":10,"window":"1m"}]}]}`, newFakeClock())
+	for i, tc := range []struct {
+		cost      string
+		remaining string
+		code      int
+	}{
+		{"4", "6", 200},
+		{"abc", "5", 200}, // not a number: 1
+		{"0", "4", 200},   // not positive: 1
+		{"-3", "3", 200},  // not positive: 1
+		{"", "2", 200},    // absent: 1
+		{" 2 ", "0", 200},
+		{"1", "0", 429},
+	} {
+		var opts []reqOpt
+		if tc.cost != "" {
+			opts = append(opts, header("X-Cost", tc.cost))
+		}
+		res := serve(h, newReq("192.0.2.1:1", opts...))
+		if res.code != tc.code || res.hdr.Get("X-RateLimit-Remaining") != tc.remaining {
+			t.Fatalf("step %d (cost %q): code %d remaining %q, want %d %q", i+1, tc.cost, res.code,
+				res.hdr.Get("X-RateLimit-Remaining"), tc.code, tc.remaining)
+		}
+	}
+}
+
+func TestStaticCost(t *testing.T) {
+	h := provision(t, `{"zones":[{"name":"c","key":"k","cost":"3","limits":[{"events":7,"window":"1m"}]}]}`, newFakeClock())
+	for _, want := range []int{200, 200, 429} {
+		if res := serve(h, newReq("192.0.2.1:1")); res.code != want {
+			t.Fatalf("code %d, want %d", res.code, want)
+		}
+	}
+}
+
+func TestIPv6PrefixGrouping(t *testing.T) {
+	h := provision(t, `{"zones":[{"name":"v6","key":"{http.request.remote.host}","ipv6_prefix":64,"ipv4_prefix":24,
+		"limits":[{"events":1,"window":"1m"}]}]}`, newFakeClock())
+	if res := serve(h, newReq("[2001:db8:1:2::1]:5000")); res.code != 200 {
+		t.Fatalf("first: %d", res.code)
+	} else if got := res.repl.ReplaceAll("{http.rate_limit.key}", ""); got != "2001:db8:1:2::/64" {
+		t.Errorf("key %q", got)
+	}
+	if res := serve(h, newReq("[2001:db8:1:2:ffff::9]:5000")); res.code != 429 {
+		t.Fatalf("same /64: %d", res.code)
+	}
+	if res := serve(h, newReq("[2001:db8:1:3::1]:5000")); res.code != 200 {
+		t.Fatalf("other /64: %d", res.code)
+	}
+	serve(h, newReq("198.51.100.7:1"))
+	if res := serve(h, newReq("198.51.100.200:1")); res.code != 429 {
+		t.Fatalf("same /24: %d", res.code)
+	}
+}
+
+func TestDryRun(t *testing.T) {
+	h := provision(t, `{"dry_run":true,"zones":[{"name":"d","key":"k","limits":[{"events":1,"window":"1m"}]}]}`, newFakeClock())
+	serve(h, newReq("192.0.2.1:1"))
+	for i := 0; i < 3; i++ {
+		res := serve(h, newReq("192.0.2.1:1"))
+		if res.code != 200 || !res.called || res.err != nil {
+			t.Fatalf("dry run rejected: code %d err %v", res.code, res.err)
+		}
+		expectHeaders(t, res, map[string]string{"X-RateLimit-Remaining": "0", "Retry-After": ""})
+	}
+}
+
+func TestErrorRoutes(t *testing.T) {
+	h := provision(t, `{"zones":[{"name":"e","key":"k","limits":[{"events":1,"window":"2s"}]}]}`, newFakeClock())
+	h.rt.errorRoutes = errorRoutesYes
+	serve(h, newReq("192.0.2.1:1"))
+	res := serve(h, newReq("192.0.2.1:1"))
+	var he caddyhttp.HandlerError
+	if !errors.As(res.err, &he) || he.StatusCode != 429 {
+		t.Fatalf("want a 429 HandlerError, got %v", res.err)
+	}
+	if res.called {
+		t.Fatal("next called")
+	}
+	if res.hdr.Get("Retry-After") != "2" || res.hdr.Get("X-RateLimit-Remaining") != "0" {
+		t.Fatalf("headers not set before the error: %v", res.hdr)
+	}
+
+	// Through a server whose handle_errors has routes, found in the
+	// request's context.
+	h.rt.errorRoutes = errorRoutesUnknown
+	srv := &caddyhttp.Server{Errors: &caddyhttp.HTTPErrorConfig{Routes: caddyhttp.RouteList{{}}}}
+	r := newReq("192.0.2.1:1")
+	r = r.WithContext(context.WithValue(r.Context(), caddyhttp.ServerCtxKey, srv))
+	if res := serve(h, r); !errors.As(res.err, &he) {
+		t.Fatalf("with error routes in the server: %v", res.err)
+	}
+	srv.Errors = nil
+	if res := serve(h, r); res.err != nil || res.code != 429 {
+		t.Fatalf("without error routes: code %d err %v", res.code, res.err)
+	}
+
+	// Inside the error routes themselves the handler writes the status.
+	h.rt.errorRoutes = errorRoutesYes
+	r = newReq("192.0.2.1:1")
+	r = r.WithContext(context.WithValue(r.Context(), caddyhttp.ErrorCtxKey, errors.New("earlier")))
+	if res := serve(h, r); res.err != nil || res.code != 429 {
+		t.Fatalf("within error routes: code %d err %v", res.code, res.err)
+	}
+}
+
+func TestJitter(t *testing.T) {
+	h := provision(t, `{"jitter":0.5,"zones":[{"name":"j","key":"k","limits":[{"events":1,"window":"10s"}]}]}`, newFakeClock())
+	serve(h, newReq("192.0.2.1:1"))
+	seen := map[string]bool{}
+	for i := 0; i < 200; i++ {
+		res := serve(h, newReq("192.0.2.1:1"))
+		n, err := strconv.Atoi(res.hdr.Get("Retry-After"))
+		if err != nil || n < 10 || n > 15 {
+			t.Fatalf("Retry-After %q out of [10, 15]", res.hdr.Get("Retry-After"))
+		}
+		seen[res.hdr.Get("Retry-After")] = true
+	}
+	if len(seen) < 2 {
+		t.Errorf("no jitter: %v", seen)
+	}
+}
+
+func TestConcurrencyRelease(t *testing.T) {
+	h := provision(t, `{"zones":[{"name":"c","algorithm":"concurrency","key":"k","limits":[{"events":1,"window":"1m"}]}]}`, newFakeClock())
+
+	// A request in flight holds the only lease.
+	inside, leave := make(chan struct{}), make(chan struct{})
+	done := make(chan result)
+	go func() {
+		done <- serve(h, newReq("192.0.2.1:1"), func(w http.ResponseWriter, r *http.Request) error {
+			close(inside)
+			<-leave
+			return nil
+		})
+	}()
+	<-inside
+	if res := serve(h, newReq("192.0.2.1:1")); res.code != 429 || res.called {
+		t.Fatalf("second in flight: code %d", res.code)
+	}
+	close(leave)
+	if res := <-done; res.err != nil {
+		t.Fatal(res.err)
+	}
+
+	// Finished: released. Failing: released.
+	if res := serve(h, newReq("192.0.2.1:1"), func(http.ResponseWriter, *http.Request) error {
+		return caddyhttp.Error(502, errors.New("upstream down"))
+	}); res.err == nil {
+		t.Fatal("next's error lost")
+	}
+	// Panicking: released.
+	func() {
+		defer func() {
+			if recover() == nil {
+				t.Fatal("panic swallowed")
+			}
+		}()
+		serve(h, newReq("192.0.2.1:1"), func(http.ResponseWriter, *http.Request) error { panic("boom") })
+	}()
+	// Client gone: next returns the context's error; released.
+	ctx, cancel := context.WithCancel(context.Background())
+	r := newReq("192.0.2.1:1")
+	r = r.WithContext(ctx)
+	serve(h, r, func(w http.ResponseWriter, r *http.Request) error {
+		cancel()
+		<-r.Context().Done()
+		return r.Context().Err()
+	})
+	if res := serve(h, newReq("192.0.2.1:1")); res.code != 200 {
+		t.Fatalf("lease not released: code %d", res.code)
+	}
+}
+
+// A concurrency lease taken by an earlier zone is given back when a later
+// zone denies.
+func TestConcurrencyUndoneOnLaterDenial(t *testing.T) {
+	h := provision(t, `{"zones":[
+		{"name":"c","algorithm":"concurrency","key":"k","limits":[{"events":1,"window":"1m"}]},
+		{"name":"r","key":"k","limits":[{"events":1,"window":"1m"}]}]}`, newFakeClock())
+	serve(h, newReq("192.0.2.1:1"))
+	if res := serve(h, newReq("192.0.2.1:1")); res.code != 429 || res.repl.ReplaceAll("{http.rate_limit.zone}", "") != "r" {
+		t.Fatalf("code %d", res.code)
+	}
+	// The lease of the denied request was returned: a request of another
+	// key in zone r... shares zone c's key "k", which must be free.
+	h2 := h.rt.zones[0].store.(*store.Memory)
+	if n := h2.Len(); n > 1 {
+		t.Fatalf("keys %d", n)
+	}
+	d, _ := h.rt.zones[0].store.Take(context.Background(), "k", time.Time{}, 1)
+	if !d.Allowed {
+		t.Fatal("the concurrency lease of the denied request was not released")
+	}
+}
+
+func TestWaitMode(t *testing.T) {
+	clock := newFakeClock()
+	h := provision(t, `{"zones":[{"name":"w","key":"k","on_limit":"wait","max_wait":"5s",
+		"limits":[{"events":1,"window":"1s"}]}]}`, clock)
+
+	serve(h, newReq("192.0.2.1:1"))
+	start := clock.Now()
+	res := serve(h, newReq("192.0.2.1:1"))
+	if res.code != 200 || !res.called {
+		t.Fatalf("waited request: code %d err %v", res.code, res.err)
+	}
+	if waited := clock.Now().Sub(start); waited < time.Second || waited > 1100*time.Millisecond {
+		t.Fatalf("waited %s, want 1s", waited)
+	}
+}
+
+func TestWaitModeMaxWait(t *testing.T) {
+	clock := newFakeClock()
+	h := provision(t, `{"zones":[{"name":"w","key":"k","on_limit":"wait","max_wait":"2s",
+		"limits":[{"events":1,"window":"10s"}]}]}`, clock)
+	serve(h, newReq("192.0.2.1:1"))
+	res := serve(h, newReq("192.0.2.1:1"))
+	if res.code != 429 || res.called {
+		t.Fatalf("code %d", res.code)
+	}
+	if s := clock.Slept(); len(s) != 0 {
+		t.Fatalf("slept %v although the wait (10s) exceeds max_wait (2s)", s)
+	}
+	if res.hdr.Get("Retry-After") != "10" {
+		t.Fatalf("Retry-After %q", res.hdr.Get("Retry-After"))
+	}
+}
+
+func TestWaitModeClientGone(t *testing.T) {
+	clock := newFakeClock()
+	h := provision(t, `{"zones":[
+		{"name":"site","key":"all","limits":[{"events":5,"window":"1m"}]},
+		{"name":"w","key":"k","on_limit":"wait","max_wait":"5s","limits":[{"events":1,"window":"1s"}]}]}`, clock)
+	serve(h, newReq("192.0.2.1:1")) // site 1/5
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	r := newReq("192.0.2.1:1")
+	res := serve(h, r.WithContext(ctx))
+	var he caddyhttp.HandlerError
+	if res.called || !errors.As(res.err, &he) || he.StatusCode != 499 {
+		t.Fatalf("client gone while waiting: called %v err %v", res.called, res.err)
+	}
+	// site's unit for the abandoned request was given back: 3 more fit
+	// after the first (1 + 3 = 4 of 5), plus this one.
+	for i := 0; i < 4; i++ {
+		clock.Advance(time.Second)
+		if res := serve(h, newReq("192.0.2.1:1")); res.code != 200 {
+			t.Fatalf("request %d: %d", i, res.code)
+		}
+	}
+}
+
+func TestLeakyBucketShaping(t *testing.T) {
+	clock := newFakeClock()
+	h := provision(t, `{"zones":[{"name":"l","algorithm":"leaky_bucket","key":"k","on_limit":"wait","max_wait":"10s",
+		"limits":[{"events":2,"window":"1s"}],"burst":4}]}`, clock)
+	// Four requests at once fit the bucket; with wait they are spaced out at
+	// the rate (2/s): the n-th is held (n-1)*500ms.
+	for i := 0; i < 4; i++ {
+		if res := serve(h, newReq("192.0.2.1:1")); res.code != 200 {
+			t.Fatalf("request %d: %d", i, res.code)
+		}
+	}
+	slept := clock.Slept()
+	if len(slept) != 3 {
+		t.Fatalf("slept %v, want three delays", slept)
+	}
+	for _, d := range slept {
+		if d <= 0 || d > 2*time.Second {
+			t.Fatalf("delay %s", d)
+		}
+	}
+}
+
+func TestLeakyBucketRejectIgnoresDelay(t *testing.T) {
+	clock := newFakeClock()
+	h := provision(t, `{"zones":[{"name":"l","algorithm":"leaky_bucket","key":"k","limits":[{"events":2,"window":"1s"}],"burst":4}]}`, clock)
+	for i := 0; i < 4; i++ {
+		serve(h, newReq("192.0.2.1:1"))
+	}
+	if s := clock.Slept(); len(s) != 0 {
+		t.Fatalf("reject mode slept %v", s)
+	}
+	if res := serve(h, newReq("192.0.2.1:1")); res.code != 429 {
+		t.Fatalf("5th: %d", res.code)
+	}
+}
+
+func TestAllAlgorithmsLimit(t *testing.T) {
+	for _, alg := range []string{"sliding_log", "sliding_window", "fixed_window", "token_bucket", "leaky_bucket", "gcra"} {
+		t.Run(alg, func(t *testing.T) {
+			h := provision(t, `{"zones":[{"name":"a","algorithm":"`+alg+`","key":"k","limits":[{"events":3,"window":"1h"}]}]}`, newFakeClock())
+			for i := 0; i < 3; i++ {
+				if res := serve(h, newReq("192.0.2.1:1")); res.code != 200 {
+					t.Fatalf("request %d: %d", i+1, res.code)
+				}
+			}
+			res := serve(h, newReq("192.0.2.1:1"))
+			if res.code != 429 {
+				t.Fatalf("4th: %d", res.code)
+			}
+			n, err := strconv.Atoi(res.hdr.Get("Retry-After"))
+			if err != nil || n < 1 || n > 2*3600 {
+				t.Fatalf("Retry-After %q", res.hdr.Get("Retry-After"))
+			}
+		})
+	}
+}
+
+func TestProvisionErrors(t *testing.T) {
+	for _, cfg := range []string{
+		`{}`,
+		`{"zones":[null]}`,
+		`{"zones":[{"name":"a","key":"k"}]}`,
+		`{"zones":[{"name":"a","key":"k","limits":[{"events":0,"window":"1s"}]}]}`,
+		`{"zones":[{"name":"a","key":"k","limits":[{"events":1,"window":0}]}]}`,
+		`{"zones":[{"name":"a","key":"k","algorithm":"nope","limits":[{"events":1,"window":"1s"}]}]}`,
+		`{"zones":[{"name":"a","key":"k","ipv6_prefix":200,"limits":[{"events":1,"window":"1s"}]}]}`,
+		`{"zones":[{"name":"a","key":"k","cost":"x","limits":[{"events":1,"window":"1s"}]}]}`,
+		`{"zones":[{"name":"a","key":"k","on_limit":"wait","limits":[{"events":1,"window":"1s"}]}]}`,
+		`{"zones":[{"name":"a","key":"k","empty_key":"maybe","limits":[{"events":1,"window":"1s"}]}]}`,
+		`{"headers":"some","zones":[{"name":"a","key":"k","limits":[{"events":1,"window":"1s"}]}]}`,
+		`{"store":"disk","zones":[{"name":"a","key":"k","limits":[{"events":1,"window":"1s"}]}]}`,
+		`{"zones":[{"name":"a","key":"k","match":[{"no_such_matcher":true}],"limits":[{"events":1,"window":"1s"}]}]}`,
+		`{"zones":[{"name":"a","key_resolver":{"resolver":"no_such"},"limits":[{"events":1,"window":"1s"}]}]}`,
+		`{"zones":[{"name":"a","key":"k","limits":[{"events":1,"window":"1s"}]},{"name":"a","key":"k","limits":[{"events":1,"window":"1s"}]}]}`,
+	} {
+		h := new(Handler)
+		if err := json.Unmarshal([]byte(cfg), h); err != nil {
+			t.Fatalf("%s: %v", cfg, err)
+		}
+		err := h.Provision(testContext(t))
+		if err == nil {
+			t.Errorf("%s: provisioned", cfg)
+		}
+		if err := h.Cleanup(); err != nil {
+			t.Errorf("%s: cleanup: %v", cfg, err)
+		}
+	}
+}
+
+// An unprovisioned handler passes everything through rather than panic.
+func TestZeroHandler(t *testing.T) {
+	var h Handler
+	if res := serve(&h, newReq("192.0.2.1:1")); res.code != 200 || !res.called {
+		t.Fatalf("code %d", res.code)
+	}
+}
+
+// provisionIn provisions config as a handler of srv (nil: outside any
+// server) with the real clock and the shared pool; the caller cleans up.
+func provisionIn(t *testing.T, config string, srv *caddyhttp.Server) *Handler {
+	t.Helper()
+	h := new(Handler)
+	if err := json.Unmarshal([]byte(config), h); err != nil {
+		t.Fatal(err)
+	}
+	ctx := testContext(t)
+	if srv != nil {
+		ctx = ctx.WithValue(caddyhttp.ServerCtxKey, srv)
+	}
+	if err := h.Provision(ctx); err != nil {
+		t.Fatal(err)
+	}
+	return h
+}
+
+func remaining(t *testing.T, h *Handler) string {
+	t.Helper()
+	res := serve(h, newReq("192.0.2.1:1"))
+	if res.code == 429 {
+		return "429"
+	}
+	return res.hdr.Get("X-RateLimit-Remaining")
+}
+
+func TestReloadKeepsState(t *testing.T) {
+	const cfg = `{"zones":[{"name":"reload","key":"{http.request.remote.host}","limits":[{"events":5,"window":"1h"}]}]}`
+	listen := []string{":8080", ":8443"}
+
+	// Load 1: two handlers (two sites) with the same zone in one server.
+	srv1 := &caddyhttp.Server{Listen: listen}
+	a1, b1 := provisionIn(t, cfg, srv1), provisionIn(t, cfg, srv1)
+	for _, want := range []string{"4", "3"} {
+		if got := remaining(t, a1); got != want {
+			t.Fatalf("a1: remaining %s, want %s", got, want)
+		}
+	}
+	if got := remaining(t, b1); got != "4" {
+		t.Fatalf("b1 shares a1's counts: remaining %s", got)
+	}
+
+	// Load 2, the same config (listen addresses in another order): each
+	// handler continues its own count; then load 1 is cleaned up.
+	srv2 := &caddyhttp.Server{Listen: []string{":8443", ":8080"}}
+	a2, b2 := provisionIn(t, cfg, srv2), provisionIn(t, cfg, srv2)
+	if err := a1.Cleanup(); err != nil {
+		t.Fatal(err)
+	}
+	if err := b1.Cleanup(); err != nil {
+		t.Fatal(err)
+	}
+	if got := remaining(t, a2); got != "2" {
+		t.Fatalf("a2: remaining %s, want 2 (count carried over)", got)
+	}
+	if got := remaining(t, b2); got != "3" {
+		t.Fatalf("b2: remaining %s, want 3 (count carried over)", got)
+	}
+
+	// Load 3: a changed limit starts afresh at once; another server too.
+	srv3 := &caddyhttp.Server{Listen: listen}
+	a3 := provisionIn(t, `{"zones":[{"name":"reload","key":"{http.request.remote.host}","limits":[{"events":7,"window":"1h"}]}]}`, srv3)
+	other := provisionIn(t, cfg, &caddyhttp.Server{Listen: []string{":9090"}})
+	if got := remaining(t, a3); got != "6" {
+		t.Fatalf("changed limit: remaining %s, want 6", got)
+	}
+	if got := remaining(t, other); got != "4" {
+		t.Fatalf("other server: remaining %s, want 4", got)
+	}
+	// Settings that only change what is done with a decision keep counts.
+	srv4 := &caddyhttp.Server{Listen: listen}
+	a4 := provisionIn(t, `{"headers":"legacy","dry_run":true,"status":503,"zones":[{"name":"reload","key":"{http.request.remote.host}",
+		"empty_key":"deny","limits":[{"events":5,"window":"1h"}]}]}`, srv4)
+	if got := remaining(t, a4); got != "1" {
+		t.Fatalf("a4: remaining %s, want 1", got)
+	}
+
+	for _, h := range []*Handler{a2, b2, a3, other, a4} {
+		if err := h.Cleanup(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Everything released: a new load starts from scratch.
+	a5 := provisionIn(t, cfg, &caddyhttp.Server{Listen: listen})
+	defer a5.Cleanup()
+	if got := remaining(t, a5); got != "4" {
+		t.Fatalf("after all cleanups: remaining %s, want 4", got)
+	}
+	n := 0
+	pool.Range(func(k, v any) bool { n++; return true })
+	if n != 2 { // a5's store and its server's occurrence counter
+		t.Errorf("pool holds %d entries, want 2", n)
+	}
+}

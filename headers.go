@@ -1,0 +1,156 @@
+package ratelimit
+
+import (
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/caddyserver/caddy/v2"
+
+	"github.com/zonelimit/caddy-ratelimit/algorithms"
+)
+
+// headerMode is the set of rate-limit headers written.
+type headerMode uint8
+
+const (
+	headersIETF headerMode = 1 << iota
+	headersLegacy
+	headersOff  headerMode = 0
+	headersBoth            = headersIETF | headersLegacy
+)
+
+func parseHeaderMode(s string) (headerMode, error) {
+	switch s {
+	case "", "both":
+		return headersBoth, nil
+	case "ietf":
+		return headersIETF, nil
+	case "legacy":
+		return headersLegacy, nil
+	case "off":
+		return headersOff, nil
+	}
+	return 0, fmt.Errorf("unknown headers value %q (want one of ietf, legacy, both, off)", s)
+}
+
+// Header names in canonical form, so that they can be assigned to an
+// http.Header directly.
+const (
+	hdrRetryAfter = "Retry-After"
+	hdrPolicy     = "Ratelimit-Policy" // RateLimit-Policy
+	hdrRateLimit  = "Ratelimit"        // RateLimit
+	hdrLimit      = "X-Ratelimit-Limit"
+	hdrRemaining  = "X-Ratelimit-Remaining"
+	hdrReset      = "X-Ratelimit-Reset"
+)
+
+// Placeholders set on the request's replacer.
+const (
+	phZone       = "http.rate_limit.zone"
+	phKey        = "http.rate_limit.key"
+	phRemaining  = "http.rate_limit.remaining"
+	phRetryAfter = "http.rate_limit.retry_after"
+	phLimit      = "http.rate_limit.limit"
+	// phExceeded is the placeholder mholt/caddy-ratelimit sets on a
+	// rejection, kept for configs migrating from it.
+	phExceeded = "http.rate_limit.exceeded.name"
+)
+
+// ceilSeconds returns d in whole seconds, rounded up; never negative.
+func ceilSeconds(d time.Duration) int64 {
+	if d <= 0 {
+		return 0
+	}
+	s := int64(d / time.Second)
+	if d%time.Second != 0 {
+		s++
+	}
+	return s
+}
+
+// retryAfterSeconds is the Retry-After of a rejection that must wait d:
+// rounded up, at least 1, plus up to jitter*d at random (never less).
+func retryAfterSeconds(d time.Duration, jitter float64) int64 {
+	if jitter > 0 && d > 0 {
+		extra := rand.Float64() * jitter * float64(d)
+		if extra < float64(math.MaxInt64-d) {
+			d += time.Duration(extra)
+		}
+	}
+	return max(ceilSeconds(d), 1)
+}
+
+// precomputeHeaders prepares the header values of a zone that do not
+// change per request.
+func (z *zone) precomputeHeaders() {
+	items := make([]string, len(z.tiers))
+	z.limitVals = make([][]string, len(z.tiers))
+	for i, t := range z.tiers {
+		w := ceilSeconds(t.Window)
+		items[i] = `"` + z.name + `";q=` + strconv.FormatInt(t.Events, 10) + ";w=" + strconv.FormatInt(w, 10)
+		z.limitVals[i] = []string{strconv.FormatInt(t.Events, 10)}
+	}
+	z.policy = strings.Join(items, ", ")
+	z.policyVals = []string{z.policy}
+	z.rlPrefix = `"` + z.name + `";r=`
+}
+
+// resetSeconds is the "seconds until reset" of the headers: until the tier
+// is whole again, or, for a denial, until a request would be admitted.
+func resetSeconds(d *algorithms.Decision) int64 {
+	if !d.Allowed {
+		return max(ceilSeconds(d.RetryAfter), 1)
+	}
+	return ceilSeconds(d.ResetAfter)
+}
+
+// setHeaders writes the configured rate-limit headers for decision d of
+// zone z; policy is the RateLimit-Policy value of the zones that applied.
+// Every value slice has cap == len, so that a later Header.Add never writes
+// into a shared array.
+func (h *Handler) setHeaders(hdr http.Header, z *zone, d *algorithms.Decision, policy []string) {
+	mode := h.rt.headers
+	if mode == headersOff {
+		return
+	}
+	reset := resetSeconds(d)
+	remaining := max(d.Remaining, 0)
+	if mode&headersIETF != 0 {
+		var buf [160]byte
+		b := append(buf[:0], z.rlPrefix...)
+		b = strconv.AppendInt(b, remaining, 10)
+		b = append(b, ";t="...)
+		b = strconv.AppendInt(b, reset, 10)
+		hdr[hdrPolicy] = policy
+		hdr[hdrRateLimit] = []string{string(b)}
+	}
+	if mode&headersLegacy != 0 {
+		vals := make([]string, 2)
+		vals[0] = strconv.FormatInt(remaining, 10)
+		vals[1] = strconv.FormatInt(reset, 10)
+		if d.Tier >= 0 && d.Tier < len(z.limitVals) && z.tiers[d.Tier].Events == d.Limit {
+			hdr[hdrLimit] = z.limitVals[d.Tier]
+		} else {
+			hdr[hdrLimit] = []string{strconv.FormatInt(d.Limit, 10)}
+		}
+		hdr[hdrRemaining] = vals[0:1:1]
+		hdr[hdrReset] = vals[1:2:2]
+	}
+}
+
+// setPlaceholders publishes decision d of zone z for key on the replacer.
+func setPlaceholders(repl *caddy.Replacer, z *zone, key string, d *algorithms.Decision, retryAfter int64) {
+	if repl == nil {
+		return
+	}
+	repl.Set(phZone, z.name)
+	repl.Set(phKey, key)
+	repl.Set(phRemaining, max(d.Remaining, 0))
+	repl.Set(phLimit, d.Limit)
+	repl.Set(phRetryAfter, retryAfter)
+}

@@ -1,0 +1,450 @@
+package ratelimit
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/caddyserver/caddy/v2"
+	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
+	"go.uber.org/zap"
+
+	"github.com/zonelimit/caddy-ratelimit/algorithms"
+	"github.com/zonelimit/caddy-ratelimit/keyresolver"
+	"github.com/zonelimit/caddy-ratelimit/store"
+)
+
+// Defaults filled in by Provision.
+const (
+	defaultStore         = "memory"
+	defaultHeaders       = "both"
+	defaultStatus        = 429
+	defaultCost          = "1"
+	defaultOnLimit       = "reject"
+	defaultEmptyKey      = "global"
+	defaultSweepInterval = time.Minute
+	defaultMaxKeys       = 1_000_000
+	defaultIPv4Prefix    = 32
+	defaultIPv6Prefix    = 128
+)
+
+// pool holds what outlives a config reload: the store of each zone (keyed
+// by storeKey) and, while a config is loaded, the occurrence counters that
+// tell apart identical zones of different handlers (keyed by
+// occurrenceScope). It is the only package-level mutable state.
+var pool = caddy.NewUsagePool()
+
+// storeKey identifies a zone's store across config loads.
+//
+// A zone keeps its state across `caddy reload` when its storeKey is
+// unchanged:
+//
+//   - server: the listen addresses of the HTTP server the handler is in
+//     (sorted, joined). Two servers never share a listen address, and a
+//     site keeps its addresses across reloads.
+//   - config: the zone's name and every setting that gives its counts their
+//     meaning (algorithm, limits, burst, count_rejected, key template or
+//     resolver, prefixes) plus the store settings (store, max_keys,
+//     sweep_interval), as JSON with defaults filled in. Changing any of
+//     these starts the zone afresh, so a new limit applies at once. Settings
+//     that only change what is done with a decision (match, cost, on_limit,
+//     max_wait, empty_key, headers, status, dry_run, jitter) keep the
+//     counts: e.g. leaving dry_run keeps what was counted in it.
+//   - n: among the handlers of one server in one config load whose zones
+//     have the same server and config, the n-th one provisioned (0 for the
+//     first). Two sites that happen to use one zone name and configuration
+//     therefore do not share counts. Within a server, Caddy provisions
+//     routes in config order, so an unchanged config gives every handler
+//     the same n on every reload. (Adding, above an existing handler, a new
+//     handler with an identical zone shifts n: the two swap their state
+//     once. Handlers in different named routes of one server with
+//     identical zones are provisioned in map order, so they may swap on a
+//     reload; give such zones different names.)
+type storeKey struct {
+	server string
+	config string
+	n      int
+}
+
+// occurrenceScope keys the per-load counters behind storeKey.n: one per
+// HTTP server value, and a new server value is made by every config load.
+type occurrenceScope struct {
+	server any
+}
+
+// occurrences counts, in one config load, the zones seen per (server,
+// config).
+type occurrences struct {
+	mu   sync.Mutex
+	seen map[string]int
+}
+
+func (*occurrences) Destruct() error { return nil }
+
+// handlerRuntime is what Provision builds from the configuration: all that
+// ServeHTTP reads, never written after Provision.
+type handlerRuntime struct {
+	zones  []*zone
+	logger *zap.Logger
+
+	headers headerMode
+	status  int
+	dryRun  bool
+	jitter  float64
+
+	// errorRoutes says whether a rejection is returned as an error for the
+	// site's handle_errors routes: errorRoutesUnknown means look at the
+	// server in the request's context.
+	errorRoutes errorRoutesMode
+
+	// policyAll is the RateLimit-Policy value when every zone applies.
+	policyAll []string
+
+	// poolKeys are the pool entries this handler holds; Cleanup releases
+	// them. private are stores outside the pool (tests with a clock).
+	poolKeys []any
+	private  []*store.Memory
+
+	// clock, when set (tests), is the time source of the memory stores
+	// and of on_limit wait; sleep, when set, replaces the real timer.
+	clock func() time.Time
+	sleep func(ctx context.Context, d time.Duration) error
+}
+
+type errorRoutesMode uint8
+
+const (
+	errorRoutesUnknown errorRoutesMode = iota
+	errorRoutesYes
+	errorRoutesNo
+)
+
+type emptyKeyMode uint8
+
+const (
+	emptyKeyGlobal emptyKeyMode = iota
+	emptyKeyAllow
+	emptyKeyDeny
+)
+
+// zone is a provisioned Zone.
+type zone struct {
+	name      string
+	matchers  caddyhttp.MatcherSets
+	resolver  keyresolver.KeyResolver
+	store     store.Store
+	limiter   algorithms.Limiter
+	cost      int64  // the static cost, when costTmpl is empty
+	costTmpl  string // a placeholder cost
+	emptyKey  emptyKeyMode
+	wait      bool
+	maxWait   time.Duration
+	lease     bool // concurrency: the admission is released when the request ends
+	shape     bool // leaky_bucket with wait: hold admitted requests for Decision.Delay
+	maxWindow time.Duration
+	tiers     []algorithms.Tier
+
+	// Precomputed header material.
+	policy      string   // RateLimit-Policy items of this zone
+	policyVals  []string // []string{policy}
+	rlPrefix    string   // `"<name>";r=`
+	limitVals   [][]string
+	rejectError error
+}
+
+// Provision validates the configuration, fills in the defaults and sets up
+// the zones: matchers, key resolvers, algorithms and stores.
+func (h *Handler) Provision(ctx caddy.Context) error {
+	h.rt.logger = ctx.Logger()
+	if err := h.Validate(); err != nil {
+		return err
+	}
+
+	if h.Store == "" {
+		h.Store = defaultStore
+	}
+	if h.Headers == "" {
+		h.Headers = defaultHeaders
+	}
+	if h.Status == 0 {
+		h.Status = defaultStatus
+	}
+	if h.SweepInterval == 0 {
+		h.SweepInterval = caddy.Duration(defaultSweepInterval)
+	}
+	if h.MaxKeys == 0 {
+		h.MaxKeys = defaultMaxKeys
+	}
+	mode, err := parseHeaderMode(h.Headers)
+	if err != nil {
+		return err
+	}
+	h.rt.headers = mode
+	h.rt.status = h.Status
+	h.rt.dryRun = h.DryRun
+	h.rt.jitter = h.Jitter
+	h.rt.errorRoutes = errorRoutesFor(ctx)
+
+	server := serverScope(ctx)
+	var occ *occurrences
+	if srv := ctx.Context.Value(caddyhttp.ServerCtxKey); srv != nil {
+		scope := occurrenceScope{server: srv}
+		v, _, err := pool.LoadOrNew(scope, func() (caddy.Destructor, error) {
+			return &occurrences{seen: make(map[string]int)}, nil
+		})
+		if err != nil {
+			return err
+		}
+		h.rt.poolKeys = append(h.rt.poolKeys, scope)
+		occ = v.(*occurrences)
+	}
+
+	h.rt.zones = make([]*zone, 0, len(h.Zones))
+	policies := make([]string, 0, len(h.Zones))
+	for _, zc := range h.Zones {
+		z, err := h.provisionZone(ctx, zc, server, occ)
+		if err != nil {
+			return fmt.Errorf("zone %q: %v", zc.Name, err)
+		}
+		h.rt.zones = append(h.rt.zones, z)
+		policies = append(policies, z.policy)
+	}
+	h.rt.policyAll = []string{strings.Join(policies, ", ")}
+	return nil
+}
+
+// provisionZone fills in the defaults of zc and builds its runtime zone.
+func (h *Handler) provisionZone(ctx caddy.Context, zc *Zone, server string, occ *occurrences) (*zone, error) {
+	if zc.Algorithm == "" {
+		zc.Algorithm = algorithms.SlidingLog
+	}
+	if zc.Cost == "" {
+		zc.Cost = defaultCost
+	}
+	if zc.OnLimit == "" {
+		zc.OnLimit = defaultOnLimit
+	}
+	if zc.EmptyKey == "" {
+		zc.EmptyKey = defaultEmptyKey
+	}
+	if zc.IPv4Prefix == 0 {
+		zc.IPv4Prefix = defaultIPv4Prefix
+	}
+	if zc.IPv6Prefix == 0 {
+		zc.IPv6Prefix = defaultIPv6Prefix
+	}
+
+	z := &zone{
+		name:    zc.Name,
+		wait:    zc.OnLimit == "wait",
+		maxWait: time.Duration(zc.MaxWait),
+		lease:   zc.Algorithm == algorithms.Concurrency,
+	}
+	z.shape = z.wait && zc.Algorithm == algorithms.LeakyBucket
+	switch zc.EmptyKey {
+	case "global":
+		z.emptyKey = emptyKeyGlobal
+	case "allow":
+		z.emptyKey = emptyKeyAllow
+	case "deny":
+		z.emptyKey = emptyKeyDeny
+	default:
+		return nil, fmt.Errorf("unknown empty_key value %q", zc.EmptyKey)
+	}
+	if strings.Contains(zc.Cost, "{") {
+		z.costTmpl = zc.Cost
+	} else {
+		n, err := strconv.ParseInt(zc.Cost, 10, 64)
+		if err != nil || n <= 0 {
+			return nil, fmt.Errorf("cost must be a positive integer or a placeholder, got %q", zc.Cost)
+		}
+		z.cost = n
+	}
+
+	// The identity of the zone's state, taken before LoadModule consumes
+	// the raw module configurations.
+	identity, err := h.storeIdentity(zc)
+	if err != nil {
+		return nil, err
+	}
+
+	if len(zc.MatcherSetsRaw) > 0 {
+		v, err := ctx.LoadModule(zc, "MatcherSetsRaw")
+		if err != nil {
+			return nil, fmt.Errorf("loading matchers: %v", err)
+		}
+		if err := z.matchers.FromInterface(v); err != nil {
+			return nil, err
+		}
+	}
+
+	if len(zc.KeyResolverRaw) > 0 {
+		raw := zc.KeyResolverRaw
+		v, err := ctx.LoadModule(zc, "KeyResolverRaw")
+		if err != nil {
+			return nil, fmt.Errorf("loading key resolver: %v", err)
+		}
+		zc.KeyResolverRaw = raw // kept: Validate, which runs next, looks at it
+		kr, ok := v.(keyresolver.KeyResolver)
+		if !ok {
+			return nil, fmt.Errorf("key resolver module %T does not implement keyresolver.KeyResolver", v)
+		}
+		z.resolver = kr
+	} else {
+		t, err := keyresolver.NewTemplate(zc.Key, zc.IPv4Prefix, zc.IPv6Prefix)
+		if err != nil {
+			return nil, err
+		}
+		z.resolver = t
+	}
+
+	cfg := algorithms.Config{Burst: zc.Burst, CountRejected: zc.CountRejected}
+	for _, l := range zc.Limits {
+		t := algorithms.Tier{Events: l.Events, Window: time.Duration(l.Window)}
+		cfg.Tiers = append(cfg.Tiers, t)
+		z.maxWindow = max(z.maxWindow, t.Window)
+	}
+	z.tiers = cfg.Tiers
+	lim, err := algorithms.New(zc.Algorithm, cfg)
+	if err != nil {
+		return nil, err
+	}
+	z.limiter = lim
+
+	st, err := h.zoneStore(lim, zc.Name, server, identity, occ)
+	if err != nil {
+		return nil, err
+	}
+	z.store = st
+
+	z.precomputeHeaders()
+	z.rejectError = fmt.Errorf("rate limit exceeded in zone %q", z.name)
+	return z, nil
+}
+
+// storeIdentity returns the JSON of what gives a zone's counts their meaning
+// (see storeKey).
+func (h *Handler) storeIdentity(zc *Zone) (string, error) {
+	b, err := json.Marshal(struct {
+		Name          string          `json:"name"`
+		Algorithm     string          `json:"algorithm"`
+		Limits        []Limit         `json:"limits"`
+		Burst         int64           `json:"burst"`
+		CountRejected bool            `json:"count_rejected"`
+		Key           string          `json:"key"`
+		KeyResolver   json.RawMessage `json:"key_resolver,omitempty"`
+		IPv4Prefix    int             `json:"ipv4_prefix"`
+		IPv6Prefix    int             `json:"ipv6_prefix"`
+		Store         string          `json:"store"`
+		MaxKeys       int             `json:"max_keys"`
+		SweepInterval caddy.Duration  `json:"sweep_interval"`
+	}{
+		zc.Name, zc.Algorithm, zc.Limits, zc.Burst, zc.CountRejected,
+		zc.Key, zc.KeyResolverRaw, zc.IPv4Prefix, zc.IPv6Prefix,
+		h.Store, h.MaxKeys, h.SweepInterval,
+	})
+	return string(b), err
+}
+
+// zoneStore returns the store of a zone: the one of the previous config
+// load when the zone is unchanged (see storeKey), else a new one.
+func (h *Handler) zoneStore(lim algorithms.Limiter, name, server, identity string, occ *occurrences) (store.Store, error) {
+	switch h.Store {
+	case "memory":
+	default:
+		return nil, fmt.Errorf("unknown store %q", h.Store)
+	}
+	opts := store.MemoryOptions{
+		MaxKeys:       h.MaxKeys,
+		SweepInterval: time.Duration(h.SweepInterval),
+		Now:           h.rt.clock,
+	}
+	if h.rt.clock != nil {
+		// A test clock: a store of its own, never shared.
+		m := store.NewMemory(lim, opts)
+		h.rt.private = append(h.rt.private, m)
+		return m, nil
+	}
+	key := storeKey{server: server, config: identity}
+	if occ != nil {
+		occ.mu.Lock()
+		key.n = occ.seen[server+"\x00"+identity]
+		occ.seen[server+"\x00"+identity]++
+		occ.mu.Unlock()
+	}
+	v, loaded, err := pool.LoadOrNew(key, func() (caddy.Destructor, error) {
+		return store.NewMemory(lim, opts), nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	h.rt.poolKeys = append(h.rt.poolKeys, key)
+	if loaded {
+		h.rt.logger.Debug("zone state carried over from the previous config",
+			zap.String("zone", name), zap.Int("occurrence", key.n))
+	}
+	return v.(*store.Memory), nil
+}
+
+// serverScope names the HTTP server being provisioned by its listen
+// addresses; "" outside a server.
+func serverScope(ctx caddy.Context) string {
+	srv, ok := ctx.Context.Value(caddyhttp.ServerCtxKey).(*caddyhttp.Server)
+	if !ok || srv == nil {
+		return ""
+	}
+	listen := slices.Clone(srv.Listen)
+	slices.Sort(listen)
+	return strings.Join(listen, ",")
+}
+
+// errorRoutesFor tells, at provision time, whether an error returned by the
+// handler reaches error routes: the server's handle_errors routes or the
+// errors routes of an enclosing subroute.
+func errorRoutesFor(ctx caddy.Context) errorRoutesMode {
+	for _, m := range ctx.Modules() {
+		if sr, ok := m.(*caddyhttp.Subroute); ok && sr.Errors != nil && len(sr.Errors.Routes) > 0 {
+			return errorRoutesYes
+		}
+	}
+	srv, ok := ctx.Context.Value(caddyhttp.ServerCtxKey).(*caddyhttp.Server)
+	if !ok || srv == nil {
+		return errorRoutesUnknown
+	}
+	if srv.Errors != nil && len(srv.Errors.Routes) > 0 {
+		return errorRoutesYes
+	}
+	return errorRoutesNo
+}
+
+// Cleanup releases the zones' state: a store no other config load uses is
+// destroyed.
+func (h *Handler) Cleanup() error {
+	var errs []error
+	for _, k := range h.rt.poolKeys {
+		if _, err := pool.Delete(k); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	h.rt.poolKeys = nil
+	for _, m := range h.rt.private {
+		if err := m.Destruct(); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	h.rt.private = nil
+	return errors.Join(errs...)
+}
+
+// Interface guards.
+var (
+	_ caddy.Provisioner           = (*Handler)(nil)
+	_ caddy.CleanerUpper          = (*Handler)(nil)
+	_ caddyhttp.MiddlewareHandler = (*Handler)(nil)
+)
