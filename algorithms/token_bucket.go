@@ -79,6 +79,9 @@ func bktParams(t Tier, burst int64) (bktTier, error) {
 	if burst <= 0 {
 		burst = t.Events
 	}
+	if burst > bktMaxParam {
+		return bktTier{}, fmt.Errorf("capacity %d is too large (at most 2^50)", burst)
+	}
 	w := t.Window.Microseconds()
 	if t.Events <= 0 || w <= 0 {
 		return bktTier{}, fmt.Errorf("events and window must be positive")

@@ -544,3 +544,16 @@ func TestBktLimiter(t *testing.T) {
 		}
 	}
 }
+
+func TestTokenBucketHugeBurstIsAnError(t *testing.T) {
+	for _, name := range []string{TokenBucket, LeakyBucket} {
+		_, err := New(name, Config{Tiers: []Tier{{Events: 1 << 60, Window: time.Second}}})
+		if err == nil {
+			t.Errorf("%s: capacity 2^60 accepted, want an error", name)
+		}
+		_, err = New(name, Config{Tiers: []Tier{{Events: 10, Window: time.Second}}, Burst: 1 << 51})
+		if err == nil {
+			t.Errorf("%s: burst 2^51 accepted, want an error", name)
+		}
+	}
+}
