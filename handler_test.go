@@ -20,8 +20,8 @@ import (
 // fakeClock is the clock of the stores and of on_limit wait in tests;
 // sleeping advances it.
 type fakeClock struct {
-	mu     sync.Mutex
-	t      time.Time
+	mu    sync.Mutex
+	t     time.Time
 	slept []time.Duration
 }
 
