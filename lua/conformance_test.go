@@ -12,11 +12,12 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/zonelimit/caddy-ratelimit/algorithms"
+	"github.com/zonelimit/caddy-ratelimit/store"
 )
 
 // The conformance suite: the same timelines, with passed-in times, against
-// the Go twin (an algorithms.State per key, as the memory store holds them)
-// and the Redis store, comparing every field of every decision.
+// the memory store (the Go twins) and the Redis store (the Lua twins),
+// comparing every field of every decision.
 
 type confCase struct {
 	name string
@@ -176,17 +177,16 @@ func playConformance(t *testing.T, c redis.UniversalClient, steps int) {
 						rs := mustStore(t, c, l, fmt.Sprintf("conf-%s-%d-%d-%d", alg, ci, seed, time.Now().UnixNano()))
 						rng := rand.New(rand.NewSource(seed*1000 + int64(ci)))
 						ops := timeline(rng, alg, cc.cfg, steps)
-						states := map[string]algorithms.State{}
+						// The Go twin through the memory store, as the handler
+						// uses it (sweeping off: the timeline's instants are
+						// not the wall clock).
+						ref := store.NewMemory(l, store.MemoryOptions{SweepInterval: time.Hour})
+						defer ref.Destruct()
 						decs := make([]algorithms.Decision, len(ops))
 						undone := make([]bool, len(ops))
 						inexact, allowed, denied, undos := 0, 0, 0, 0
 						for i, o := range ops {
 							now := t0.Add(o.at)
-							st := states[o.key]
-							if st == nil {
-								st = l.NewState()
-								states[o.key] = st
-							}
 							if o.undo > 0 {
 								j := o.undo - 1
 								if undone[j] || !decs[j].Allowed {
@@ -194,13 +194,18 @@ func playConformance(t *testing.T, c redis.UniversalClient, steps int) {
 								}
 								undone[j] = true
 								undos++
-								st.Undo(now, o.cost, decs[j])
+								if err := ref.Undo(ctx, o.key, now, o.cost, decs[j]); err != nil {
+									t.Fatal(err)
+								}
 								if err := rs.Undo(ctx, o.key, now, o.cost, decs[j]); err != nil {
 									t.Fatalf("seed %d step %d: Undo: %v", seed, i, err)
 								}
 								continue
 							}
-							want := st.Take(now, o.cost)
+							want, err := ref.Take(ctx, o.key, now, o.cost)
+							if err != nil {
+								t.Fatal(err)
+							}
 							got, err := rs.Take(ctx, o.key, now, o.cost)
 							if err != nil {
 								t.Fatalf("seed %d step %d: Take: %v", seed, i, err)

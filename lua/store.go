@@ -148,7 +148,7 @@ type Store struct {
 	head    string   // "<prefix><zone>:{"
 	tails   []string // "}:<alg>:<digest>[:<part>]", one per key
 	static  []any    // ARGV after the common arguments
-	cr      string   // count_rejected: "1" or "0"
+	cr      any      // count_rejected: "1" or "0"
 	member  bool     // the script wants a unique member in ARGV[5]
 	counter atomic.Uint64
 	idHead  string // "<instance id>-<store id>-"
@@ -180,11 +180,11 @@ func NewStore(c redis.UniversalClient, l algorithms.Limiter, o Options) (*Store,
 		l:      l,
 		script: sc,
 		head:   o.KeyPrefix + EscapeKey(o.Zone) + ":{",
-		cr:     "0",
+		cr:     any("0"),
 		idHead: instanceID + "-" + strconv.FormatUint(storeSeq.Add(1), 36) + "-",
 	}
 	if cfg.CountRejected {
-		s.cr = "1"
+		s.cr = any("1")
 	}
 	h := sha256.New()
 	fmt.Fprintf(h, "%s|%d|", name, cfg.Burst)
@@ -264,26 +264,44 @@ func NewStore(c redis.UniversalClient, l algorithms.Limiter, o Options) (*Store,
 // Keys returns the Redis keys of key, in the order the script takes them.
 func (s *Store) Keys(key string) []string {
 	esc := EscapeKey(key)
+	// One string holding every key, sliced: two allocations in all.
+	n := 0
+	for _, t := range s.tails {
+		n += len(s.head) + len(esc) + len(t)
+	}
+	var b strings.Builder
+	b.Grow(n)
+	for _, t := range s.tails {
+		b.WriteString(s.head)
+		b.WriteString(esc)
+		b.WriteString(t)
+	}
+	all := b.String()
 	keys := make([]string, len(s.tails))
 	for i, t := range s.tails {
-		keys[i] = s.head + esc + t
+		m := len(s.head) + len(esc) + len(t)
+		keys[i], all = all[:m], all[m:]
 	}
 	return keys
 }
 
-// Modes of a script call (ARGV[1]).
-const (
-	modeTake = "0"
-	modeUndo = "1"
+// Modes of a script call (ARGV[1]), boxed once.
+var (
+	modeTake any = "0"
+	modeUndo any = "1"
+	noNow    any = ""
 )
 
-func (s *Store) args(mode string, now time.Time, cost int64, extra string) []any {
+// args returns ARGV: the common arguments (see lib.lua), then the
+// algorithm's constants. Integers are passed as int64 (go-redis writes them
+// in decimal; small ones box without allocating).
+func (s *Store) args(mode any, now time.Time, cost int64, extra string) []any {
 	a := make([]any, 0, 5+len(s.static))
-	ns := ""
+	ns := noNow
 	if !now.IsZero() {
-		ns = strconv.FormatInt(now.UnixMicro(), 10)
+		ns = now.UnixMicro()
 	}
-	a = append(a, mode, ns, strconv.FormatInt(cost, 10), s.cr, extra)
+	a = append(a, mode, ns, cost, s.cr, extra)
 	return append(a, s.static...)
 }
 
