@@ -1,6 +1,8 @@
 package redistest
 
 import (
+	"os"
+	"os/exec"
 	"strings"
 	"testing"
 	"time"
@@ -48,5 +50,26 @@ func TestStartCluster(t *testing.T) {
 	}
 	if masters != 3 {
 		t.Fatalf("%d masters, want 3", masters)
+	}
+}
+
+// TestMissingRedis: without redis-server on PATH a test skips, and with
+// CI=true it fails (run in a child process, since failing is the point).
+func TestMissingRedis(t *testing.T) {
+	if os.Getenv("REDISTEST_CHILD") == "1" {
+		Start(t)
+		t.Log("started") // not reached
+		return
+	}
+	for _, ci := range []string{"", "true"} {
+		cmd := exec.Command(os.Args[0], "-test.run=^TestMissingRedis$", "-test.v")
+		cmd.Env = append(os.Environ(), "REDISTEST_CHILD=1", "PATH="+t.TempDir(), "CI="+ci)
+		out, err := cmd.CombinedOutput()
+		switch {
+		case ci == "" && (err != nil || !strings.Contains(string(out), "--- SKIP") || !strings.Contains(string(out), "redis-server not found")):
+			t.Errorf("without CI: want a skip naming redis-server, got %v:\n%s", err, out)
+		case ci == "true" && (err == nil || !strings.Contains(string(out), "--- FAIL") || !strings.Contains(string(out), "CI=true")):
+			t.Errorf("with CI=true: want a failure, got %v:\n%s", err, out)
+		}
 	}
 }
