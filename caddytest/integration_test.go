@@ -1,0 +1,573 @@
+// Package integration runs the rate_limit handler inside a real Caddy
+// (Caddy's caddytest harness: an in-process Caddy whose admin API listens on
+// localhost:2999, loaded with Caddyfiles through /load).
+//
+// Every test uses zone names of its own: the state of a zone survives a
+// config load when the zone is unchanged, which is what TestReload checks,
+// and what would otherwise carry counts from one test into the next.
+// Windows are long (a minute or more) so that no result depends on timing.
+package integration
+
+import (
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/caddyserver/caddy/v2/caddytest"
+
+	_ "github.com/caddyserver/caddy/v2/modules/standard"
+	_ "github.com/zonelimit/caddy-ratelimit"
+)
+
+const globals = `{
+	admin localhost:2999
+	http_port 9080
+	https_port 9443
+	grace_period 1ns
+	default_bind 127.0.0.1
+}
+`
+
+const base = "http://127.0.0.1:9080"
+
+// load (re)configures the shared Caddy with the given sites.
+func load(t *testing.T, sites string) *caddytest.Tester {
+	t.Helper()
+	tc := caddytest.NewTester(t)
+	tc.InitServer(globals+sites, "caddyfile")
+	if t.Failed() {
+		t.FailNow()
+	}
+	return tc
+}
+
+type response struct {
+	code int
+	hdr  http.Header
+	body string
+}
+
+// get requests path with the given header pairs ("Name", "value", ...).
+func get(t *testing.T, tc *caddytest.Tester, path string, hdr ...string) response {
+	t.Helper()
+	req, err := http.NewRequest("GET", base+path, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i+1 < len(hdr); i += 2 {
+		if hdr[i] == "Host" {
+			req.Host = hdr[i+1]
+			continue
+		}
+		req.Header.Set(hdr[i], hdr[i+1])
+	}
+	res, err := tc.Client.Do(req)
+	if err != nil {
+		t.Fatalf("GET %s: %v", path, err)
+	}
+	defer res.Body.Close()
+	body, _ := io.ReadAll(res.Body)
+	return response{res.StatusCode, res.Header, string(body)}
+}
+
+func expectCode(t *testing.T, r response, code int, what string) {
+	t.Helper()
+	if r.code != code {
+		t.Fatalf("%s: status %d, want %d (body %q, headers %v)", what, r.code, code, r.body, r.hdr)
+	}
+}
+
+// retryAfter returns Retry-After, which must be within [lo, hi] seconds.
+func expectRetryAfter(t *testing.T, r response, lo, hi int) {
+	t.Helper()
+	n, err := strconv.Atoi(r.hdr.Get("Retry-After"))
+	if err != nil || n < lo || n > hi {
+		t.Fatalf("Retry-After %q, want %d..%d", r.hdr.Get("Retry-After"), lo, hi)
+	}
+}
+
+func TestLimitAndHeaders(t *testing.T) {
+	tc := load(t, `
+http://:9080 {
+	rate_limit {
+		zone it_basic {
+			key {http.request.header.X-Client}
+			limit 3 1m
+		}
+	}
+	respond "ok"
+}`)
+	for i := 0; i < 3; i++ {
+		r := get(t, tc, "/", "X-Client", "a")
+		expectCode(t, r, 200, fmt.Sprintf("request %d", i+1))
+		if r.body != "ok" {
+			t.Fatalf("body %q", r.body)
+		}
+		rem := strconv.Itoa(2 - i)
+		for k, want := range map[string]string{
+			"RateLimit-Policy":      `"it_basic";q=3;w=60`,
+			"RateLimit":             `"it_basic";r=` + rem + `;t=60`,
+			"X-RateLimit-Limit":     "3",
+			"X-RateLimit-Remaining": rem,
+			"X-RateLimit-Reset":     "60",
+		} {
+			got := r.hdr.Get(k)
+			if k == "RateLimit" || k == "X-RateLimit-Reset" {
+				// Reset may be a second less if a second boundary passed.
+				got = strings.Replace(got, "t=59", "t=60", 1)
+				if got == "59" {
+					got = "60"
+				}
+			}
+			if got != want {
+				t.Errorf("request %d: %s = %q, want %q", i+1, k, r.hdr.Get(k), want)
+			}
+		}
+		if r.hdr.Get("Retry-After") != "" {
+			t.Errorf("Retry-After on an admitted request")
+		}
+	}
+	r := get(t, tc, "/", "X-Client", "a")
+	expectCode(t, r, 429, "4th request")
+	if r.body != "" {
+		t.Errorf("body of the 429: %q, want empty", r.body)
+	}
+	expectRetryAfter(t, r, 1, 60)
+	if r.hdr.Get("X-RateLimit-Remaining") != "0" || !strings.HasPrefix(r.hdr.Get("RateLimit"), `"it_basic";r=0;t=`) {
+		t.Errorf("headers of the 429: %v", r.hdr)
+	}
+
+	// Another key has its own count.
+	expectCode(t, get(t, tc, "/", "X-Client", "b"), 200, "other client")
+}
+
+func TestMatchersAndZones(t *testing.T) {
+	tc := load(t, `
+http://:9080 {
+	rate_limit {
+		zone it_login {
+			match {
+				path /login
+			}
+			key {http.request.header.X-Client}
+			limit 2 1m
+		}
+		zone it_site {
+			key {http.request.header.X-Client}
+			limit 4 1m
+		}
+	}
+	respond "ok"
+}`)
+	// login counts in both zones; other paths only in the site zone.
+	expectCode(t, get(t, tc, "/login", "X-Client", "a"), 200, "login 1")
+	expectCode(t, get(t, tc, "/login", "X-Client", "a"), 200, "login 2")
+	r := get(t, tc, "/login", "X-Client", "a")
+	expectCode(t, r, 429, "login 3")
+	if !strings.HasPrefix(r.hdr.Get("RateLimit"), `"it_login";`) {
+		t.Errorf("denied by it_login, RateLimit %q", r.hdr.Get("RateLimit"))
+	}
+	if got := r.hdr.Get("RateLimit-Policy"); got != `"it_login";q=2;w=60` {
+		t.Errorf("policy %q", got)
+	}
+	// The denied login consumed nothing in it_site: 2 of 4 used.
+	r = get(t, tc, "/page", "X-Client", "a")
+	expectCode(t, r, 200, "page 1")
+	if got := r.hdr.Get("RateLimit-Policy"); got != `"it_site";q=4;w=60` {
+		t.Errorf("policy %q", got)
+	}
+	if got := r.hdr.Get("X-RateLimit-Remaining"); got != "1" {
+		t.Errorf("it_site remaining %q, want 1", got)
+	}
+	expectCode(t, get(t, tc, "/page", "X-Client", "a"), 200, "page 2")
+	expectCode(t, get(t, tc, "/page", "X-Client", "a"), 429, "page 3")
+}
+
+func TestTiers(t *testing.T) {
+	tc := load(t, `
+http://:9080 {
+	rate_limit {
+		zone it_tiers {
+			key {http.request.header.X-Client}
+			limit 2 1m
+			limit 3 1h
+		}
+	}
+	respond "ok"
+}`)
+	r := get(t, tc, "/", "X-Client", "a")
+	expectCode(t, r, 200, "1")
+	if got := r.hdr.Get("RateLimit-Policy"); got != `"it_tiers";q=2;w=60, "it_tiers";q=3;w=3600` {
+		t.Errorf("policy %q", got)
+	}
+	expectCode(t, get(t, tc, "/", "X-Client", "a"), 200, "2")
+	r = get(t, tc, "/", "X-Client", "a")
+	expectCode(t, r, 429, "3")
+	expectRetryAfter(t, r, 1, 60)
+	if r.hdr.Get("X-RateLimit-Limit") != "2" {
+		t.Errorf("limit of the refusing tier %q, want 2", r.hdr.Get("X-RateLimit-Limit"))
+	}
+}
+
+func TestReloadKeepsCounts(t *testing.T) {
+	site := func(events int, body string) string {
+		return fmt.Sprintf(`
+http://:9080 {
+	rate_limit {
+		zone it_reload {
+			key {http.request.header.X-Client}
+			limit %d 1h
+		}
+	}
+	respond %q
+}`, events, body)
+	}
+	tc := load(t, site(5, "one"))
+	for i := 0; i < 2; i++ {
+		expectCode(t, get(t, tc, "/", "X-Client", "a"), 200, "before reload")
+	}
+
+	// The same config again, then a different config with the same zone:
+	// the count continues.
+	tc = load(t, site(5, "one"))
+	if r := get(t, tc, "/", "X-Client", "a"); r.hdr.Get("X-RateLimit-Remaining") != "2" {
+		t.Fatalf("after reloading the same config: remaining %q, want 2", r.hdr.Get("X-RateLimit-Remaining"))
+	}
+	tc = load(t, site(5, "two"))
+	r := get(t, tc, "/", "X-Client", "a")
+	if r.body != "two" {
+		t.Fatalf("new config not active: body %q", r.body)
+	}
+	if r.hdr.Get("X-RateLimit-Remaining") != "1" {
+		t.Fatalf("after a reload with the zone unchanged: remaining %q, want 1", r.hdr.Get("X-RateLimit-Remaining"))
+	}
+
+	// A changed limit applies at once, from a fresh count.
+	tc = load(t, site(2, "three"))
+	r = get(t, tc, "/", "X-Client", "a")
+	expectCode(t, r, 200, "after changing the limit")
+	if r.hdr.Get("X-RateLimit-Limit") != "2" || r.hdr.Get("X-RateLimit-Remaining") != "1" {
+		t.Fatalf("after changing the limit: limit %q remaining %q, want 2 and 1",
+			r.hdr.Get("X-RateLimit-Limit"), r.hdr.Get("X-RateLimit-Remaining"))
+	}
+	expectCode(t, get(t, tc, "/", "X-Client", "a"), 200, "2nd under the new limit")
+	expectCode(t, get(t, tc, "/", "X-Client", "a"), 429, "3rd under the new limit")
+}
+
+// Two sites with the same zone name and configuration do not share counts,
+// before or after a reload.
+func TestSameZoneTwoSites(t *testing.T) {
+	cfg := func(body string) string {
+		return `
+(limited) {
+	rate_limit {
+		zone it_shared {
+			key {http.request.header.X-Client}
+			limit 2 1h
+		}
+	}
+}
+http://a.test:9080 {
+	import limited
+	respond "a` + body + `"
+}
+http://b.test:9080 {
+	import limited
+	respond "b` + body + `"
+}`
+	}
+	tc := load(t, cfg("1"))
+	getHost := func(host string) response {
+		t.Helper()
+		return get(t, tc, "/", "Host", host, "X-Client", "c")
+	}
+	expectCode(t, getHost("a.test"), 200, "a 1")
+	expectCode(t, getHost("a.test"), 200, "a 2")
+	expectCode(t, getHost("a.test"), 429, "a 3")
+	r := getHost("b.test")
+	expectCode(t, r, 200, "b 1 (site a's count must not apply)")
+	if r.body != "b1" {
+		t.Fatalf("body %q", r.body)
+	}
+
+	tc = load(t, cfg("2"))
+	expectCode(t, getHost("a.test"), 429, "a after reload")
+	r = getHost("b.test")
+	expectCode(t, r, 200, "b 2 after reload")
+	if r.body != "b2" || r.hdr.Get("X-RateLimit-Remaining") != "0" {
+		t.Fatalf("b after reload: body %q remaining %q", r.body, r.hdr.Get("X-RateLimit-Remaining"))
+	}
+	expectCode(t, getHost("b.test"), 429, "b 3")
+}
+
+func TestHandleErrors(t *testing.T) {
+	tc := load(t, `
+http://:9080 {
+	rate_limit {
+		zone it_errors {
+			key {http.request.header.X-Client}
+			limit 1 1m
+		}
+	}
+	respond "ok"
+	handle_errors {
+		respond "limited by {http.rate_limit.zone}, retry in {http.rate_limit.retry_after}s ({err.status_code})"
+	}
+}`)
+	expectCode(t, get(t, tc, "/", "X-Client", "a"), 200, "first")
+	r := get(t, tc, "/", "X-Client", "a")
+	expectCode(t, r, 429, "second")
+	want := "limited by it_errors, retry in " + r.hdr.Get("Retry-After") + "s (429)"
+	if r.body != want {
+		t.Fatalf("body %q, want %q", r.body, want)
+	}
+	expectRetryAfter(t, r, 1, 60)
+	if r.hdr.Get("X-RateLimit-Remaining") != "0" {
+		t.Errorf("rate-limit headers lost on the error path: %v", r.hdr)
+	}
+}
+
+func TestStatusAndHeaderModes(t *testing.T) {
+	tc := load(t, `
+http://:9080 {
+	rate_limit {
+		zone it_status {
+			key {http.request.header.X-Client}
+			limit 1 1m
+		}
+		status 503
+		headers ietf
+	}
+	respond "ok"
+}`)
+	r := get(t, tc, "/", "X-Client", "a")
+	if r.hdr.Get("X-RateLimit-Limit") != "" || r.hdr.Get("RateLimit") == "" {
+		t.Fatalf("headers ietf: %v", r.hdr)
+	}
+	r = get(t, tc, "/", "X-Client", "a")
+	expectCode(t, r, 503, "denied")
+	expectRetryAfter(t, r, 1, 60)
+}
+
+func TestDryRun(t *testing.T) {
+	tc := load(t, `
+http://:9080 {
+	rate_limit {
+		zone it_dry {
+			key {http.request.header.X-Client}
+			limit 1 1m
+		}
+		dry_run
+	}
+	respond "ok"
+}`)
+	for i := 0; i < 3; i++ {
+		r := get(t, tc, "/", "X-Client", "a")
+		expectCode(t, r, 200, "dry run")
+	}
+	if r := get(t, tc, "/", "X-Client", "a"); r.hdr.Get("X-RateLimit-Remaining") != "0" {
+		t.Fatalf("dry run headers: %v", r.hdr)
+	}
+}
+
+func TestEmptyKeyAndCost(t *testing.T) {
+	tc := load(t, `
+http://:9080 {
+	rate_limit {
+		zone it_tenant {
+			key {http.request.header.X-Tenant}
+			empty_key deny
+			cost {http.request.header.X-Cost}
+			limit 10 1m
+		}
+	}
+	respond "ok"
+}`)
+	expectCode(t, get(t, tc, "/"), 429, "no tenant")
+	r := get(t, tc, "/", "X-Tenant", "t1", "X-Cost", "7")
+	expectCode(t, r, 200, "cost 7")
+	if r.hdr.Get("X-RateLimit-Remaining") != "3" {
+		t.Fatalf("remaining %q, want 3", r.hdr.Get("X-RateLimit-Remaining"))
+	}
+	expectCode(t, get(t, tc, "/", "X-Tenant", "t1", "X-Cost", "4"), 429, "cost 4 of 3")
+	expectCode(t, get(t, tc, "/", "X-Tenant", "t1", "X-Cost", "bogus"), 200, "bogus cost counts 1")
+}
+
+func TestMholtCompatible(t *testing.T) {
+	tc := load(t, `
+http://:9080 {
+	rate_limit {
+		zone it_mholt {
+			key {remote_host}
+			events 2
+			window 1m
+		}
+		jitter 0.1
+		sweep_interval 30s
+	}
+	respond "ok"
+}`)
+	expectCode(t, get(t, tc, "/"), 200, "1")
+	expectCode(t, get(t, tc, "/"), 200, "2")
+	r := get(t, tc, "/")
+	expectCode(t, r, 429, "3")
+	expectRetryAfter(t, r, 1, 66)
+}
+
+func TestIPv6Prefix(t *testing.T) {
+	tc := load(t, `
+http://:9080 {
+	rate_limit {
+		zone it_v6 {
+			key {http.request.header.X-Real-IP}
+			ipv6_prefix 64
+			ipv4_prefix 24
+			limit 1 1m
+		}
+	}
+	respond "{http.rate_limit.key}"
+}`)
+	r := get(t, tc, "/", "X-Real-IP", "2001:db8:1:2::1")
+	expectCode(t, r, 200, "first of the /64")
+	if r.body != "2001:db8:1:2::/64" {
+		t.Errorf("key %q", r.body)
+	}
+	expectCode(t, get(t, tc, "/", "X-Real-IP", "2001:db8:1:2:aaaa::7"), 429, "same /64")
+	expectCode(t, get(t, tc, "/", "X-Real-IP", "2001:db8:1:3::1"), 200, "other /64")
+	expectCode(t, get(t, tc, "/", "X-Real-IP", "192.0.2.1"), 200, "first of the /24")
+	expectCode(t, get(t, tc, "/", "X-Real-IP", "192.0.2.254"), 429, "same /24")
+}
+
+// A real IPv6 client, when the machine has ::1.
+func TestIPv6Client(t *testing.T) {
+	ln, err := net.Listen("tcp", "[::1]:0")
+	if err != nil {
+		t.Skipf("no IPv6 loopback: %v", err)
+	}
+	ln.Close()
+	load(t, `
+http://:9080 {
+	bind ::1
+	rate_limit {
+		zone it_v6client {
+			key {remote_host}
+			ipv6_prefix 64
+			limit 1 1m
+		}
+	}
+	respond "{http.rate_limit.key}"
+}`)
+	client := &http.Client{Timeout: 10 * time.Second} // the tester's client dials 127.0.0.1 only
+	do := func() response {
+		res, err := client.Get("http://[::1]:9080/")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer res.Body.Close()
+		body, _ := io.ReadAll(res.Body)
+		return response{res.StatusCode, res.Header, string(body)}
+	}
+	r := do()
+	expectCode(t, r, 200, "first")
+	if r.body != "::/64" {
+		t.Errorf("key %q, want ::/64", r.body)
+	}
+	expectCode(t, do(), 429, "second")
+}
+
+func TestWaitMode(t *testing.T) {
+	tc := load(t, `
+http://:9080 {
+	rate_limit {
+		zone it_wait {
+			key {http.request.header.X-Client}
+			limit 1 400ms
+			on_limit wait 10s
+		}
+		zone it_wait_long {
+			key {http.request.header.X-Client}
+			limit 1 1h
+			on_limit wait 1s
+			match {
+				path /long
+			}
+		}
+	}
+	respond "ok"
+}`)
+	expectCode(t, get(t, tc, "/", "X-Client", "a"), 200, "first")
+	start := time.Now()
+	expectCode(t, get(t, tc, "/", "X-Client", "a"), 200, "second, after waiting")
+	if waited := time.Since(start); waited < 200*time.Millisecond {
+		t.Errorf("second request answered after %s: it did not wait", waited)
+	}
+
+	// A wait longer than max_wait is refused at once.
+	expectCode(t, get(t, tc, "/long", "X-Client", "b"), 200, "long 1")
+	start = time.Now()
+	r := get(t, tc, "/long", "X-Client", "b")
+	expectCode(t, r, 429, "long 2")
+	if waited := time.Since(start); waited > 900*time.Millisecond {
+		t.Errorf("refused after %s, want at once", waited)
+	}
+	expectRetryAfter(t, r, 3500, 3600)
+}
+
+func TestConcurrency(t *testing.T) {
+	var mu sync.Mutex
+	release := make(chan struct{})
+	arrived := make(chan struct{}, 4)
+	upstream := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/slow" {
+			arrived <- struct{}{}
+			mu.Lock()
+			ch := release
+			mu.Unlock()
+			<-ch
+		}
+		io.WriteString(w, "upstream")
+	}))
+	defer upstream.Close()
+
+	tc := load(t, `
+http://:9080 {
+	rate_limit {
+		zone it_conc {
+			algorithm concurrency
+			key {http.request.header.X-Client}
+			limit 1 1m
+		}
+	}
+	reverse_proxy `+upstream.Listener.Addr().String()+`
+}`)
+	done := make(chan response, 1)
+	go func() {
+		req, _ := http.NewRequest("GET", base+"/slow", nil)
+		req.Header.Set("X-Client", "a")
+		res, err := tc.Client.Do(req)
+		if err != nil {
+			done <- response{code: -1, body: err.Error()}
+			return
+		}
+		defer res.Body.Close()
+		body, _ := io.ReadAll(res.Body)
+		done <- response{res.StatusCode, res.Header, string(body)}
+	}()
+	<-arrived // the first request holds the lease, in the upstream
+	expectCode(t, get(t, tc, "/fast", "X-Client", "a"), 429, "second in flight")
+	expectCode(t, get(t, tc, "/fast", "X-Client", "b"), 200, "another client")
+	close(release)
+	if r := <-done; r.code != 200 || r.body != "upstream" {
+		t.Fatalf("slow request: %d %q", r.code, r.body)
+	}
+	// Released when the request ended.
+	expectCode(t, get(t, tc, "/fast", "X-Client", "a"), 200, "after the first finished")
+	expectCode(t, get(t, tc, "/fast", "X-Client", "a"), 200, "and again")
+}
