@@ -1,112 +1,152 @@
 -- sliding_log.lua: the Redis twin of algorithms/sliding_log.go; read the
--- model there. An exact rolling window: per tier a sorted set with one
--- member per admitted unit, scored by its timestamp (µs); a tier counts the
--- units of the last window (ZREMRANGEBYSCORE drops the older ones, ZCARD
--- counts the rest, ZADD logs). Members are unique even within one
--- microsecond: ARGV[5] is "<instance id>-<store id>-<counter>" from the Go
--- side (per-process random id, per-store atomic counter, base 36), and a
--- Take of cost c logs c members ARGV[5] and "<ARGV[5]>.2" to "<...>.c"
--- (the timestamp is the score, so it need not be in the member).
+-- model there. An exact rolling window: per tier a sorted set of runs, one
+-- member per logged Take, scored by its timestamp (µs); the member is
+-- "<unique id>:<units>", so a Take of any cost is one member (a cost of a
+-- million is not a million members) and the tier's live units are the sum
+-- of the runs' units, kept in the hash KEYS[1] so that a Take never sums the
+-- whole set. ZREMRANGEBYSCORE drops the runs older than the window (their
+-- units subtracted first), ZADD logs.
 --
--- KEYS[1]       string: the latest instant seen (µs)
--- KEYS[1 + i]   sorted set of tier i's units
+-- Members are unique even within one microsecond: ARGV[5] is
+-- "<instance id>-<store id>-<counter>" from the Go side (per-process random
+-- id, per-store atomic counter, base 36); a run cut in two by count_rejected
+-- keeps its id with the units left.
+--
+-- KEYS[1]       hash: t = latest instant seen (µs), c<i> = units in tier i
+-- KEYS[1 + i]   sorted set of tier i's runs
 -- ARGV[7..]     per tier: events, window_us
 local mkey = KEYS[1]
 local P = {}
+local fields = {'t'}
 for i = 1, N do
   local o = 6 + (i - 1) * 2
   P[i] = {E = tonumber(ARGV[o + 1]), W = tonumber(ARGV[o + 2]), key = KEYS[1 + i]}
+  fields[i + 1] = 'c' .. i
 end
 
-local lastv = redis.call('GET', mkey)
+local function units(member)
+  return tonumber(string.match(member, ':(%d+)$')) or 0
+end
+
+local st = redis.call('HMGET', mkey, unpack(fields))
+local exists = st[1] ~= false
+local count = {}
 local t = NOW
-if lastv then
-  local last = tonumber(lastv)
+if exists then
+  local last = tonumber(st[1])
   if t < last then t = last end
+  for i = 1, N do count[i] = tonumber(st[i + 1]) or 0 end
+else
+  -- No state, or only the runs survived (the hash was evicted): count them.
+  for i = 1, N do
+    local n = 0
+    for _, m in ipairs(redis.call('ZRANGE', P[i].key, 0, -1)) do n = n + units(m) end
+    count[i] = n
+    if n > 0 then exists = true end
+  end
 end
 
--- newest returns the timestamp of tier p's newest unit, or nil.
+-- newest returns the timestamp of tier p's newest run, or false.
 local function newest(p)
   local r = redis.call('ZRANGE', p.key, -1, -1, 'WITHSCORES')
   if #r == 2 then return tonumber(r[2]) end
-  return nil
+  return false
 end
 
--- save writes the latest instant and sets every key's TTL: how long the
--- newest unit of any tier stays in its window (newest_ts[i], fetched when
--- not given), plus the margin.
+-- save writes the latest instant and the counts and sets every key's TTL:
+-- how long the newest run of any tier stays in its window (newest_ts[i],
+-- looked up when nil), plus the margin.
 local function save(newest_ts)
   local horizon = 0
+  local args = {mkey, 't', str(t)}
   for i = 1, N do
+    args[#args + 1] = 'c' .. i
+    args[#args + 1] = str(count[i])
     local ts = newest_ts and newest_ts[i]
     if ts == nil then ts = newest(P[i]) end
     if ts and ts + P[i].W - t > horizon then horizon = ts + P[i].W - t end
   end
   local ttl = ttl_ms(horizon)
-  redis.call('SET', mkey, str(t), 'PX', ttl)
+  redis.call('HSET', unpack(args))
+  redis.call('PEXPIRE', mkey, ttl)
   for i = 1, N do redis.call('PEXPIRE', P[i].key, ttl) end
+end
+
+-- drop removes c units from tier i, newest runs first (newest = true) or
+-- oldest first, cutting the last run touched.
+local function drop(i, c, newest_first)
+  local key = P[i].key
+  while c > 0 and count[i] > 0 do
+    local r
+    if newest_first then
+      r = redis.call('ZRANGE', key, -1, -1, 'WITHSCORES')
+    else
+      r = redis.call('ZRANGE', key, 0, 0, 'WITHSCORES')
+    end
+    if #r < 2 then break end
+    local m, ts = r[1], r[2]
+    local n = units(m)
+    redis.call('ZREM', key, m)
+    if n > c then
+      local id = string.match(m, '^(.*):%d+$')
+      redis.call('ZADD', key, ts, id .. ':' .. str(n - c))
+      count[i] = count[i] - c
+      c = 0
+    else
+      count[i] = count[i] - n
+      c = c - n
+    end
+  end
 end
 
 if MODE == '1' then
   -- Undo: the cost newest units of every tier (no expiry first, as in Go).
-  if not lastv then return 0 end
-  for i = 1, N do redis.call('ZREMRANGEBYRANK', P[i].key, -COST, -1) end
-  save()
+  if not exists then return 0 end
+  if COST > 0 then
+    for i = 1, N do drop(i, COST, true) end
+  end
+  save(nil)
   return 0
 end
 
 local member = ARGV[5]
 
--- log adds c units stamped t to tier p, at most 1000 per ZADD (unpack has
--- a limit of a few thousand values).
-local function log(p, c)
-  local ts = str(t)
-  local j = 1
-  while j <= c do
-    local args = {p.key}
-    local stop = math.min(c, j + 999)
-    for u = j, stop do
-      args[#args + 1] = ts
-      if u == 1 then args[#args + 1] = member else args[#args + 1] = member .. '.' .. u end
-    end
-    redis.call('ZADD', unpack(args))
-    j = stop + 1
-  end
+-- log adds a run of c units stamped t to tier i.
+local function log(i, c)
+  if c <= 0 then return end
+  redis.call('ZADD', P[i].key, str(t), member .. ':' .. str(c))
+  count[i] = count[i] + c
 end
 
-local count = {}
 local ok = true
 for i = 1, N do
   local p = P[i]
-  redis.call('ZREMRANGEBYSCORE', p.key, '-inf', str(t - p.W))
-  count[i] = redis.call('ZCARD', p.key)
+  local cut = str(t - p.W)
+  local old = redis.call('ZRANGEBYSCORE', p.key, '-inf', cut)
+  if #old > 0 then
+    for _, m in ipairs(old) do count[i] = count[i] - units(m) end
+    redis.call('ZREMRANGEBYSCORE', p.key, '-inf', cut)
+  end
   if COST > p.E or count[i] > p.E - COST then ok = false end
 end
 if ok then
-  for i = 1, N do
-    log(P[i], COST)
-    count[i] = count[i] + COST
-  end
+  for i = 1, N do log(i, COST) end
 elseif COUNT_REJECTED and COST > 0 then
   -- Log the units anyway, keeping only the newest E (only they ever decide).
   for i = 1, N do
     local p = P[i]
     if COST >= p.E then
       redis.call('DEL', p.key)
-      log(p, p.E)
-      count[i] = p.E
+      count[i] = 0
+      log(i, p.E)
     else
-      local excess = count[i] - (p.E - COST)
-      if excess > 0 then
-        redis.call('ZREMRANGEBYRANK', p.key, 0, excess - 1)
-        count[i] = count[i] - excess
-      end
-      log(p, COST)
-      count[i] = count[i] + COST
+      drop(i, count[i] - (p.E - COST), false)
+      log(i, COST)
     end
   end
 end
--- The newest unit of each tier: t if this call logged, else looked up.
+
+-- The newest run of each tier: t if this call logged, else looked up.
 local newest_ts = {}
 local logged = COST > 0 and (ok or COUNT_REJECTED)
 for i = 1, N do
@@ -120,6 +160,22 @@ for i = 1, N do
 end
 save(newest_ts)
 
+-- kth returns the timestamp of tier p's k-th oldest unit (1 <= k <= count),
+-- reading the runs oldest first, 64 at a time.
+local function kth(p, k)
+  local from = 0
+  while true do
+    local r = redis.call('ZRANGE', p.key, from, from + 63, 'WITHSCORES')
+    if #r == 0 then return t end -- unreachable while the counts are right
+    for j = 1, #r, 2 do
+      local n = units(r[j])
+      if k <= n then return tonumber(r[j + 1]) end
+      k = k - n
+    end
+    from = from + 64
+  end
+end
+
 local pick = win_pick(ok)
 for i = 1, N do
   local p = P[i]
@@ -129,9 +185,7 @@ for i = 1, N do
     if COST > p.E then
       wait = p.W
     elseif count[i] > p.E - COST then
-      local k = count[i] + COST - p.E
-      local kth = redis.call('ZRANGE', p.key, k - 1, k - 1, 'WITHSCORES')
-      wait = tonumber(kth[2]) + p.W - t
+      wait = kth(p, count[i] + COST - p.E) + p.W - t
     end
   end
   pick.offer(i - 1, p.E, p.E - count[i], reset, wait)

@@ -39,8 +39,8 @@
 //
 // Keys per zone key and algorithm:
 //
-//	sliding_log     <...>:sl:<d>:m      string: latest instant seen
-//	                <...>:sl:<d>:<i>    sorted set of tier i's admitted units
+//	sliding_log     <...>:sl:<d>:m      hash: latest instant seen, units per tier
+//	                <...>:sl:<d>:<i>    sorted set of tier i's runs (one per Take)
 //	sliding_window  <...>:sw:<d>        hash: per tier window start and counts
 //	fixed_window    <...>:fw:<d>        hash: per tier window start and count
 //	token_bucket    <...>:tb:<d>        hash: last instant, level per tier

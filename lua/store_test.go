@@ -204,12 +204,7 @@ func TestRedisTime(t *testing.T) {
 		}
 		// The state holds Redis's clock: "last" is within a minute of ours.
 		keys := s.Keys("k")
-		var last string
-		if name == algorithms.SlidingLog {
-			last = c.Get(ctx, keys[0]).Val()
-		} else {
-			last = c.HGet(ctx, keys[0], "t").Val()
-		}
+		last := c.HGet(ctx, keys[0], "t").Val()
 		us, err := strconv.ParseInt(last, 10, 64)
 		if err != nil {
 			t.Fatalf("%s: last %q: %v", name, last, err)
