@@ -2,6 +2,8 @@ package ratelimit
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"net/http"
 	"strconv"
@@ -27,6 +29,14 @@ type taken struct {
 	cost int64
 	d    algorithms.Decision
 }
+
+// leasePoll is how often a request waiting for a concurrency slot looks
+// again.
+const leasePoll = 50 * time.Millisecond
+
+// maxKeyLen is the longest key kept as is; a longer one (a header a client
+// filled) is replaced by its hash, so that a key costs bounded memory.
+const maxKeyLen = 256
 
 // errStore marks a store failure while waiting: the zone is skipped.
 var errStore = errors.New("store failure")
@@ -70,6 +80,9 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 				c.Write(zap.String("zone", z.name), zap.Error(err))
 			}
 			key = ""
+		}
+		if len(key) > maxKeyLen {
+			key = hashKey(key)
 		}
 		if key == "" {
 			switch z.emptyKey {
@@ -131,7 +144,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 	}
 
 	if reported {
-		h.setHeaders(w.Header(), rep.z, &rep.d, h.policy(applied))
+		h.setHeaders(w.Header(), rep.z, &rep.d, h.policy(applied), 0)
 		repl, _ := ctx.Value(caddy.ReplacerCtxKey).(*caddy.Replacer)
 		var retry int64
 		if !rep.d.Allowed {
@@ -160,9 +173,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 func (h *Handler) reject(w http.ResponseWriter, r *http.Request, z *zone, key string, d *algorithms.Decision, policy []string) error {
 	rt := &h.rt
 	retry := retryAfterSeconds(d.RetryAfter, rt.jitter)
-	hdr := w.Header()
-	hdr[hdrRetryAfter] = []string{strconv.FormatInt(retry, 10)}
-	h.setHeaders(hdr, z, d, policy)
+	h.setHeaders(w.Header(), z, d, policy, retry)
 	if repl, _ := r.Context().Value(caddy.ReplacerCtxKey).(*caddy.Replacer); repl != nil {
 		setPlaceholders(repl, z, key, d, retry)
 		repl.Set(phExceeded, z.name)
@@ -231,6 +242,11 @@ func (h *Handler) waitAdmitted(ctx context.Context, z *zone, key string, cost in
 	deadline := h.now().Add(z.maxWait)
 	for !d.Allowed {
 		wait := max(d.RetryAfter, time.Millisecond)
+		if z.lease {
+			// A lease usually ends long before the Retry-After of
+			// concurrency (up to 1s): look again sooner.
+			wait = min(wait, leasePoll)
+		}
 		if h.now().Add(wait).After(deadline) {
 			return d, nil
 		}
@@ -322,4 +338,11 @@ func (z *zone) emptyKeyDenial() algorithms.Decision {
 		ResetAfter: z.maxWindow,
 		RetryAfter: z.maxWindow,
 	}
+}
+
+// hashKey replaces an overlong key by "#" and its hex SHA-256 (a key of
+// that exact form would need a SHA-256 preimage to collide).
+func hashKey(key string) string {
+	sum := sha256.Sum256([]byte(key))
+	return "#" + hex.EncodeToString(sum[:])
 }

@@ -7,12 +7,14 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
+	"go.uber.org/zap"
 
 	"github.com/zonelimit/caddy-ratelimit/store"
 )
@@ -851,5 +853,103 @@ func TestReloadKeepsState(t *testing.T) {
 	pool.Range(func(k, v any) bool { n++; return true })
 	if n != 2 { // a5's store and its server's occurrence counter
 		t.Errorf("pool holds %d entries, want 2", n)
+	}
+}
+
+type nopHandler struct{}
+
+func (nopHandler) ServeHTTP(http.ResponseWriter, *http.Request) error { return nil }
+
+// discardWriter is a ResponseWriter that keeps nothing but its header map,
+// cleared between requests.
+type discardWriter struct{ h http.Header }
+
+func (w *discardWriter) Header() http.Header         { return w.h }
+func (w *discardWriter) Write(b []byte) (int, error) { return len(b), nil }
+func (w *discardWriter) WriteHeader(int)             {}
+
+func benchServe(b *testing.B, config string) {
+	h := new(Handler)
+	if err := json.Unmarshal([]byte(config), h); err != nil {
+		b.Fatal(err)
+	}
+	ctx, cancel := caddy.NewContext(caddy.Context{Context: context.Background()})
+	defer cancel()
+	if err := h.Provision(ctx); err != nil {
+		b.Fatal(err)
+	}
+	defer h.Cleanup()
+	h.rt.logger = zap.NewNop()
+	r := newReq("192.0.2.1:1234")
+	w := &discardWriter{h: make(http.Header)}
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		clear(w.h)
+		if err := h.ServeHTTP(w, r, nopHandler{}); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+func BenchmarkServeHTTPAllowed(b *testing.B) {
+	benchServe(b, `{"zones":[{"name":"bench","key":"{http.request.remote.host}","algorithm":"gcra",
+		"limits":[{"events":1000000000,"window":"1s"}]}]}`)
+}
+
+func BenchmarkServeHTTPAllowedHeadersOff(b *testing.B) {
+	benchServe(b, `{"headers":"off","zones":[{"name":"bench","key":"{http.request.remote.host}","algorithm":"gcra",
+		"limits":[{"events":1000000000,"window":"1s"}]}]}`)
+}
+
+func BenchmarkServeHTTPDenied(b *testing.B) {
+	benchServe(b, `{"zones":[{"name":"bench","key":"{http.request.remote.host}","algorithm":"gcra",
+		"limits":[{"events":1,"window":"1h"}]}]}`)
+}
+
+func BenchmarkServeHTTPDeniedSlidingLog(b *testing.B) {
+	benchServe(b, `{"zones":[{"name":"bench","key":"{http.request.remote.host}",
+		"limits":[{"events":10,"window":"1h"}]}]}`)
+}
+
+func TestLongKeysAreHashed(t *testing.T) {
+	h := provision(t, `{"zones":[{"name":"k","key":"{http.request.header.X-Key}","limits":[{"events":1,"window":"1m"}]}]}`, newFakeClock())
+	long := strings.Repeat("x", 10000)
+	res := serve(h, newReq("192.0.2.1:1", header("X-Key", long)))
+	if res.code != 200 {
+		t.Fatalf("code %d", res.code)
+	}
+	key := res.repl.ReplaceAll("{http.rate_limit.key}", "")
+	if len(key) != 65 || key[0] != '#' {
+		t.Fatalf("key %q", key)
+	}
+	if res := serve(h, newReq("192.0.2.1:1", header("X-Key", long))); res.code != 429 {
+		t.Fatalf("same long key: %d", res.code)
+	}
+	if res := serve(h, newReq("192.0.2.1:1", header("X-Key", long+"y"))); res.code != 200 {
+		t.Fatalf("another long key: %d", res.code)
+	}
+}
+
+func TestWaitForConcurrencySlot(t *testing.T) {
+	clock := newFakeClock()
+	h := provision(t, `{"zones":[{"name":"c","algorithm":"concurrency","key":"k","on_limit":"wait","max_wait":"1s",
+		"limits":[{"events":1,"window":"1m"}]}]}`, clock)
+	// Hold the slot; the waiting request polls, and is refused when
+	// max_wait has passed.
+	d, _ := h.rt.zones[0].store.Take(context.Background(), "k", time.Time{}, 1)
+	if !d.Allowed {
+		t.Fatal("setup")
+	}
+	if res := serve(h, newReq("192.0.2.1:1")); res.code != 429 {
+		t.Fatalf("code %d", res.code)
+	}
+	for _, s := range clock.Slept() {
+		if s > leasePoll {
+			t.Fatalf("slept %s at once, want polls of at most %s", s, leasePoll)
+		}
+	}
+	if n := len(clock.Slept()); n < 10 {
+		t.Fatalf("polled %d times", n)
 	}
 }

@@ -90,10 +90,12 @@ func retryAfterSeconds(d time.Duration, jitter float64) int64 {
 func (z *zone) precomputeHeaders() {
 	items := make([]string, len(z.tiers))
 	z.limitVals = make([][]string, len(z.tiers))
+	z.limitAny = make([]any, len(z.tiers))
 	for i, t := range z.tiers {
 		w := ceilSeconds(t.Window)
 		items[i] = `"` + z.name + `";q=` + strconv.FormatInt(t.Events, 10) + ";w=" + strconv.FormatInt(w, 10)
 		z.limitVals[i] = []string{strconv.FormatInt(t.Events, 10)}
+		z.limitAny[i] = t.Events
 	}
 	z.policy = strings.Join(items, ", ")
 	z.policyVals = []string{z.policy}
@@ -110,11 +112,19 @@ func resetSeconds(d *algorithms.Decision) int64 {
 }
 
 // setHeaders writes the configured rate-limit headers for decision d of
-// zone z; policy is the RateLimit-Policy value of the zones that applied.
-// Every value slice has cap == len, so that a later Header.Add never writes
-// into a shared array.
-func (h *Handler) setHeaders(hdr http.Header, z *zone, d *algorithms.Decision, policy []string) {
+// zone z, and Retry-After when retryAfter > 0; policy is the
+// RateLimit-Policy value of the zones that applied. Every value slice has
+// cap == len, so that a later Header.Add never writes into a shared array.
+func (h *Handler) setHeaders(hdr http.Header, z *zone, d *algorithms.Decision, policy []string, retryAfter int64) {
 	mode := h.rt.headers
+	if mode == headersOff && retryAfter <= 0 {
+		return
+	}
+	vals := make([]string, 4) // one allocation for every per-request value
+	if retryAfter > 0 {
+		vals[3] = strconv.FormatInt(retryAfter, 10)
+		hdr[hdrRetryAfter] = vals[3:4:4]
+	}
 	if mode == headersOff {
 		return
 	}
@@ -126,21 +136,29 @@ func (h *Handler) setHeaders(hdr http.Header, z *zone, d *algorithms.Decision, p
 		b = strconv.AppendInt(b, remaining, 10)
 		b = append(b, ";t="...)
 		b = strconv.AppendInt(b, reset, 10)
-		hdr[hdrPolicy] = policy
-		hdr[hdrRateLimit] = []string{string(b)}
+		vals[0] = string(b)
+		if policy != nil {
+			hdr[hdrPolicy] = policy
+		}
+		hdr[hdrRateLimit] = vals[0:1:1]
 	}
 	if mode&headersLegacy != 0 {
-		vals := make([]string, 2)
-		vals[0] = strconv.FormatInt(remaining, 10)
-		vals[1] = strconv.FormatInt(reset, 10)
-		if d.Tier >= 0 && d.Tier < len(z.limitVals) && z.tiers[d.Tier].Events == d.Limit {
+		vals[1] = strconv.FormatInt(remaining, 10)
+		vals[2] = strconv.FormatInt(reset, 10)
+		if z.tierMatches(d) {
 			hdr[hdrLimit] = z.limitVals[d.Tier]
 		} else {
 			hdr[hdrLimit] = []string{strconv.FormatInt(d.Limit, 10)}
 		}
-		hdr[hdrRemaining] = vals[0:1:1]
-		hdr[hdrReset] = vals[1:2:2]
+		hdr[hdrRemaining] = vals[1:2:2]
+		hdr[hdrReset] = vals[2:3:3]
 	}
+}
+
+// tierMatches reports whether d's Limit is the Events of its tier, so that
+// the precomputed values of the tier apply.
+func (z *zone) tierMatches(d *algorithms.Decision) bool {
+	return d.Tier >= 0 && d.Tier < len(z.tiers) && z.tiers[d.Tier].Events == d.Limit
 }
 
 // setPlaceholders publishes decision d of zone z for key on the replacer.
@@ -151,6 +169,10 @@ func setPlaceholders(repl *caddy.Replacer, z *zone, key string, d *algorithms.De
 	repl.Set(phZone, z.name)
 	repl.Set(phKey, key)
 	repl.Set(phRemaining, max(d.Remaining, 0))
-	repl.Set(phLimit, d.Limit)
+	if z.tierMatches(d) {
+		repl.Set(phLimit, z.limitAny[d.Tier])
+	} else {
+		repl.Set(phLimit, d.Limit)
+	}
 	repl.Set(phRetryAfter, retryAfter)
 }

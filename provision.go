@@ -151,10 +151,11 @@ type zone struct {
 	tiers     []algorithms.Tier
 
 	// Precomputed header material.
-	policy      string   // RateLimit-Policy items of this zone
-	policyVals  []string // []string{policy}
-	rlPrefix    string   // `"<name>";r=`
-	limitVals   [][]string
+	policy      string     // RateLimit-Policy items of this zone
+	policyVals  []string   // []string{policy}
+	rlPrefix    string     // `"<name>";r=`
+	limitVals   [][]string // per tier: []string{events}
+	limitAny    []any      // per tier: events, boxed once
 	rejectError error
 }
 
