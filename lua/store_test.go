@@ -439,7 +439,12 @@ func TestOneCommandPerTake(t *testing.T) {
 		if sent := hook.sent.Swap(0); sent != int64(n+undos) {
 			t.Errorf("%s: the client sent %d commands for %d Takes and %d Undos", name, sent, n, undos)
 		}
-		t.Logf("%s: %v", name, stats)
+		info := c.Info(ctx, "commandstats").Val()
+		for _, line := range strings.Split(info, "\n") {
+			if strings.HasPrefix(line, "cmdstat_evalsha:") {
+				t.Logf("%s: %s (inside Redis: %v)", name, strings.TrimSpace(line), stats)
+			}
+		}
 	}
 }
 

@@ -35,10 +35,12 @@ type Server struct {
 	// Addr is host:port of the server; it stays the same across Restart.
 	Addr string
 
-	tb   testing.TB
-	dir  string
-	port int
-	args []string
+	tb      testing.TB
+	dir     string
+	port    int
+	busPort int  // cluster bus port (cluster nodes only)
+	cluster bool // cluster-enabled: also choose a bus port
+	args    []string
 
 	mu   sync.Mutex
 	cmd  *exec.Cmd
@@ -101,6 +103,14 @@ func (s *Server) start() error {
 				return err
 			}
 			s.port = p
+			if s.cluster {
+				// The cluster bus listens on its own port: by default
+				// port+10000, which may be taken or beyond 65535; choose
+				// a free one (cluster-port, Redis 7).
+				if s.busPort, err = freePort(); err != nil {
+					return err
+				}
+			}
 		}
 		if err := s.spawn(); err != nil {
 			return err
@@ -130,6 +140,9 @@ func (s *Server) spawn() error {
 		"--databases", "16",
 	}
 	args = append(args, s.args...)
+	if s.cluster {
+		args = append(args, "--cluster-port", strconv.Itoa(s.busPort))
+	}
 	logPath := filepath.Join(s.dir, fmt.Sprintf("redis-%d.log", s.port))
 	f, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
@@ -327,6 +340,7 @@ func StartCluster(tb testing.TB, masters, replicas int) *Cluster {
 			"--cluster-config-file", filepath.Join(nodeDir, "nodes.conf"),
 			"--cluster-node-timeout", "2000",
 		})
+		s.cluster = true
 		cl.Servers = append(cl.Servers, s)
 		tb.Cleanup(s.Stop)
 	}
