@@ -49,18 +49,30 @@
 //	concurrency     <...>:cc:<d>        hash: last instant, last token, held
 //	                <...>:cc:<d>:l      sorted set of leases scored by expiry
 //
-// Every write sets a PEXPIRE: the time until the state is the same as a fresh
-// one (at most the longest window; for the buckets the time until full or
-// empty, at most twice the capacity's refill time; for concurrency the newest
-// lease's expiry) plus a one-second margin, so Redis never fills with dead
-// keys and a crashed instance's concurrency leases expire on their own.
+// Every call sets a PEXPIRE on every key it touches: the time until the
+// state is the same as a fresh one, plus a one-second margin (Margin), so
+// Redis never fills with dead keys and a crashed instance's concurrency
+// leases expire on their own:
+//
+//	sliding_log     newest event + window - now          <= longest window
+//	fixed_window    end of the current window - now      <= longest window
+//	sliding_window  end of the next window - now         <= 2 x longest window
+//	                (the current count weighs on the next window)
+//	token_bucket    time until full                      <= burst/rate
+//	leaky_bucket    time until empty                     <= burst/rate
+//	gcra            TAT - now                            <= burst/rate
+//	                (the buckets up to twice that with count_rejected debt)
+//	concurrency     newest lease's expiry - now          <= window
+//
+// (burst/rate is the window when burst is the default, events.)
 //
 // # Unique members
 //
 // Sorted-set members are unique even for requests in the same microsecond:
-// a sliding_log unit is "<instance id>-<store id>-<counter>[.<unit>]" (a
-// random per-process id, a per-process store number and a per-store atomic
-// counter, in base 36, passed in by the Store; the score holds the µs); a
+// a sliding_log run (one per logged Take, whatever its cost) is
+// "<instance id>-<store id>-<counter>:<units>" (a random per-process id, a
+// per-process store number and a per-store atomic counter, in base 36,
+// passed in by the Store; the score holds the µs); a
 // concurrency lease is "<token>:<cost>", where the token is drawn inside
 // the script exactly as the Go twin draws it (max(last token + 1, now µs)),
 // so Decision.Token maps to its lease deterministically.
