@@ -953,3 +953,56 @@ func TestWaitForConcurrencySlot(t *testing.T) {
 		t.Fatalf("polled %d times", n)
 	}
 }
+
+func TestSiteScope(t *testing.T) {
+	raw := []json.RawMessage{json.RawMessage(`{"handler":"rate_limit"}`)}
+	routes := caddyhttp.RouteList{
+		{MatcherSets: caddyhttp.MatcherSets{{caddyhttp.MatchHost{"a.test"}}}, Handlers: []caddyhttp.MiddlewareHandler{nil}},
+		{MatcherSets: caddyhttp.MatcherSets{{caddyhttp.MatchHost{"b.test"}}}, HandlersRaw: raw},
+		{MatcherSets: caddyhttp.MatcherSets{{caddyhttp.MatchHost{"c.test"}}}, HandlersRaw: raw},
+	}
+	got := siteScope(routes)
+	if got != `[caddyhttp.MatchHost=["b.test"];]` {
+		t.Fatalf("site %q", got)
+	}
+	if siteScope(routes[:1]) != "" || siteScope(nil) != "" {
+		t.Fatal("no route being provisioned: want no site")
+	}
+	// A path matcher with the same value is another site.
+	other := caddyhttp.RouteList{{MatcherSets: caddyhttp.MatcherSets{{caddyhttp.MatchPath{"b.test"}}}, HandlersRaw: raw}}
+	if siteScope(other) == got {
+		t.Fatal("host and path matchers render alike")
+	}
+}
+
+// Sites are told apart by their top-level route's matchers: a new site
+// above an existing one, with the same zone, does not take its state.
+func TestReloadNewSiteKeepsOthersState(t *testing.T) {
+	const cfg = `{"zones":[{"name":"sites","key":"{http.request.remote.host}","limits":[{"events":5,"window":"1h"}]}]}`
+	raw := []json.RawMessage{json.RawMessage(`{}`)}
+	route := func(host string) caddyhttp.Route {
+		return caddyhttp.Route{MatcherSets: caddyhttp.MatcherSets{{caddyhttp.MatchHost{host}}}, HandlersRaw: raw}
+	}
+	provisionSite := func(srv *caddyhttp.Server, i int) *Handler {
+		h := provisionIn(t, cfg, srv)
+		srv.Routes[i].Handlers = []caddyhttp.MiddlewareHandler{h} // provisioned
+		return h
+	}
+	srv1 := &caddyhttp.Server{Listen: []string{":80"}, Routes: caddyhttp.RouteList{route("a.test")}}
+	a1 := provisionSite(srv1, 0)
+	remaining(t, a1)
+	if got := remaining(t, a1); got != "3" {
+		t.Fatalf("a1: %s", got)
+	}
+	srv2 := &caddyhttp.Server{Listen: []string{":80"}, Routes: caddyhttp.RouteList{route("new.test"), route("a.test")}}
+	n2, a2 := provisionSite(srv2, 0), provisionSite(srv2, 1)
+	a1.Cleanup()
+	if got := remaining(t, n2); got != "4" {
+		t.Fatalf("new site took another's state: remaining %s", got)
+	}
+	if got := remaining(t, a2); got != "2" {
+		t.Fatalf("a lost its state: remaining %s", got)
+	}
+	n2.Cleanup()
+	a2.Cleanup()
+}

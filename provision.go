@@ -48,6 +48,11 @@ var pool = caddy.NewUsagePool()
 //   - server: the listen addresses of the HTTP server the handler is in
 //     (sorted, joined). Two servers never share a listen address, and a
 //     site keeps its addresses across reloads.
+//   - site: the matchers (as JSON) of the server's top-level route that
+//     holds the handler: for a Caddyfile site block, its host matcher
+//     (e.g. [{"host":["a.example"]}]). Empty when the handler is not under
+//     a top-level route being provisioned (error routes, named routes) or
+//     the matchers cannot be rendered.
 //   - config: the zone's name and every setting that gives its counts their
 //     meaning (algorithm, limits, burst, count_rejected, key template or
 //     resolver, prefixes) plus the store settings (store, max_keys,
@@ -56,18 +61,21 @@ var pool = caddy.NewUsagePool()
 //     that only change what is done with a decision (match, cost, on_limit,
 //     max_wait, empty_key, headers, status, dry_run, jitter) keep the
 //     counts: e.g. leaving dry_run keeps what was counted in it.
-//   - n: among the handlers of one server in one config load whose zones
-//     have the same server and config, the n-th one provisioned (0 for the
-//     first). Two sites that happen to use one zone name and configuration
-//     therefore do not share counts. Within a server, Caddy provisions
-//     routes in config order, so an unchanged config gives every handler
-//     the same n on every reload. (Adding, above an existing handler, a new
-//     handler with an identical zone shifts n: the two swap their state
-//     once. Handlers in different named routes of one server with
-//     identical zones are provisioned in map order, so they may swap on a
-//     reload; give such zones different names.)
+//   - n: among the zones of one config load with the same server, site and
+//     config, the n-th one provisioned (0 for the first). So two handlers
+//     that happen to use one zone name and configuration in one site (e.g.
+//     under different path matchers) never share counts either. Caddy
+//     provisions a server's routes in config order, so an unchanged config
+//     gives every zone the same n on every reload.
+//
+// Adding or removing sites leaves the other sites' zones alone. Within one
+// site, inserting a handler with an identical zone above an existing one
+// shifts n, so the two swap their state once; and handlers with identical
+// zones in different named routes of one server are provisioned in map
+// order, so they may swap on a reload. Distinct zone names avoid both.
 type storeKey struct {
 	server string
+	site   string
 	config string
 	n      int
 }
@@ -78,8 +86,8 @@ type occurrenceScope struct {
 	server any
 }
 
-// occurrences counts, in one config load, the zones seen per (server,
-// config).
+// occurrences counts, in one config load, the zones seen per (site,
+// config) of one server.
 type occurrences struct {
 	mu   sync.Mutex
 	seen map[string]int
@@ -192,7 +200,7 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 	h.rt.jitter = h.Jitter
 	h.rt.errorRoutes = errorRoutesFor(ctx)
 
-	server := serverScope(ctx)
+	server, site := serverScope(ctx)
 	var occ *occurrences
 	if srv := ctx.Context.Value(caddyhttp.ServerCtxKey); srv != nil {
 		scope := occurrenceScope{server: srv}
@@ -209,7 +217,7 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 	h.rt.zones = make([]*zone, 0, len(h.Zones))
 	policies := make([]string, 0, len(h.Zones))
 	for _, zc := range h.Zones {
-		z, err := h.provisionZone(ctx, zc, server, occ)
+		z, err := h.provisionZone(ctx, zc, server, site, occ)
 		if err != nil {
 			return fmt.Errorf("zone %q: %v", zc.Name, err)
 		}
@@ -221,7 +229,7 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 }
 
 // provisionZone fills in the defaults of zc and builds its runtime zone.
-func (h *Handler) provisionZone(ctx caddy.Context, zc *Zone, server string, occ *occurrences) (*zone, error) {
+func (h *Handler) provisionZone(ctx caddy.Context, zc *Zone, server, site string, occ *occurrences) (*zone, error) {
 	if zc.Algorithm == "" {
 		zc.Algorithm = algorithms.SlidingLog
 	}
@@ -318,7 +326,7 @@ func (h *Handler) provisionZone(ctx caddy.Context, zc *Zone, server string, occ 
 	}
 	z.limiter = lim
 
-	st, err := h.zoneStore(lim, zc.Name, server, identity, occ)
+	st, err := h.zoneStore(lim, zc.Name, storeKey{server: server, site: site, config: identity}, occ)
 	if err != nil {
 		return nil, err
 	}
@@ -355,7 +363,7 @@ func (h *Handler) storeIdentity(zc *Zone) (string, error) {
 
 // zoneStore returns the store of a zone: the one of the previous config
 // load when the zone is unchanged (see storeKey), else a new one.
-func (h *Handler) zoneStore(lim algorithms.Limiter, name, server, identity string, occ *occurrences) (store.Store, error) {
+func (h *Handler) zoneStore(lim algorithms.Limiter, name string, key storeKey, occ *occurrences) (store.Store, error) {
 	switch h.Store {
 	case "memory":
 	default:
@@ -372,11 +380,11 @@ func (h *Handler) zoneStore(lim algorithms.Limiter, name, server, identity strin
 		h.rt.private = append(h.rt.private, m)
 		return m, nil
 	}
-	key := storeKey{server: server, config: identity}
 	if occ != nil {
+		id := key.site + "\x00" + key.config
 		occ.mu.Lock()
-		key.n = occ.seen[server+"\x00"+identity]
-		occ.seen[server+"\x00"+identity]++
+		key.n = occ.seen[id]
+		occ.seen[id]++
 		occ.mu.Unlock()
 	}
 	v, loaded, err := pool.LoadOrNew(key, func() (caddy.Destructor, error) {
@@ -394,15 +402,47 @@ func (h *Handler) zoneStore(lim algorithms.Limiter, name, server, identity strin
 }
 
 // serverScope names the HTTP server being provisioned by its listen
-// addresses; "" outside a server.
-func serverScope(ctx caddy.Context) string {
+// addresses, and the site (top-level route) being provisioned by its
+// matchers; "" outside a server or a top-level route.
+func serverScope(ctx caddy.Context) (server, site string) {
 	srv, ok := ctx.Context.Value(caddyhttp.ServerCtxKey).(*caddyhttp.Server)
 	if !ok || srv == nil {
-		return ""
+		return "", ""
 	}
 	listen := slices.Clone(srv.Listen)
 	slices.Sort(listen)
-	return strings.Join(listen, ",")
+	return strings.Join(listen, ","), siteScope(srv.Routes)
+}
+
+// siteScope returns the matchers (types and JSON) of the route of routes whose
+// handlers are being provisioned: Caddy provisions the routes in order, and
+// a route's HandlersRaw is consumed (and Handlers set) once all its
+// handlers are provisioned, so it is the first route with raw handlers but
+// no handlers yet. "" if there is none or its matchers do not render.
+func siteScope(routes caddyhttp.RouteList) string {
+	for i := range routes {
+		r := &routes[i]
+		if r.Handlers != nil || len(r.HandlersRaw) == 0 {
+			continue
+		}
+		if len(r.MatcherSets) == 0 {
+			return ""
+		}
+		var b strings.Builder
+		for _, set := range r.MatcherSets {
+			b.WriteByte('[')
+			for _, m := range set {
+				j, err := json.Marshal(m)
+				if err != nil {
+					return ""
+				}
+				fmt.Fprintf(&b, "%T=%s;", m, j)
+			}
+			b.WriteByte(']')
+		}
+		return b.String()
+	}
+	return ""
 }
 
 // errorRoutesFor tells, at provision time, whether an error returned by the

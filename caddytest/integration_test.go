@@ -571,3 +571,46 @@ http://:9080 {
 	expectCode(t, get(t, tc, "/fast", "X-Client", "a"), 200, "after the first finished")
 	expectCode(t, get(t, tc, "/fast", "X-Client", "a"), 200, "and again")
 }
+
+// A site added in front of the others, with the same zone, starts afresh and
+// leaves the other sites' counts where they were.
+func TestNewSiteKeepsOthersCounts(t *testing.T) {
+	cfg := func(sites ...string) string {
+		s := `
+(limited) {
+	rate_limit {
+		zone it_newsite {
+			key {http.request.header.X-Client}
+			limit 3 1h
+		}
+	}
+}`
+		for _, site := range sites {
+			s += "\nhttp://" + site + ":9080 {\n\timport limited\n\trespond \"" + site + "\"\n}\n"
+		}
+		return s
+	}
+	tc := load(t, cfg("a.test", "b.test"))
+	getHost := func(host string) response {
+		t.Helper()
+		r := get(t, tc, "/", "Host", host, "X-Client", "c")
+		if r.code == 200 && r.body != host {
+			t.Fatalf("body %q from %s", r.body, host)
+		}
+		return r
+	}
+	getHost("a.test")
+	getHost("a.test")
+	getHost("b.test")
+
+	tc = load(t, cfg("c.test", "a.test", "b.test"))
+	if r := getHost("c.test"); r.hdr.Get("X-RateLimit-Remaining") != "2" {
+		t.Fatalf("new site: remaining %q, want 2 (a fresh count)", r.hdr.Get("X-RateLimit-Remaining"))
+	}
+	if r := getHost("a.test"); r.hdr.Get("X-RateLimit-Remaining") != "0" {
+		t.Fatalf("a.test: remaining %q, want 0 (its count kept)", r.hdr.Get("X-RateLimit-Remaining"))
+	}
+	if r := getHost("b.test"); r.hdr.Get("X-RateLimit-Remaining") != "1" {
+		t.Fatalf("b.test: remaining %q, want 1 (its count kept)", r.hdr.Get("X-RateLimit-Remaining"))
+	}
+}
