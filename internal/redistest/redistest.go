@@ -22,6 +22,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -225,6 +226,22 @@ func (s *Server) kill() {
 // than once; Restart starts it again on the same port.
 func (s *Server) Stop() { s.kill() }
 
+// Pause stops the server process with SIGSTOP: connections stay open but
+// nothing is answered (a hung or overloaded Redis, for timeout tests) until
+// Resume. Stop and Restart resume it first.
+func (s *Server) Pause() { s.signal(syscall.SIGSTOP) }
+
+// Resume continues a paused server (SIGCONT).
+func (s *Server) Resume() { s.signal(syscall.SIGCONT) }
+
+func (s *Server) signal(sig syscall.Signal) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.cmd != nil {
+		_ = s.cmd.Process.Signal(sig)
+	}
+}
+
 // Running reports whether the server process is running.
 func (s *Server) Running() bool {
 	s.mu.Lock()
@@ -248,12 +265,16 @@ func (s *Server) Restart() {
 // error reply as an error). It is enough for the helpers' own PING, INFO and
 // CLUSTER commands, without a client library.
 func Do(addr string, args ...string) (string, error) {
+	return do(addr, 5*time.Second, args...)
+}
+
+func do(addr string, timeout time.Duration, args ...string) (string, error) {
 	c, err := net.DialTimeout("tcp", addr, time.Second)
 	if err != nil {
 		return "", err
 	}
 	defer c.Close()
-	_ = c.SetDeadline(time.Now().Add(5 * time.Second))
+	_ = c.SetDeadline(time.Now().Add(timeout))
 	var b strings.Builder
 	fmt.Fprintf(&b, "*%d\r\n", len(args))
 	for _, a := range args {

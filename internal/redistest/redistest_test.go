@@ -31,6 +31,23 @@ func TestStartRestart(t *testing.T) {
 	}
 }
 
+func TestPauseResume(t *testing.T) {
+	s := Start(t)
+	s.Pause()
+	start := time.Now()
+	if _, err := do(s.Addr, 300*time.Millisecond, "PING"); err == nil {
+		t.Fatal("a paused server answered")
+	}
+	if d := time.Since(start); d < 250*time.Millisecond {
+		t.Fatalf("a paused server failed fast (%v): it should hang", d)
+	}
+	s.Resume()
+	if r, err := Do(s.Addr, "PING"); err != nil || r != "PONG" {
+		t.Fatalf("after Resume: %q %v", r, err)
+	}
+	s.Pause() // Stop (at cleanup) must kill a paused server too
+}
+
 func TestStartCluster(t *testing.T) {
 	start := time.Now()
 	c := StartCluster(t, 3, 1)
