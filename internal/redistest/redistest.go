@@ -93,6 +93,55 @@ func freePort() (int, error) {
 	return l.Addr().(*net.TCPAddr).Port, nil
 }
 
+// freePortPair returns a free loopback port p whose p+10000 (the default
+// cluster bus port) is free too.
+func freePortPair() (int, error) {
+	for i := 0; i < 100; i++ {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return 0, err
+		}
+		p := l.Addr().(*net.TCPAddr).Port
+		if p+10000 > 65535 {
+			l.Close()
+			// Ask for one in the lower range explicitly.
+			p = 20000 + int(time.Now().UnixNano()%30000)
+			if l, err = net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(p))); err != nil {
+				continue
+			}
+		}
+		bus, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(p+10000)))
+		l.Close()
+		if err == nil {
+			bus.Close()
+			return p, nil
+		}
+	}
+	return 0, errors.New("no free port pair (p, p+10000) found")
+}
+
+var (
+	versionOnce sync.Once
+	redisMajor  int
+)
+
+// clusterPortOption reports whether redis-server knows --cluster-port
+// (Redis 7 and later).
+func clusterPortOption() bool {
+	versionOnce.Do(func() {
+		out, err := exec.Command("redis-server", "--version").Output()
+		if err != nil {
+			return
+		}
+		// "Redis server v=7.0.15 sha=..."
+		if _, v, ok := strings.Cut(string(out), "v="); ok {
+			major, _, _ := strings.Cut(v, ".")
+			redisMajor, _ = strconv.Atoi(major)
+		}
+	})
+	return redisMajor >= 7
+}
+
 // start starts the process, choosing a port the first time (retrying with
 // another port if the chosen one was taken meanwhile), and waits for PING.
 func (s *Server) start() error {
@@ -106,9 +155,14 @@ func (s *Server) start() error {
 			s.port = p
 			if s.cluster {
 				// The cluster bus listens on its own port: by default
-				// port+10000, which may be taken or beyond 65535; choose
-				// a free one (cluster-port, Redis 7).
-				if s.busPort, err = freePort(); err != nil {
+				// port+10000, which may be taken or beyond 65535.
+				if clusterPortOption() {
+					// Redis 7: choose a free one (cluster-port).
+					if s.busPort, err = freePort(); err != nil {
+						return err
+					}
+				} else if s.port, err = freePortPair(); err != nil {
+					// Older: a port whose port+10000 is free too.
 					return err
 				}
 			}
@@ -141,7 +195,7 @@ func (s *Server) spawn() error {
 		"--databases", "16",
 	}
 	args = append(args, s.args...)
-	if s.cluster {
+	if s.cluster && s.busPort != 0 {
 		args = append(args, "--cluster-port", strconv.Itoa(s.busPort))
 	}
 	logPath := filepath.Join(s.dir, fmt.Sprintf("redis-%d.log", s.port))

@@ -90,3 +90,22 @@ func TestMissingRedis(t *testing.T) {
 		}
 	}
 }
+
+// TestStartClusterWithoutClusterPort starts a cluster the way it is started
+// on Redis 6 (no cluster-port: each node's port+10000 must be free).
+func TestStartClusterWithoutClusterPort(t *testing.T) {
+	if testing.Short() {
+		t.Skip("-short")
+	}
+	need(t, "redis-server")
+	clusterPortOption() // run the Once
+	saved := redisMajor
+	redisMajor = 6
+	defer func() { redisMajor = saved }()
+	c := StartCluster(t, 3, 1)
+	for _, s := range c.Servers {
+		if s.busPort != 0 || s.port+10000 > 65535 {
+			t.Fatalf("node %s: bus port %d", s.Addr, s.busPort)
+		}
+	}
+}
