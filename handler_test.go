@@ -1006,3 +1006,39 @@ func TestReloadNewSiteKeepsOthersState(t *testing.T) {
 	n2.Cleanup()
 	a2.Cleanup()
 }
+
+// FuzzHandlerJSON: no JSON configuration makes Provision or a request
+// panic; a configuration is either refused or serves requests.
+func FuzzHandlerJSON(f *testing.F) {
+	for _, seed := range []string{
+		perIP3,
+		`{"zones":[{"name":"a","key":"{http.request.header.X}","cost":"{http.request.header.C}","empty_key":"deny","limits":[{"events":1,"window":1000000}]}]}`,
+		`{"jitter":1,"zones":[{"name":"a","algorithm":"gcra","burst":9223372036854775807,"key":"k","limits":[{"events":9223372036854775807,"window":9223372036854775807}]}]}`,
+		`{"zones":[{"name":"w","algorithm":"leaky_bucket","on_limit":"wait","max_wait":9223372036854775807,"key":"k","limits":[{"events":1,"window":1000000}]}]}`,
+		`{"zones":[{"name":"c","algorithm":"concurrency","key":"k","limits":[{"events":1,"window":1000000}]}],"headers":"ietf","status":599}`,
+		`{"zones":[{"name":"m","match":[{"path":["/x"]}],"key":"{http.request.remote}","ipv4_prefix":1,"ipv6_prefix":1,"limits":[{"events":2,"window":1000000},{"events":3,"window":2000000}]}]}`,
+	} {
+		f.Add(seed, "7")
+	}
+	f.Fuzz(func(t *testing.T, config, hdr string) {
+		h := new(Handler)
+		if err := json.Unmarshal([]byte(config), h); err != nil {
+			return
+		}
+		clock := newFakeClock()
+		h.rt.clock, h.rt.sleep = clock.Now, clock.Sleep
+		err := h.Provision(testContext(t))
+		defer h.Cleanup()
+		if err != nil {
+			return
+		}
+		h.rt.logger = zap.NewNop()
+		for i := 0; i < 3; i++ {
+			r := newReq("192.0.2.1:1")
+			r.Header["X"] = []string{hdr}
+			r.Header["C"] = []string{hdr}
+			serve(h, r)
+			clock.Advance(time.Millisecond)
+		}
+	})
+}
