@@ -189,15 +189,15 @@ func (h *Handler) reject(w http.ResponseWriter, r *http.Request, z *zone, key st
 // useErrorRoutes reports whether a rejection should be returned as an
 // error, for the site's handle_errors routes to render.
 func (h *Handler) useErrorRoutes(r *http.Request) bool {
+	if h.rt.errorRoutes == errorRoutesNo {
+		return false
+	}
 	if r.Context().Value(caddyhttp.ErrorCtxKey) != nil {
 		// Already in the error routes: an error now would not be rendered.
 		return false
 	}
-	switch h.rt.errorRoutes {
-	case errorRoutesYes:
+	if h.rt.errorRoutes == errorRoutesYes {
 		return true
-	case errorRoutesNo:
-		return false
 	}
 	srv, ok := r.Context().Value(caddyhttp.ServerCtxKey).(*caddyhttp.Server)
 	return ok && srv != nil && srv.Errors != nil && len(srv.Errors.Routes) > 0
