@@ -50,10 +50,10 @@ local function str(x)
 end
 
 -- ttl_ms is the PEXPIRE of a state that needs us more microseconds: rounded
--- up to milliseconds plus a one-second margin.
+-- up to milliseconds plus a one-second margin, as a decimal string.
 local function ttl_ms(us)
   if us < 0 then us = 0 end
-  return cdiv(us, 1000) + 1000
+  return str(cdiv(us, 1000) + 1000)
 end
 
 local MODE = ARGV[1]
