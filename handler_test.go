@@ -1042,3 +1042,45 @@ func FuzzHandlerJSON(f *testing.F) {
 		}
 	})
 }
+
+// testResolver is a guest key resolver: the value of a header, upper-cased
+// by its configuration, or an error for "fail".
+type testResolver struct {
+	Header string `json:"header"`
+}
+
+func (testResolver) CaddyModule() caddy.ModuleInfo {
+	return caddy.ModuleInfo{
+		ID:  "http.handlers.rate_limit.key_resolvers.test_header",
+		New: func() caddy.Module { return new(testResolver) },
+	}
+}
+
+func (tr *testResolver) Key(r *http.Request) (string, error) {
+	v := r.Header.Get(tr.Header)
+	if v == "fail" {
+		return "", errors.New("no key")
+	}
+	return strings.ToUpper(v), nil
+}
+
+func init() { caddy.RegisterModule(testResolver{}) }
+
+func TestGuestKeyResolver(t *testing.T) {
+	h := provision(t, `{"zones":[{"name":"g","key_resolver":{"resolver":"test_header","header":"X-User"},
+		"empty_key":"deny","limits":[{"events":1,"window":"1m"}]}]}`, newFakeClock())
+	if err := h.Validate(); err != nil {
+		t.Fatalf("Validate after Provision: %v", err)
+	}
+	res := serve(h, newReq("192.0.2.1:1", header("X-User", "ann")))
+	if res.code != 200 || res.repl.ReplaceAll("{http.rate_limit.key}", "") != "ANN" {
+		t.Fatalf("code %d key %q", res.code, res.repl.ReplaceAll("{http.rate_limit.key}", ""))
+	}
+	if res := serve(h, newReq("192.0.2.1:1", header("X-User", "Ann"))); res.code != 429 {
+		t.Fatalf("same key: %d", res.code)
+	}
+	// A resolver error counts as an empty key (here: denied).
+	if res := serve(h, newReq("192.0.2.1:1", header("X-User", "fail"))); res.code != 429 {
+		t.Fatalf("resolver error: %d", res.code)
+	}
+}
