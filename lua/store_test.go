@@ -136,12 +136,10 @@ func TestExactAcrossInstances(t *testing.T) {
 	ctx := context.Background()
 	for _, name := range []string{algorithms.SlidingLog, algorithms.FixedWindow, algorithms.TokenBucket, algorithms.GCRA, algorithms.SlidingWindow, algorithms.LeakyBucket} {
 		t.Run(name, func(t *testing.T) {
-			cfg := oneTier(100, 10*time.Second)
-			if name == algorithms.SlidingWindow || name == algorithms.FixedWindow {
-				// Stay inside one aligned window: a 1h window started less
-				// than 50 minutes ago (else its end could fall in the test).
-				cfg = oneTier(100, time.Hour)
-			}
+			// 100 per hour: the buckets refill one unit every 36 s, so
+			// a slow run on a loaded machine admits no more than 100.
+			cfg := oneTier(100, time.Hour)
+			begin := time.Now()
 			l := mustLimiter(t, name, cfg)
 			zone := fmt.Sprintf("exact-%s-%d", name, time.Now().UnixNano())
 			var stores []*Store
@@ -171,11 +169,14 @@ func TestExactAcrossInstances(t *testing.T) {
 			wg.Wait()
 			// leaky_bucket and token_bucket refill/leak while the test
 			// runs (10 per second): allow what can have come back.
-			got, slack := admitted.Load(), int64(0)
-			if name == algorithms.LeakyBucket || name == algorithms.TokenBucket || name == algorithms.GCRA {
-				slack = 3
+			got := admitted.Load()
+			if got > 100 && begin.Truncate(time.Hour) != time.Now().Truncate(time.Hour) {
+				t.Skipf("%d admitted, but an hour boundary passed during the test (windows are aligned to it)", got)
 			}
-			if got < 100 || got > 100+slack {
+			if elapsed := time.Since(begin); got > 100 && elapsed > 30*time.Second {
+				t.Skipf("%d admitted, but the test took %v (a unit refills every 36s)", got, elapsed)
+			}
+			if got != 100 {
 				t.Fatalf("%d admitted, want 100", got)
 			}
 		})
@@ -273,6 +274,9 @@ func TestTTL(t *testing.T) {
 				k := iter.Val()
 				n++
 				ttl := c.PTTL(ctx, k).Val()
+				if ttl == -2 { // expired since the SCAN: fine
+					continue
+				}
 				if ttl <= 0 || ttl > maxW+Margin+time.Millisecond {
 					t.Errorf("%s cfg %d: key %q has PTTL %v, want in (0, %v]", name, ci, k, ttl, maxW+Margin)
 				}
@@ -288,7 +292,7 @@ func TestTTL(t *testing.T) {
 	// And no key anywhere without a TTL.
 	iter := c.Scan(ctx, 0, "*", 1000).Iterator()
 	for iter.Next(ctx) {
-		if ttl := c.PTTL(ctx, iter.Val()).Val(); ttl <= 0 {
+		if ttl := c.PTTL(ctx, iter.Val()).Val(); ttl <= 0 && ttl != -2 {
 			t.Errorf("key %q has no TTL (%v)", iter.Val(), ttl)
 		}
 	}
@@ -540,4 +544,63 @@ func TestMemoryPerKey(t *testing.T) {
 		}
 		t.Logf("%-15s %4d bytes per key (10 events in the window)", name, total)
 	}
+}
+
+// TestConcurrencyAcrossInstances: three stores share one key limited to 10
+// in flight; 64 goroutines take, hold and release; never more than 10 are
+// in flight, and every lease is gone at the end.
+func TestConcurrencyAcrossInstances(t *testing.T) {
+	srv, c := newClient(t)
+	ctx := context.Background()
+	l := mustLimiter(t, algorithms.Concurrency, oneTier(10, time.Hour))
+	var stores []*Store
+	for i := 0; i < 3; i++ {
+		ci := redis.NewClient(&redis.Options{Addr: srv.Addr, PoolSize: 8})
+		t.Cleanup(func() { ci.Close() })
+		stores = append(stores, mustStore(t, ci, l, "inflight"))
+	}
+	var inFlight, maxSeen, admitted atomic.Int64
+	var wg sync.WaitGroup
+	for g := 0; g < 64; g++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			s := stores[g%3]
+			for i := 0; i < 8; i++ {
+				d, err := s.Take(ctx, "k", time.Time{}, 1)
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				if !d.Allowed {
+					continue
+				}
+				admitted.Add(1)
+				n := inFlight.Add(1)
+				for {
+					m := maxSeen.Load()
+					if n <= m || maxSeen.CompareAndSwap(m, n) {
+						break
+					}
+				}
+				time.Sleep(200 * time.Microsecond)
+				inFlight.Add(-1)
+				if err := s.Undo(ctx, "k", time.Time{}, 1, d); err != nil {
+					t.Error(err)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	if m := maxSeen.Load(); m > 10 || m < 1 {
+		t.Fatalf("%d in flight at most, want 1..10", m)
+	}
+	if n := c.ZCard(ctx, stores[0].Keys("k")[1]).Val(); n != 0 {
+		t.Fatalf("%d leases left after every request ended", n)
+	}
+	if h := c.HGet(ctx, stores[0].Keys("k")[0], "h").Val(); h != "0" {
+		t.Fatalf("held = %q after every request ended", h)
+	}
+	t.Logf("%d admitted, at most %d in flight", admitted.Load(), maxSeen.Load())
 }
