@@ -19,7 +19,7 @@ var t0 = time.Date(2026, 3, 1, 12, 0, 7, 123456000, time.UTC)
 func newClient(t testing.TB) (*redistest.Server, *redis.Client) {
 	t.Helper()
 	srv := redistest.Start(t)
-	c := redis.NewClient(&redis.Options{Addr: srv.Addr, Protocol: 2})
+	c := redis.NewClient(&redis.Options{Addr: srv.Addr})
 	t.Cleanup(func() { c.Close() })
 	return srv, c
 }
@@ -28,7 +28,7 @@ func newClient(t testing.TB) (*redistest.Server, *redis.Client) {
 func newClusterClient(t testing.TB) (*redistest.Cluster, *redis.ClusterClient) {
 	t.Helper()
 	cl := redistest.StartCluster(t, 3, 1)
-	c := redis.NewClusterClient(&redis.ClusterOptions{Addrs: cl.Addrs, Protocol: 2})
+	c := redis.NewClusterClient(&redis.ClusterOptions{Addrs: cl.Addrs})
 	t.Cleanup(func() { c.Close() })
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
