@@ -1084,3 +1084,48 @@ func TestGuestKeyResolver(t *testing.T) {
 		t.Fatalf("resolver error: %d", res.code)
 	}
 }
+
+func TestErrorRoutesMayMatch(t *testing.T) {
+	raw := []json.RawMessage{json.RawMessage(`{}`)}
+	hostSet := func(hosts ...string) caddyhttp.MatcherSets {
+		mh := caddyhttp.MatchHost(hosts)
+		return caddyhttp.MatcherSets{{&mh}}
+	}
+	errRoute := func(matchers string) caddyhttp.Route {
+		var sets caddyhttp.RawMatcherSets
+		if matchers != "" {
+			if err := json.Unmarshal([]byte(matchers), &sets); err != nil {
+				t.Fatal(err)
+			}
+		}
+		return caddyhttp.Route{MatcherSetsRaw: sets}
+	}
+	for _, tc := range []struct {
+		ours   caddyhttp.MatcherSets
+		theirs []string
+		want   bool
+	}{
+		{hostSet("b.test"), []string{`[{"host":["a.test"]}]`}, false},
+		{hostSet("b.test", "c.test"), []string{`[{"host":["a.test"]}]`, `[{"host":["d.test"]}]`}, false},
+		{hostSet("b.test"), []string{`[{"host":["a.test","B.test"]}]`}, true},
+		{hostSet("b.test"), []string{`[{"host":["*.test"]}]`}, true},
+		{hostSet("b.test"), []string{`[{"host":["{env.HOST}"]}]`}, true},
+		{hostSet("b.test"), []string{``}, true},
+		{hostSet("b.test"), []string{`[{"path":["/x"]}]`}, true},
+		{hostSet("b.test"), []string{`[{"host":["a.test"],"path":["/x"]}]`}, true},
+		{hostSet("*.test"), []string{`[{"host":["a.test"]}]`}, true},
+		{nil, []string{`[{"host":["a.test"]}]`}, true},
+		{caddyhttp.MatcherSets{{caddyhttp.MatchPath{"/"}}}, []string{`[{"host":["a.test"]}]`}, true},
+	} {
+		srv := &caddyhttp.Server{
+			Routes: caddyhttp.RouteList{{MatcherSets: tc.ours, HandlersRaw: raw}},
+			Errors: &caddyhttp.HTTPErrorConfig{},
+		}
+		for _, m := range tc.theirs {
+			srv.Errors.Routes = append(srv.Errors.Routes, errRoute(m))
+		}
+		if got := errorRoutesMayMatch(srv); got != tc.want {
+			t.Errorf("ours %v, theirs %v: got %v, want %v", tc.ours, tc.theirs, got, tc.want)
+		}
+	}
+}

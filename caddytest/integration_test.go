@@ -614,3 +614,42 @@ func TestNewSiteKeepsOthersCounts(t *testing.T) {
 		t.Fatalf("b.test: remaining %q, want 1 (its count kept)", r.hdr.Get("X-RateLimit-Remaining"))
 	}
 }
+
+// In one server, a site with handle_errors renders its 429s; a site without
+// gets the handler's own empty 429.
+func TestHandleErrorsOneSiteOfTwo(t *testing.T) {
+	tc := load(t, `
+(limited) {
+	rate_limit {
+		zone it_errsites {
+			key {http.request.header.X-Client}
+			limit 1 1h
+		}
+	}
+}
+http://a.test:9080 {
+	import limited
+	respond "a"
+	handle_errors {
+		respond "a says {err.status_code}"
+	}
+}
+http://b.test:9080 {
+	import limited
+	respond "b"
+}`)
+	for _, host := range []string{"a.test", "b.test"} {
+		r := get(t, tc, "/", "Host", host, "X-Client", "c")
+		expectCode(t, r, 200, host+" first")
+		r = get(t, tc, "/", "Host", host, "X-Client", "c")
+		expectCode(t, r, 429, host+" second")
+		expectRetryAfter(t, r, 3500, 3600)
+		want := ""
+		if host == "a.test" {
+			want = "a says 429"
+		}
+		if r.body != want {
+			t.Errorf("%s: body %q, want %q", host, r.body, want)
+		}
+	}
+}
