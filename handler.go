@@ -93,7 +93,9 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 				applied = append(applied, z)
 				if rt.dryRun {
 					h.logDenial(z, key, &d, true)
-					rep, reported, repDenied = taken{z: z, key: key, d: d}, true, true
+					if !repDenied {
+						rep, reported, repDenied = taken{z: z, key: key, d: d}, true, true
+					}
 					continue
 				}
 				h.undoAll(ctx, takes)
@@ -113,8 +115,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 		}
 		if err != nil {
 			// The store failed: this zone lets the request through.
-			rt.logger.Warn("rate limit store failed; request not limited by this zone",
-				zap.String("zone", z.name), zap.Error(err))
+			h.logStoreError(z, err)
 			continue
 		}
 		applied = append(applied, z)
@@ -214,6 +215,24 @@ func (h *Handler) logDenial(z *zone, key string, d *algorithms.Decision, dry boo
 		c.Write(zap.String("zone", z.name), zap.String("key", key),
 			zap.Int("tier", d.Tier), zap.Int64("limit", d.Limit),
 			zap.Duration("retry_after", d.RetryAfter))
+	}
+}
+
+// storeErrorLogEvery is how often, at most, a zone logs a store failure at
+// warn level; the others go to debug, so that an outage of the store does
+// not write a line per request.
+const storeErrorLogEvery = 10 * time.Second
+
+// logStoreError logs a failure of z's store.
+func (h *Handler) logStoreError(z *zone, err error) {
+	now := time.Now().UnixNano()
+	last := z.lastStoreErrLog.Load()
+	level := zapcore.DebugLevel
+	if now-last >= int64(storeErrorLogEvery) && z.lastStoreErrLog.CompareAndSwap(last, now) {
+		level = zapcore.WarnLevel
+	}
+	if c := h.rt.logger.Check(level, "rate limit store failed; request not limited by this zone"); c != nil {
+		c.Write(zap.String("zone", z.name), zap.Error(err))
 	}
 }
 

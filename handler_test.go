@@ -16,6 +16,7 @@ import (
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
 	"go.uber.org/zap"
 
+	"github.com/zonelimit/caddy-ratelimit/algorithms"
 	"github.com/zonelimit/caddy-ratelimit/store"
 )
 
@@ -1126,6 +1127,39 @@ func TestErrorRoutesMayMatch(t *testing.T) {
 		}
 		if got := errorRoutesMayMatch(srv); got != tc.want {
 			t.Errorf("ours %v, theirs %v: got %v, want %v", tc.ours, tc.theirs, got, tc.want)
+		}
+	}
+}
+
+// failingStore fails every Take after the first n.
+type failingStore struct {
+	store.Store
+	n int
+}
+
+func (f *failingStore) Take(ctx context.Context, key string, now time.Time, cost int64) (algorithms.Decision, error) {
+	if f.n > 0 {
+		f.n--
+		return f.Store.Take(ctx, key, now, cost)
+	}
+	return algorithms.Decision{}, errors.New("store down")
+}
+
+func TestStoreFailureFailsOpen(t *testing.T) {
+	clock := newFakeClock()
+	h := provision(t, `{"zones":[
+		{"name":"ok","key":"k","limits":[{"events":5,"window":"1m"}]},
+		{"name":"down","key":"k","on_limit":"wait","max_wait":"10s","limits":[{"events":1,"window":"1s"}]}]}`, clock)
+	h.rt.zones[1].store = &failingStore{Store: h.rt.zones[1].store, n: 2}
+	// 1: admitted by both. 2: "down" denies, the wait's retry fails: let
+	// through. 3: "down" fails at once: let through, reported by "ok".
+	for i := 0; i < 3; i++ {
+		res := serve(h, newReq("192.0.2.1:1"))
+		if res.code != 200 || !res.called {
+			t.Fatalf("request %d: code %d", i+1, res.code)
+		}
+		if i == 2 && res.hdr.Get("RateLimit-Policy") != `"ok";q=5;w=60` {
+			t.Errorf("policy %q", res.hdr.Get("RateLimit-Policy"))
 		}
 	}
 }

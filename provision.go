@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/caddyserver/caddy/v2"
@@ -159,12 +160,14 @@ type zone struct {
 	tiers     []algorithms.Tier
 
 	// Precomputed header material.
-	policy      string     // RateLimit-Policy items of this zone
-	policyVals  []string   // []string{policy}
-	rlPrefix    string     // `"<name>";r=`
-	limitVals   [][]string // per tier: []string{events}
-	limitAny    []any      // per tier: events, boxed once
-	rejectError error
+	policy     string     // RateLimit-Policy items of this zone
+	policyVals []string   // []string{policy}
+	rlPrefix   string     // `"<name>";r=`
+	limitVals  [][]string // per tier: []string{events}
+	limitAny   []any      // per tier: events, boxed once
+
+	lastStoreErrLog atomic.Int64 // unix ns of the last store failure logged at warn
+	rejectError     error
 }
 
 // Provision validates the configuration, fills in the defaults and sets up
