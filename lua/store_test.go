@@ -13,6 +13,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/zonelimit/caddy-ratelimit/algorithms"
+	"github.com/zonelimit/caddy-ratelimit/internal/redistest"
 )
 
 func oneTier(events int64, w time.Duration) algorithms.Config {
@@ -603,4 +604,53 @@ func TestConcurrencyAcrossInstances(t *testing.T) {
 		t.Fatalf("held = %q after every request ended", h)
 	}
 	t.Logf("%d admitted, at most %d in flight", admitted.Load(), maxSeen.Load())
+}
+
+// TestSentinelFailover: through a Sentinel client the store works; when the
+// master dies the sentinel promotes the replica, which holds the replicated
+// state, and the script (not in the new master's script cache: NOSCRIPT)
+// is sent again with EVAL.
+func TestSentinelFailover(t *testing.T) {
+	if testing.Short() {
+		t.Skip("-short: no failover")
+	}
+	st := redistest.StartSentinel(t, 1, 1)
+	c := redis.NewFailoverClient(&redis.FailoverOptions{
+		MasterName:    st.MasterName,
+		SentinelAddrs: st.SentinelAddrs,
+		MaxRetries:    -1,
+		DialTimeout:   200 * time.Millisecond,
+		ReadTimeout:   200 * time.Millisecond,
+	})
+	defer c.Close()
+	ctx := context.Background()
+	s := mustStore(t, c, mustLimiter(t, algorithms.GCRA, oneTier(3, time.Minute)), "failover")
+	for i := 0; i < 2; i++ {
+		if d, err := s.Take(ctx, "k", t0, 1); err != nil || !d.Allowed {
+			t.Fatalf("take %d: %+v %v", i, d, err)
+		}
+	}
+	// Wait for the replica to have the writes, then kill the master.
+	if n, err := c.Do(ctx, "WAIT", 1, 2000).Int(); err != nil || n != 1 {
+		t.Fatalf("WAIT: %d %v", n, err)
+	}
+	st.Master.Stop()
+	deadline := time.Now().Add(15 * time.Second)
+	var d algorithms.Decision
+	var err error
+	for {
+		if d, err = s.Take(ctx, "k", t0, 1); err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no failover: %v", err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if !d.Allowed || d.Remaining != 0 {
+		t.Fatalf("third take after the failover: %+v (the state should have survived)", d)
+	}
+	if d, err = s.Take(ctx, "k", t0, 1); err != nil || d.Allowed {
+		t.Fatalf("fourth take: %+v %v", d, err)
+	}
 }

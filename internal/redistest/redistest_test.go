@@ -109,3 +109,24 @@ func TestStartClusterWithoutClusterPort(t *testing.T) {
 		}
 	}
 }
+
+func TestStartSentinel(t *testing.T) {
+	st := StartSentinel(t, 1, 1)
+	if _, err := Do(st.Master.Addr, "SET", "k", "v"); err != nil {
+		t.Fatal(err)
+	}
+	// The replica receives it.
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		if v, err := Do(st.Replicas[0].Addr, "GET", "k"); err == nil && v == "v" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the replica never got the write")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if r, err := Do(st.SentinelAddrs[0], "PING"); err != nil || r != "PONG" {
+		t.Fatalf("sentinel PING: %q %v", r, err)
+	}
+}
