@@ -6,10 +6,10 @@
 -- KEYS[1]  hash: t = latest instant seen (µs), k = last token, h = units held
 -- KEYS[2]  sorted set of leases: member "<token>:<cost>", score = expiry (µs)
 -- ARGV[5]  (undo) the token of the lease to release
--- ARGV[7], ARGV[8]  events, window_us (exactly one tier)
+-- ARGV[8], ARGV[9]  events, window_us (exactly one tier)
 local hkey, zkey = KEYS[1], KEYS[2]
-local events = tonumber(ARGV[7])
-local window = tonumber(ARGV[8])
+local events = tonumber(ARGV[8])
+local window = tonumber(ARGV[9])
 
 local function lease_cost(member)
   local c = string.match(member, ':(%d+)$')

@@ -186,6 +186,11 @@ func playConformance(t *testing.T, c redis.UniversalClient, steps int) {
 					}()
 					for seed := int64(1); seed <= 3; seed++ {
 						rs := mustStore(t, c, l, fmt.Sprintf("conf-%s-%d-%d-%d", alg, ci, seed, time.Now().UnixNano()))
+						// The memory store keeps a key's latest instant until
+						// it is swept; Redis until the key expires, in real
+						// time. A long margin keeps a slow run (a loaded
+						// machine, -race) from expiring a key mid-timeline.
+						rs.setMargin(time.Hour)
 						rng := rand.New(rand.NewSource(seed*1000 + int64(ci)))
 						ops := timeline(rng, alg, cc.cfg, steps)
 						// The Go twin through the memory store, as the handler
@@ -366,6 +371,7 @@ func TestConformanceHandwritten(t *testing.T) {
 			}
 			for ti, ops := range timelines {
 				rs := mustStore(t, c, l, fmt.Sprintf("hand-%s-%d-%d", alg, ci, ti))
+				rs.setMargin(time.Hour)
 				st := l.NewState()
 				decs := make([]algorithms.Decision, len(ops))
 				for i, o := range ops {

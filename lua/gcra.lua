@@ -2,13 +2,13 @@
 -- there. Per tier one number, the theoretical arrival time (TAT, µs).
 --
 -- KEYS[1]  hash: t = latest instant seen (µs), "1".."n" = TAT per tier
--- ARGV[7..] per tier: interval_us (T), tolerance_us (tau), burst, window_us
+-- ARGV[8..] per tier: interval_us (T), tolerance_us (tau), burst, window_us
 --           (from algorithms.GCRAParams)
 local key = KEYS[1]
 local P = {}
 local fields = {'t'}
 for i = 1, N do
-  local o = 6 + (i - 1) * 4
+  local o = 7 + (i - 1) * 4
   P[i] = {iv = tonumber(ARGV[o + 1]), tau = tonumber(ARGV[o + 2]), burst = tonumber(ARGV[o + 3]),
           window = tonumber(ARGV[o + 4])}
   fields[i + 1] = tostring(i)

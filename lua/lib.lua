@@ -12,7 +12,8 @@
 --   ARGV[3] cost (units; negative counts as 0)
 --   ARGV[4] count_rejected: "1" or "0"
 --   ARGV[5] a unique member (sliding_log) or the token to undo (concurrency)
---   ARGV[6] n, the number of tiers, then per tier the algorithm's constants
+--   ARGV[6] the TTL margin in milliseconds (added to every key's TTL)
+--   ARGV[7] n, the number of tiers, then per tier the algorithm's constants
 -- Every script answers {allowed (1/0), tier (0-based), limit, remaining,
 -- reset_after_us, retry_after_us, delay_us, token}, or 0 for an undo.
 --
@@ -49,19 +50,20 @@ local function str(x)
   return string.format('%d', x)
 end
 
--- ttl_ms is the PEXPIRE of a state that needs us more microseconds: rounded
--- up to milliseconds plus a one-second margin, as a decimal string.
-local function ttl_ms(us)
-  if us < 0 then us = 0 end
-  return str(cdiv(us, 1000) + 1000)
-end
-
 local MODE = ARGV[1]
 local NOW = now_us(ARGV[2])
 local COST = tonumber(ARGV[3])
 if COST < 0 then COST = 0 end
 local COUNT_REJECTED = ARGV[4] == '1'
-local N = tonumber(ARGV[6])
+local MARGIN_MS = tonumber(ARGV[6])
+local N = tonumber(ARGV[7])
+
+-- ttl_ms is the PEXPIRE of a state that needs us more microseconds: rounded
+-- up to milliseconds plus the margin (ARGV[6]), as a decimal string.
+local function ttl_ms(us)
+  if us < 0 then us = 0 end
+  return str(cdiv(us, 1000) + MARGIN_MS)
+end
 
 -- pick: the tier a Decision describes. Denied: one whose cost can never
 -- pass first, then the longest wait; allowed: the fewest remaining; ties go

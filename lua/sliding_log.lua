@@ -14,12 +14,12 @@
 --
 -- KEYS[1]       hash: t = latest instant seen (µs), c<i> = units in tier i
 -- KEYS[1 + i]   sorted set of tier i's runs
--- ARGV[7..]     per tier: events, window_us
+-- ARGV[8..]     per tier: events, window_us
 local mkey = KEYS[1]
 local P = {}
 local fields = {'t'}
 for i = 1, N do
-  local o = 6 + (i - 1) * 2
+  local o = 7 + (i - 1) * 2
   P[i] = {E = tonumber(ARGV[o + 1]), W = tonumber(ARGV[o + 2]), key = KEYS[1 + i]}
   fields[i + 1] = 'c' .. i
 end

@@ -7,12 +7,12 @@
 --
 -- KEYS[1]  hash: t = latest instant seen (µs); per tier i: s<i> = window
 --          start (µs), p<i> = previous count, c<i> = current count
--- ARGV[7..] per tier: events, window_us
+-- ARGV[8..] per tier: events, window_us
 local key = KEYS[1]
 local P = {}
 local fields = {'t'}
 for i = 1, N do
-  local o = 6 + (i - 1) * 2
+  local o = 7 + (i - 1) * 2
   P[i] = {E = tonumber(ARGV[o + 1]), W = tonumber(ARGV[o + 2])}
   fields[#fields + 1] = 's' .. i
   fields[#fields + 1] = 'p' .. i

@@ -206,7 +206,7 @@ func NewStore(c redis.UniversalClient, l algorithms.Limiter, o Options) (*Store,
 	digest := hex.EncodeToString(h.Sum(nil))[:8]
 
 	num := func(v int64) string { return strconv.FormatInt(v, 10) }
-	s.static = append(s.static, num(int64(len(cfg.Tiers))))
+	s.static = append(s.static, num(Margin.Milliseconds()), num(int64(len(cfg.Tiers))))
 	var short string
 	var parts []string
 	switch name {
@@ -271,6 +271,12 @@ func NewStore(c redis.UniversalClient, l algorithms.Limiter, o Options) (*Store,
 		s.tails = append(s.tails, "}:"+short+":"+digest+p)
 	}
 	return s, nil
+}
+
+// setMargin changes the TTL margin of the keys s writes (tests: a long one
+// keeps real time from expiring the keys of a replayed timeline).
+func (s *Store) setMargin(d time.Duration) {
+	s.static[0] = strconv.FormatInt(d.Milliseconds(), 10)
 }
 
 // Keys returns the Redis keys of key, in the order the script takes them.

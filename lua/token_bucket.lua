@@ -3,13 +3,13 @@
 -- `rate` sub-units per microsecond up to `cap`; a unit is `scale` sub-units.
 --
 -- KEYS[1]  hash: t = latest instant seen (µs), "1".."n" = level per tier
--- ARGV[7..] per tier: rate, scale, cap, burst, window_us (from
+-- ARGV[8..] per tier: rate, scale, cap, burst, window_us (from
 --           algorithms.BucketParams, so both twins use the same constants)
 local key = KEYS[1]
 local P = {}
 local fields = {'t'}
 for i = 1, N do
-  local o = 6 + (i - 1) * 5
+  local o = 7 + (i - 1) * 5
   P[i] = {rate = tonumber(ARGV[o + 1]), scale = tonumber(ARGV[o + 2]), cap = tonumber(ARGV[o + 3]),
           burst = tonumber(ARGV[o + 4]), window = tonumber(ARGV[o + 5])}
   fields[i + 1] = tostring(i)
