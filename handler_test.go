@@ -1163,3 +1163,23 @@ func TestStoreFailureFailsOpen(t *testing.T) {
 		}
 	}
 }
+
+// On a denial, RateLimit's t is the time until more quota (as Retry-After);
+// X-RateLimit-Reset the time until the tier is whole again.
+func TestResetVersusRetry(t *testing.T) {
+	clock := newFakeClock()
+	h := provision(t, perIP3, clock)
+	for _, step := range []time.Duration{0, 20 * time.Second, 10 * time.Second} {
+		clock.Advance(step)
+		if res := serve(h, newReq("192.0.2.1:1")); res.code != 200 {
+			t.Fatalf("code %d", res.code)
+		}
+	}
+	clock.Advance(10 * time.Second) // t0+40s
+	res := serve(h, newReq("192.0.2.1:1"))
+	expectHeaders(t, res, map[string]string{
+		"Retry-After":       "20",
+		"RateLimit":         `"api";r=0;t=20`,
+		"X-RateLimit-Reset": "50",
+	})
+}

@@ -102,9 +102,10 @@ func (z *zone) precomputeHeaders() {
 	z.rlPrefix = `"` + z.name + `";r=`
 }
 
-// resetSeconds is the "seconds until reset" of the headers: until the tier
-// is whole again, or, for a denial, until a request would be admitted.
-func resetSeconds(d *algorithms.Decision) int64 {
+// quotaSeconds is the t of the RateLimit header: for a denial, the seconds
+// until a request would be admitted (more quota); otherwise until the tier
+// is whole again.
+func quotaSeconds(d *algorithms.Decision) int64 {
 	if !d.Allowed {
 		return max(ceilSeconds(d.RetryAfter), 1)
 	}
@@ -128,14 +129,13 @@ func (h *Handler) setHeaders(hdr http.Header, z *zone, d *algorithms.Decision, p
 	if mode == headersOff {
 		return
 	}
-	reset := resetSeconds(d)
 	remaining := max(d.Remaining, 0)
 	if mode&headersIETF != 0 {
 		var buf [160]byte
 		b := append(buf[:0], z.rlPrefix...)
 		b = strconv.AppendInt(b, remaining, 10)
 		b = append(b, ";t="...)
-		b = strconv.AppendInt(b, reset, 10)
+		b = strconv.AppendInt(b, quotaSeconds(d), 10)
 		vals[0] = string(b)
 		if policy != nil {
 			hdr[hdrPolicy] = policy
@@ -144,7 +144,8 @@ func (h *Handler) setHeaders(hdr http.Header, z *zone, d *algorithms.Decision, p
 	}
 	if mode&headersLegacy != 0 {
 		vals[1] = strconv.FormatInt(remaining, 10)
-		vals[2] = strconv.FormatInt(reset, 10)
+		// X-RateLimit-Reset: seconds until the tier is whole again.
+		vals[2] = strconv.FormatInt(ceilSeconds(d.ResetAfter), 10)
 		if z.tierMatches(d) {
 			hdr[hdrLimit] = z.limitVals[d.Tier]
 		} else {
