@@ -3,6 +3,7 @@ package keyresolver
 import (
 	"net/http"
 	"net/http/httptest"
+	"net/netip"
 	"strconv"
 	"strings"
 	"testing"
@@ -220,6 +221,27 @@ func FuzzKeyEscape(f *testing.F) {
 		}
 		if got := string(AppendEscape(nil, a)); got != ea {
 			t.Fatalf("AppendEscape(%q) = %q, Escape = %q", a, got, ea)
+		}
+	})
+}
+
+// FuzzGroupAddr: GroupAddr never panics, leaves non-addresses alone, turns
+// addresses into an address or a prefix, and is idempotent.
+func FuzzGroupAddr(f *testing.F) {
+	for _, s := range []string{"192.0.2.7", "192.0.2.7:80", "[2001:db8::1]:443", "fe80::1%eth0", "::ffff:1.2.3.4", "tenant:GET", "1.2.3.4.5", "[::1"} {
+		f.Add(s, 24, 64)
+	}
+	f.Fuzz(func(t *testing.T, s string, v4, v6 int) {
+		got := GroupAddr(s, v4, v6)
+		if got != s {
+			if _, err := netip.ParseAddr(got); err != nil {
+				if _, err := netip.ParsePrefix(got); err != nil {
+					t.Fatalf("GroupAddr(%q) = %q: neither an address nor a prefix", s, got)
+				}
+			}
+		}
+		if again := GroupAddr(got, v4, v6); again != got {
+			t.Fatalf("GroupAddr(%q) = %q, then %q", s, got, again)
 		}
 	})
 }
