@@ -14,6 +14,7 @@ package keyresolver
 
 import (
 	"fmt"
+	"net"
 	"net/http"
 	"net/netip"
 	"strings"
@@ -45,11 +46,16 @@ type KeyResolver interface {
 // prefix form, e.g. "2001:db8:1:2::/64". IPv4-mapped IPv6 addresses count as
 // IPv4.
 type Template struct {
-	template string
-	static   bool // no placeholders: the template is the key
-	v4bits   int
-	v6bits   int
+	template   string
+	static     bool // no placeholders: the template is the key
+	remoteHost bool // the template is {http.request.remote.host}: read it directly
+	v4bits     int
+	v6bits     int
 }
+
+// remoteHostPlaceholder is the most common key; Template evaluates it
+// without the replacer, as Caddy's replacer does, but without allocating.
+const remoteHostPlaceholder = "{http.request.remote.host}"
 
 // NewTemplate returns the template resolver for tmpl, grouping IPv4
 // addresses by ipv4Prefix bits (1..32; 0 means 32) and IPv6 addresses by
@@ -68,10 +74,11 @@ func NewTemplate(tmpl string, ipv4Prefix, ipv6Prefix int) (*Template, error) {
 		return nil, fmt.Errorf("ipv6_prefix must be between 1 and 128, got %d", ipv6Prefix)
 	}
 	t := &Template{
-		template: tmpl,
-		static:   !strings.ContainsAny(tmpl, "{}"),
-		v4bits:   ipv4Prefix,
-		v6bits:   ipv6Prefix,
+		template:   tmpl,
+		static:     !strings.ContainsAny(tmpl, "{}"),
+		remoteHost: tmpl == remoteHostPlaceholder,
+		v4bits:     ipv4Prefix,
+		v6bits:     ipv6Prefix,
 	}
 	if t.static {
 		// A static key that is an address is grouped once, here.
@@ -89,11 +96,28 @@ func (t *Template) Key(r *http.Request) (string, error) {
 	if t.static {
 		return t.template, nil
 	}
+	if t.remoteHost {
+		return t.Group(remoteHost(r)), nil
+	}
 	repl, _ := r.Context().Value(caddy.ReplacerCtxKey).(*caddy.Replacer)
 	if repl == nil {
 		repl = caddy.NewReplacer()
 	}
 	return t.Group(repl.ReplaceAll(t.template, "")), nil
+}
+
+// remoteHost is the value of {http.request.remote.host}, as Caddy's
+// replacer computes it.
+func remoteHost(r *http.Request) string {
+	if r.TLS != nil && !r.TLS.HandshakeComplete {
+		// TLS early data: the address may be spoofed.
+		return ""
+	}
+	host, _, err := net.SplitHostPort(r.RemoteAddr)
+	if err != nil {
+		return r.RemoteAddr // a unix socket
+	}
+	return host
 }
 
 // Group returns s grouped by the template's prefixes if s is an IP address

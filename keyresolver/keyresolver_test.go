@@ -1,6 +1,7 @@
 package keyresolver
 
 import (
+	"crypto/tls"
 	"net/http"
 	"net/http/httptest"
 	"net/netip"
@@ -244,4 +245,34 @@ func FuzzGroupAddr(f *testing.F) {
 			t.Fatalf("GroupAddr(%q) = %q, then %q", s, got, again)
 		}
 	})
+}
+
+// The direct evaluation of {http.request.remote.host} agrees with Caddy's
+// replacer.
+func TestRemoteHostFastPath(t *testing.T) {
+	fast, _ := NewTemplate("{http.request.remote.host}", 24, 64)
+	slow, _ := NewTemplate("{http.request.remote.host}{unknown}", 24, 64) // the replacer's way
+	if !fast.remoteHost || slow.remoteHost {
+		t.Fatal("fast path not chosen as expected")
+	}
+	for _, remote := range []string{"192.0.2.7:1234", "[2001:db8::1]:443", "[fe80::1%eth0]:1", "@", "", "/tmp/sock", "garbage:"} {
+		r := newRequest(remote, nil)
+		a, _ := fast.Key(r)
+		b, _ := slow.Key(r)
+		if a != b {
+			t.Errorf("remote %q: fast %q, replacer %q", remote, a, b)
+		}
+	}
+	r := newRequest("192.0.2.7:1234", nil)
+	r.TLS = &tls.ConnectionState{HandshakeComplete: false}
+	a, _ := fast.Key(r)
+	b, _ := slow.Key(r)
+	if a != "" || b != "" {
+		t.Errorf("early data: fast %q, replacer %q, want both empty", a, b)
+	}
+	r = newRequest("192.0.2.7:1234", nil)
+	full, _ := NewTemplate("{http.request.remote.host}", 0, 0)
+	if n := testing.AllocsPerRun(100, func() { _, _ = full.Key(r) }); n != 0 {
+		t.Errorf("fast path allocates %v times", n)
+	}
 }
