@@ -669,3 +669,26 @@ http://b.test:9080 {
 		}
 	}
 }
+
+// Every algorithm limits through a real Caddy.
+func TestAlgorithms(t *testing.T) {
+	// (concurrency: TestConcurrency)
+	algs := []string{"sliding_log", "sliding_window", "fixed_window", "token_bucket", "leaky_bucket", "gcra"}
+	cfg := "http://:9080 {\n\trate_limit {\n"
+	for _, a := range algs {
+		limit := "limit 2 1h"
+		cfg += fmt.Sprintf("\t\tzone it_alg_%s {\n\t\t\tmatch {\n\t\t\t\tpath /%s\n\t\t\t}\n\t\t\talgorithm %s\n\t\t\tkey {http.request.header.X-Client}\n\t\t\t%s\n\t\t}\n", a, a, a, limit)
+	}
+	cfg += "\t}\n\trespond \"ok\"\n}\n"
+	tc := load(t, cfg)
+	for _, a := range algs {
+		expectCode(t, get(t, tc, "/"+a, "X-Client", "a"), 200, a+" 1")
+		expectCode(t, get(t, tc, "/"+a, "X-Client", "a"), 200, a+" 2")
+		r := get(t, tc, "/"+a, "X-Client", "a")
+		expectCode(t, r, 429, a+" 3")
+		expectRetryAfter(t, r, 1, 2*3600)
+		if !strings.HasPrefix(r.hdr.Get("RateLimit"), `"it_alg_`+a+`";r=0;t=`) {
+			t.Errorf("%s: RateLimit %q", a, r.hdr.Get("RateLimit"))
+		}
+	}
+}
