@@ -186,6 +186,43 @@ run_wrk() {
 median() { sort -g | awk '{ v[NR] = $1 } END { if (NR % 2) print v[(NR + 1) / 2]; else printf "%.2f\n", (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
 best() { sort -g | tail -1; }
 
+# start_redis: starts one redis-server for the whole run (once, however many
+# scenarios call it) on a free loopback port, pinned to REDIS_CPU, without
+# persistence, and sets REDIS_ADDR (127.0.0.1:<port>); it is stopped on exit.
+# For a setup_<name> function of a Redis scenario, e.g.
+#
+#   ALL_SCENARIOS+=(redis_pass)
+#   EXPECT[redis_pass]=ok
+#   TARGET[redis_pass]=0.70
+#   setup_redis_pass() { start_redis; }
+#   site_redis_pass() {
+#   	cat <<-SITE
+#   		rate_limit {
+#   			zone $1 { ... }
+#   			store redis
+#   			redis { address $REDIS_ADDR }
+#   		}
+#   		respond "ok"
+#   	SITE
+#   }
+REDIS_CPU=${REDIS_CPU:-$WRK_CPU}
+REDIS_ADDR=""
+start_redis() {
+	[ -z "$REDIS_ADDR" ] || return 0
+	need redis-server redis-server
+	local port dir
+	port=$(free_port)
+	dir="$workdir/redis-$port"
+	mkdir -p "$dir"
+	taskset -c "$REDIS_CPU" redis-server --bind 127.0.0.1 --port "$port" --save "" --appendonly no \
+		--dir "$dir" --daemonize no --protected-mode yes >"$dir/redis.log" 2>&1 &
+	local pid=$!
+	on_exit "kill $pid 2>/dev/null; wait $pid 2>/dev/null"
+	wait_port "$port" 10 || { cat "$dir/redis.log" >&2; die "redis-server did not start on $port"; }
+	REDIS_ADDR=127.0.0.1:$port
+	echo "e2e: redis-server $(redis-server --version | grep -o 'v=[0-9.]*') on $REDIS_ADDR, core $REDIS_CPU"
+}
+
 # ---------------------------------------------------------------------------
 # Main.
 
