@@ -45,7 +45,7 @@ cd "$repo"
 # ---------------------------------------------------------------------------
 # Scenarios.
 
-ALL_SCENARIOS=(plain pass deny deny_handle_errors)
+ALL_SCENARIOS=(plain pass deny deny_handle_errors error_handle_errors)
 declare -A EXPECT=() TARGET=()
 
 # plain: Caddy alone, the baseline every ratio is taken against.
@@ -103,6 +103,19 @@ site_deny_handle_errors() {
 			}
 		}
 		respond "ok"
+		handle_errors {
+			respond "rate limited" {err.status_code}
+		}
+	SITE
+}
+
+# error_handle_errors: no rate_limit; Caddy's own `error 429` rendered by the
+# same handle_errors route: what Caddy's error path alone costs on this
+# machine, the reference for deny_handle_errors.
+EXPECT[error_handle_errors]=deny
+site_error_handle_errors() {
+	cat <<-'SITE'
+		error 429
 		handle_errors {
 			respond "rate limited" {err.status_code}
 		}
