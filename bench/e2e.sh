@@ -317,6 +317,9 @@ done
 
 load_start=$(cut -d' ' -f1-3 /proc/loadavg)
 echo "e2e: load average at start: $load_start"
+if awk -v l="${load_start%% *}" 'BEGIN { exit !(l >= 0.5) }'; then
+	echo "e2e: warning: the machine is not idle (load average ${load_start%% *}); the figures will be noisy" >&2
+fi
 echo "e2e: warm-up, $WARMUP per scenario"
 for s in "${scenarios[@]}"; do run_wrk "${PORT[$s]}" "$WARMUP" >/dev/null; done
 
@@ -341,7 +344,7 @@ commit=$(git rev-parse --short HEAD 2>/dev/null || echo unknown)
 	echo "# bench/e2e.sh $stamp commit $commit$(git diff --quiet HEAD 2>/dev/null || echo '+dirty')"
 	echo "# $(go version | cut -d' ' -f3-), $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //')"
 	echo "# caddy on core $CADDY_CPU; wrk -t1 -c$CONNECTIONS -d$DURATION on core $WRK_CPU; $ROUNDS rounds after a $WARMUP warm-up; algorithm $ALGORITHM"
-	echo "# load average at start $load_start, at end $load_end"
+	echo "# load average at start $load_start, at end $load_end (other load makes the figures noisy)"
 	printf '%-22s %10s %10s %8s %8s %8s %s\n' scenario best_rps median_rps ratio_b ratio_m target non2xx
 	plain_best=$(tr ' ' '\n' <<<"${RPS[plain]}" | grep . | best)
 	plain_median=$(tr ' ' '\n' <<<"${RPS[plain]}" | grep . | median)
