@@ -196,6 +196,25 @@ run_wrk() {
 	' <<<"$out"
 }
 
+# CPU accounting, to tell how much other processes used while we measured:
+# busy ticks of the whole machine (user, nice, system, irq, softirq), steal
+# ticks, the ticks of one process and those of this shell's finished children
+# (wrk, curl, awk). Approximate (ticks are sampled): a few percent either way.
+cpu_busy() { awk '/^cpu / { print $2 + $3 + $4 + $7 + $8 }' /proc/stat; }
+cpu_steal() { awk '/^cpu / { print $9 }' /proc/stat; }
+proc_ticks() { awk '{ print $14 + $15 }' "/proc/$1/stat" 2>/dev/null || echo 0; }
+# Sets KIDS (not printed: `times` in a $(...) subshell would see its own
+# children only).
+children_ticks() {
+	times >"$workdir/times"
+	KIDS=$(tail -1 "$workdir/times" | awk -v hz="$CLK_TCK" '{
+		t = 0
+		for (i = 1; i <= 2; i++) { split($i, a, /[ms]/); t += a[1] * 60 + a[2] }
+		printf "%d\n", t * hz
+	}')
+}
+CLK_TCK=$(getconf CLK_TCK 2>/dev/null || echo 100)
+
 median() { sort -g | awk '{ v[NR] = $1 } END { if (NR % 2) print v[(NR + 1) / 2]; else printf "%.2f\n", (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
 best() { sort -g | tail -1; }
 
@@ -324,6 +343,10 @@ echo "e2e: warm-up, $WARMUP per scenario"
 for s in "${scenarios[@]}"; do run_wrk "${PORT[$s]}" "$WARMUP" >/dev/null; done
 
 declare -A RPS=() BAD=() TOTAL=()
+t_start=$(date +%s.%N) busy_start=$(cpu_busy) steal_start=$(cpu_steal)
+caddy_start=$(proc_ticks "$caddy_pid")
+children_ticks
+kids_start=$KIDS
 for ((r = 1; r <= ROUNDS; r++)); do
 	for s in "${scenarios[@]}"; do
 		read -r rps total bad < <(run_wrk "${PORT[$s]}" "$DURATION")
@@ -334,6 +357,17 @@ for ((r = 1; r <= ROUNDS; r++)); do
 	done
 done
 load_end=$(cut -d' ' -f1-3 /proc/loadavg)
+t_end=$(date +%s.%N) busy_end=$(cpu_busy) steal_end=$(cpu_steal)
+caddy_end=$(proc_ticks "$caddy_pid")
+children_ticks
+kids_end=$KIDS
+[ -z "${E2E_DEBUG:-}" ] || echo "e2e: debug: busy $((busy_end - busy_start)) caddy $((caddy_end - caddy_start)) children $((kids_end - kids_start)) ticks in $(awk -v a="$t_start" -v b="$t_end" 'BEGIN { print b - a }') s"
+# Percent of one core used by processes other than this Caddy and wrk while
+# the rounds ran, and stolen by the hypervisor.
+others=$(awk -v b=$((busy_end - busy_start)) -v c=$((caddy_end - caddy_start)) -v k=$((kids_end - kids_start)) \
+	-v t0="$t_start" -v t1="$t_end" -v hz="$CLK_TCK" 'BEGIN { v = 100 * (b - c - k) / ((t1 - t0) * hz); printf "%.0f", v < 0 ? 0 : v }')
+stolen=$(awk -v s=$((steal_end - steal_start)) -v t0="$t_start" -v t1="$t_end" -v hz="$CLK_TCK" 'BEGIN { printf "%.0f", 100 * s / ((t1 - t0) * hz) }')
+echo "e2e: other processes used ${others}% of a core during the rounds (steal ${stolen}%)"
 
 # Report.
 mkdir -p bench/results
@@ -344,7 +378,7 @@ commit=$(git rev-parse --short HEAD 2>/dev/null || echo unknown)
 	echo "# bench/e2e.sh $stamp commit $commit$(git diff --quiet HEAD 2>/dev/null || echo '+dirty')"
 	echo "# $(go version | cut -d' ' -f3-), $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //')"
 	echo "# caddy on core $CADDY_CPU; wrk -t1 -c$CONNECTIONS -d$DURATION on core $WRK_CPU; $ROUNDS rounds after a $WARMUP warm-up; algorithm $ALGORITHM"
-	echo "# load average at start $load_start, at end $load_end (other load makes the figures noisy)"
+	echo "# load average at start $load_start; during the rounds other processes used ${others}% of a core, steal ${stolen}% (other load makes the figures noisy)"
 	printf '%-22s %10s %10s %8s %8s %8s %s\n' scenario best_rps median_rps ratio_b ratio_m target non2xx
 	plain_best=$(tr ' ' '\n' <<<"${RPS[plain]}" | grep . | best)
 	plain_median=$(tr ' ' '\n' <<<"${RPS[plain]}" | grep . | median)
