@@ -395,6 +395,9 @@ commit=$(git rev-parse --short HEAD 2>/dev/null || echo unknown)
 		nonok=$(awk -v b="${BAD[$s]}" -v n="${TOTAL[$s]}" 'BEGIN { printf "%.1f%%", n ? 100 * b / n : 0 }')
 		printf '%-22s %10.0f %10.0f %8s %8s %8s %s\n' "$s" "$b" "$m" "$rb" "$rm" "${t:+>=$t $verdict}" "$nonok"
 	done
+	for s in "${scenarios[@]}"; do
+		printf '# rounds %-22s %s\n' "$s" "$(printf '%.0f ' ${RPS[$s]})"
+	done
 } | tee "$result"
 cp "$result" bench/results/e2e-latest.txt
 echo "e2e: written to $result (ratios are to plain in this run: ratio_b of best rounds, ratio_m of medians)"
