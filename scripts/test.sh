@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # The whole test suite, as CI runs it (.ci/run calls this):
 #
-#   1. redis      install redis-server and redis-tools from Debian's packages
-#                 when missing (the tests start their own servers)
+#   1. deps       install redis-server and redis-tools, and gcc (go test -race
+#                 needs cgo), from Debian's packages when missing (the tests
+#                 start their own Redis servers)
 #   2. gofmt      `gofmt -l` must list nothing
 #   3. vet        go vet ./...
 #   4. staticcheck honnef.co/go/tools, pinned, from the module proxy
@@ -71,25 +72,33 @@ step() {
 	return 0
 }
 
-install_redis() {
-	if command -v redis-server >/dev/null 2>&1 && command -v redis-cli >/dev/null 2>&1; then
-		echo "redis: $(redis-server --version)"
-		return 0
+# install_deps installs, from Debian's packages, what the tests need and a
+# fresh machine may lack: redis-server and redis-tools (the tests start their
+# own servers; Debian's package starts none here) and a C compiler (go test
+# -race needs cgo).
+install_deps() {
+	local pkgs=()
+	if ! command -v redis-server >/dev/null 2>&1 || ! command -v redis-cli >/dev/null 2>&1; then
+		pkgs+=(redis-server redis-tools)
 	fi
-	local sudo=
-	if [ "$(id -u)" -ne 0 ]; then
-		if ! command -v sudo >/dev/null 2>&1; then
-			echo "redis: redis-server is missing and neither root nor sudo is available" >&2
-			return 1
+	if ! command -v "$(go env CC 2>/dev/null || echo gcc)" >/dev/null 2>&1 && ! command -v gcc >/dev/null 2>&1; then
+		pkgs+=(gcc libc6-dev)
+	fi
+	if [ ${#pkgs[@]} -gt 0 ]; then
+		local sudo=
+		if [ "$(id -u)" -ne 0 ]; then
+			if ! command -v sudo >/dev/null 2>&1; then
+				echo "deps: ${pkgs[*]} missing and neither root nor sudo is available" >&2
+				return 1
+			fi
+			sudo=sudo
 		fi
-		sudo=sudo
+		echo "deps: installing ${pkgs[*]} from Debian's packages"
+		$sudo apt-get update &&
+			DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y "${pkgs[@]}" || return 1
 	fi
-	echo "redis: installing redis-server and redis-tools from Debian's packages"
-	$sudo apt-get update &&
-		DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y redis-server redis-tools || return 1
-	# Debian's package starts no server here (no init system); the tests start
-	# their own on free loopback ports.
-	redis-server --version
+	echo "deps: $(redis-server --version)"
+	echo "deps: C compiler $(command -v "$(go env CC)" || command -v gcc)"
 }
 
 check_gofmt() {
@@ -107,7 +116,7 @@ run_staticcheck() {
 }
 
 run_tests() {
-	go test -race -count=1 -timeout "$TEST_TIMEOUT" ./...
+	CGO_ENABLED=1 go test -race -count=1 -timeout "$TEST_TIMEOUT" ./...
 }
 
 # Every `func FuzzXxx(f *testing.F)` in a _test.go file, as "dir FuzzXxx".
@@ -137,7 +146,7 @@ run_fuzz() {
 }
 
 echo "test.sh: $(go version), CI=$CI"
-step redis install_redis
+step deps install_deps
 step gofmt check_gofmt
 step vet go vet ./...
 step staticcheck run_staticcheck
