@@ -30,7 +30,7 @@ func parseCaddyfile(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler, error)
 // Subdirectives of a rate_limit block and of a zone block, for error
 // messages.
 var (
-	handlerSubdirectives = []string{"zone", "store", "headers", "status", "dry_run", "jitter", "sweep_interval", "max_keys"}
+	handlerSubdirectives = []string{"zone", "store", "redis", "sync_interval", "on_error", "headers", "status", "dry_run", "jitter", "sweep_interval", "max_keys", "log_keys"}
 	zoneSubdirectives    = []string{"match", "key", "algorithm", "limit", "events", "window", "burst", "cost", "on_limit", "count_rejected", "ipv4_prefix", "ipv6_prefix", "empty_key"}
 )
 
@@ -52,7 +52,25 @@ var (
 //	        ipv6_prefix <bits>
 //	        empty_key allow | deny | global
 //	    }
-//	    store          memory
+//	    store          memory | redis
+//	    redis {
+//	        address  <host:port>...
+//	        url      redis[s]://[user:password@]host:port[/db]
+//	        sentinel <master> <host:port>...
+//	        cluster
+//	        username <name>
+//	        password <password>
+//	        db       <n>
+//	        tls      [insecure_skip_verify] [ca_file <path>] [server_name <name>]
+//	        key_prefix    <prefix>
+//	        dial_timeout  <duration>
+//	        read_timeout  <duration>
+//	        write_timeout <duration>
+//	        pool_size     <n>
+//	    }
+//	    sync_interval  <duration>
+//	    on_error       open | closed | local
+//	    log_keys
 //	    headers        ietf | legacy | both | off
 //	    status         <code>
 //	    dry_run
@@ -90,12 +108,37 @@ func (h *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 
 		case "store":
 			var v string
-			if v, err = oneArg(d, "store", "memory"); err == nil {
+			if v, err = oneArg(d, "store", "memory | redis"); err == nil {
 				if err = checkStore(v); err != nil {
 					err = d.WrapErr(err)
 				}
 				h.Store = v
 			}
+
+		case "redis":
+			h.Redis, err = unmarshalRedis(d)
+
+		case "sync_interval":
+			var dur time.Duration
+			if dur, err = durationArg(d, "sync_interval"); err == nil {
+				if dur < minWindow {
+					err = d.Errf("sync_interval must be at least %s, got %s", minWindow, dur)
+				}
+				h.SyncInterval = caddy.Duration(dur)
+			}
+
+		case "on_error":
+			var v string
+			if v, err = oneArg(d, "on_error", "open | closed | local"); err == nil {
+				if err = checkOneOf("on_error", v, onErrorModes); err != nil {
+					err = d.WrapErr(err)
+				}
+				h.OnError = v
+			}
+
+		case "log_keys", "log_key":
+			err = noArgs(d, sub)
+			h.LogKeys = true
 
 		case "headers":
 			var v string
@@ -155,9 +198,6 @@ func (h *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 		case "distributed", "storage":
 			err = d.Errf("%s (from mholt/caddy-ratelimit) is not supported: this module shares counts between instances with its own store (see store)", sub)
 
-		case "log_key":
-			err = d.Errf("log_key (from mholt/caddy-ratelimit) is not supported: the key is in the {http.rate_limit.key} placeholder, which access logs can include with log_append")
-
 		default:
 			err = d.Errf("unknown subdirective %q in rate_limit (want one of %s)", sub, strings.Join(handlerSubdirectives, ", "))
 		}
@@ -168,6 +208,18 @@ func (h *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 
 	if len(h.Zones) == 0 {
 		return errAt(directive, errors.New("rate_limit: no zones: at least one zone <name> { key ...; limit ... } is required"))
+	}
+	// Options that depend on one another, reported at the line of the one
+	// that does not fit.
+	if err := h.validateRedisOptions(); err != nil {
+		tok := directive
+		var oe *zoneError
+		if errors.As(err, &oe) {
+			if line, ok := seen[oe.option]; ok {
+				tok = caddyfile.Token{File: directive.File, Line: line, Text: oe.option}
+			}
+		}
+		return errAt(tok, err)
 	}
 	return nil
 }

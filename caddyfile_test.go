@@ -184,6 +184,8 @@ func TestCaddyfileErrors(t *testing.T) {
 	zone := func(lines string) string {
 		return site("\trate_limit {\n\t\tzone z {\n" + lines + "\n\t\t}\n\t}")
 	}
+	// zoneZ is a valid zone block of lines 3 to 6.
+	const zoneZ = "\t\tzone z {\n\t\t\tkey k\n\t\t\tlimit 1 1s\n\t\t}\n"
 	tests := []struct {
 		name      string
 		caddyfile string
@@ -195,7 +197,22 @@ func TestCaddyfileErrors(t *testing.T) {
 		{"empty block", site("\trate_limit {\n\t}"), []string{"Caddyfile:2", "no zones"}},
 		{"unknown handler subdirective", site("\trate_limit {\n\t\tzone z {\n\t\t\tkey k\n\t\t\tlimit 1 1s\n\t\t}\n\t\tfrobnicate 3\n\t}"), []string{"Caddyfile:7", `unknown subdirective "frobnicate"`, "max_keys"}},
 		{"mholt distributed", site("\trate_limit {\n\t\tdistributed\n\t}"), []string{"Caddyfile:3", "distributed", "not supported"}},
-		{"mholt log_key", site("\trate_limit {\n\t\tlog_key\n\t}"), []string{"Caddyfile:3", "log_key", "{http.rate_limit.key}"}},
+
+		// store redis and its options (the zone is lines 3-6).
+		{"redis without store redis", site("\trate_limit {\n"+zoneZ+"\t\tredis 127.0.0.1:6379\n\t}"), []string{"Caddyfile:7", "redis settings need store redis"}},
+		{"on_error without redis", site("\trate_limit {\n"+zoneZ+"\t\ton_error closed\n\t}"), []string{"Caddyfile:7", "on_error applies only to store redis"}},
+		{"on_error unknown", site("\trate_limit {\n"+zoneZ+"\t\tstore redis\n\t\ton_error maybe\n\t}"), []string{"Caddyfile:8", `unknown on_error value "maybe"`}},
+		{"sync_interval with sliding_log", site("\trate_limit {\n"+zoneZ+"\t\tstore redis\n\t\tsync_interval 1s\n\t}"), []string{"Caddyfile:8", "sync_interval works with algorithm fixed_window or sliding_window", "sliding_log"}},
+		{"sync_interval bad duration", site("\trate_limit {\n"+zoneZ+"\t\tstore redis\n\t\tsync_interval soon\n\t}"), []string{"Caddyfile:8", "sync_interval: bad duration"}},
+		{"redis unknown subdirective", site("\trate_limit {\n"+zoneZ+"\t\tstore redis\n\t\tredis {\n\t\t\thost x\n\t\t}\n\t}"), []string{"Caddyfile:9", `redis: unknown subdirective "host"`}},
+		{"redis address without port", site("\trate_limit {\n"+zoneZ+"\t\tstore redis\n\t\tredis {\n\t\t\taddress localhost\n\t\t}\n\t}"), []string{"Caddyfile:9", `address "localhost" is not host:port`}},
+		{"redis url and address", site("\trate_limit {\n"+zoneZ+"\t\tstore redis\n\t\tredis 127.0.0.1:6379 {\n\t\t\turl redis://127.0.0.1:6379\n\t\t}\n\t}"), []string{"Caddyfile:8", "url and address are mutually exclusive"}},
+		{"redis url scheme", site("\trate_limit {\n"+zoneZ+"\t\tstore redis\n\t\tredis {\n\t\t\turl http://x\n\t\t}\n\t}"), []string{"Caddyfile:9", "redis:// or rediss://"}},
+		{"redis sentinel without address", site("\trate_limit {\n"+zoneZ+"\t\tstore redis\n\t\tredis {\n\t\t\tsentinel mymaster\n\t\t}\n\t}"), []string{"Caddyfile:9", "sentinel takes the master name"}},
+		{"redis key_prefix brace", site("\trate_limit {\n"+zoneZ+"\t\tstore redis\n\t\tredis {\n\t\t\tkey_prefix a{b\n\t\t}\n\t}"), []string{"Caddyfile:9", "must not contain a brace"}},
+		{"redis db on cluster", site("\trate_limit {\n"+zoneZ+"\t\tstore redis\n\t\tredis {\n\t\t\taddress 127.0.0.1:7000 127.0.0.1:7001\n\t\t\tdb 2\n\t\t}\n\t}"), []string{"Caddyfile:8", "Cluster has only database 0"}},
+		{"redis tls unknown option", site("\trate_limit {\n"+zoneZ+"\t\tstore redis\n\t\tredis {\n\t\t\ttls verify_none\n\t\t}\n\t}"), []string{"Caddyfile:9", `unknown tls option "verify_none"`}},
+		{"redis timeout zero", site("\trate_limit {\n"+zoneZ+"\t\tstore redis\n\t\tredis {\n\t\t\tread_timeout 0s\n\t\t}\n\t}"), []string{"Caddyfile:9", "read_timeout must be positive"}},
 
 		// zone line.
 		{"zone without name", site("\trate_limit {\n\t\tzone {\n\t\t\tkey k\n\t\t}\n\t}"), []string{"Caddyfile:3", "zone takes exactly one argument"}},

@@ -4,7 +4,6 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
-	"errors"
 	"net/http"
 	"strconv"
 	"strings"
@@ -16,6 +15,7 @@ import (
 	"go.uber.org/zap/zapcore"
 
 	"github.com/zonelimit/caddy-ratelimit/algorithms"
+	"github.com/zonelimit/caddy-ratelimit/store"
 )
 
 // statusClientClosed is the status of a request whose client went away
@@ -25,6 +25,7 @@ const statusClientClosed = 499
 // taken is one zone's admission of the request, kept to be undone.
 type taken struct {
 	z    *zone
+	st   store.Store // the store that admitted it: the zone's, or its fallback
 	key  string
 	cost int64
 	d    algorithms.Decision
@@ -37,9 +38,6 @@ const leasePoll = 50 * time.Millisecond
 // maxKeyLen is the longest key kept as is; a longer one (a header a client
 // filled) is replaced by its hash, so that a key costs bounded memory.
 const maxKeyLen = 256
-
-// errStore marks a store failure while waiting: the zone is skipped.
-var errStore = errors.New("store failure")
 
 // ServeHTTP decides the request in every zone that applies, in order. A
 // zone that denies it undoes what the zones before it admitted, and the
@@ -104,18 +102,22 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 		}
 
 		cost := z.costOf(r)
-		d, err := z.store.Take(ctx, key, time.Time{}, cost)
+		d, st, err := h.take(ctx, z, key, cost)
 		if err == nil && !d.Allowed && z.wait && !rt.dryRun {
-			d, err = h.waitAdmitted(ctx, z, key, cost, d)
-			if err != nil && ctx.Err() != nil {
-				// The client went away while waiting.
+			d, st, err = h.waitAdmitted(ctx, z, key, cost, d)
+		}
+		if err != nil {
+			if ctx.Err() != nil {
+				// The client went away (while waiting, or while the
+				// store answered): nobody reads a response.
 				h.undoAll(ctx, takes)
 				return caddyhttp.Error(statusClientClosed, err)
 			}
-		}
-		if err != nil {
-			// The store failed: this zone lets the request through.
-			h.logStoreError(z, err)
+			if rt.onError == onErrorClosed && !rt.dryRun {
+				h.undoAll(ctx, takes)
+				return h.unavailable(w, r, z, err)
+			}
+			// on_error open: this zone lets the request through.
 			continue
 		}
 		applied = append(applied, z)
@@ -124,7 +126,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 			if rt.dryRun {
 				h.logDenial(z, key, &d, true)
 				if !repDenied {
-					rep, reported, repDenied = taken{z: z, key: key, cost: cost, d: d}, true, true
+					rep, reported, repDenied = taken{z: z, st: st, key: key, cost: cost, d: d}, true, true
 				}
 				continue
 			}
@@ -132,7 +134,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 			return h.reject(w, r, z, key, &d, h.policy(applied))
 		}
 
-		takes = append(takes, taken{z: z, key: key, cost: cost, d: d})
+		takes = append(takes, taken{z: z, st: st, key: key, cost: cost, d: d})
 		if z.lease {
 			leases = true
 		}
@@ -140,7 +142,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 			delay = d.Delay
 		}
 		if !repDenied && (!reported || d.Remaining < rep.d.Remaining) {
-			rep, reported = taken{z: z, key: key, cost: cost, d: d}, true
+			rep, reported = taken{z: z, st: st, key: key, cost: cost, d: d}, true
 		}
 	}
 
@@ -212,27 +214,15 @@ func (h *Handler) logDenial(z *zone, key string, d *algorithms.Decision, dry boo
 		msg = "rate limit exceeded (dry run: not rejected)"
 	}
 	if c := h.rt.logger.Check(zapcore.DebugLevel, msg); c != nil {
-		c.Write(zap.String("zone", z.name), zap.String("key", key),
+		fields := []zap.Field{zap.String("zone", z.name),
 			zap.Int("tier", d.Tier), zap.Int64("limit", d.Limit),
-			zap.Duration("retry_after", d.RetryAfter))
-	}
-}
-
-// storeErrorLogEvery is how often, at most, a zone logs a store failure at
-// warn level; the others go to debug, so that an outage of the store does
-// not write a line per request.
-const storeErrorLogEvery = 10 * time.Second
-
-// logStoreError logs a failure of z's store.
-func (h *Handler) logStoreError(z *zone, err error) {
-	now := time.Now().UnixNano()
-	last := z.lastStoreErrLog.Load()
-	level := zapcore.DebugLevel
-	if now-last >= int64(storeErrorLogEvery) && z.lastStoreErrLog.CompareAndSwap(last, now) {
-		level = zapcore.WarnLevel
-	}
-	if c := h.rt.logger.Check(level, "rate limit store failed; request not limited by this zone"); c != nil {
-		c.Write(zap.String("zone", z.name), zap.Error(err))
+			zap.Duration("retry_after", d.RetryAfter)}
+		if h.LogKeys {
+			// Keys can be personal data (addresses, user IDs): only
+			// when asked for.
+			fields = append(fields, zap.String("key", key))
+		}
+		c.Write(fields...)
 	}
 }
 
@@ -255,10 +245,11 @@ func (h *Handler) policy(applied []*zone) []string {
 
 // waitAdmitted holds a request the zone denied until the zone admits it,
 // for at most the zone's max_wait. It returns the last decision (denied
-// when max_wait would be exceeded), the context's error when the client
-// went away, or errStore when the store failed.
-func (h *Handler) waitAdmitted(ctx context.Context, z *zone, key string, cost int64, d algorithms.Decision) (algorithms.Decision, error) {
+// when max_wait would be exceeded) and the store that made it, the
+// context's error when the client went away, or the store's error.
+func (h *Handler) waitAdmitted(ctx context.Context, z *zone, key string, cost int64, d algorithms.Decision) (algorithms.Decision, store.Store, error) {
 	deadline := h.now().Add(z.maxWait)
+	st := z.store
 	for !d.Allowed {
 		wait := max(d.RetryAfter, time.Millisecond)
 		if z.lease {
@@ -267,18 +258,18 @@ func (h *Handler) waitAdmitted(ctx context.Context, z *zone, key string, cost in
 			wait = min(wait, leasePoll)
 		}
 		if h.now().Add(wait).After(deadline) {
-			return d, nil
+			return d, st, nil
 		}
 		if err := h.sleepFor(ctx, wait); err != nil {
-			return d, err
+			return d, st, err
 		}
-		next, err := z.store.Take(ctx, key, time.Time{}, cost)
+		next, nst, err := h.take(ctx, z, key, cost)
 		if err != nil {
-			return d, errors.Join(errStore, err)
+			return d, st, err
 		}
-		d = next
+		d, st = next, nst
 	}
-	return d, nil
+	return d, st, nil
 }
 
 // undoAll gives back, latest first, what the zones admitted.
@@ -289,7 +280,7 @@ func (h *Handler) undoAll(ctx context.Context, takes []taken) {
 	ctx = context.WithoutCancel(ctx)
 	for i := len(takes) - 1; i >= 0; i-- {
 		t := &takes[i]
-		if err := t.z.store.Undo(ctx, t.key, time.Time{}, t.cost, t.d); err != nil {
+		if err := t.st.Undo(ctx, t.key, time.Time{}, t.cost, t.d); err != nil {
 			h.rt.logger.Debug("undoing a rate limit admission", zap.String("zone", t.z.name), zap.Error(err))
 		}
 	}
@@ -303,7 +294,7 @@ func (h *Handler) release(ctx context.Context, takes []taken) {
 		if !t.z.lease {
 			continue
 		}
-		if err := t.z.store.Undo(ctx, t.key, time.Time{}, t.cost, t.d); err != nil {
+		if err := t.st.Undo(ctx, t.key, time.Time{}, t.cost, t.d); err != nil {
 			h.rt.logger.Debug("releasing a concurrency lease", zap.String("zone", t.z.name), zap.Error(err))
 		}
 	}

@@ -29,8 +29,37 @@ type Handler struct {
 	Zones []*Zone `json:"zones,omitempty"`
 
 	// Store is where limit state lives: "memory" (the default: one
-	// instance's own counts).
+	// instance's own counts) or "redis" (one count shared by every Caddy
+	// instance using the same Redis, decided by a Lua script in one round
+	// trip; see Redis).
 	Store string `json:"store,omitempty"`
+
+	// Redis is how the redis store connects. Only with store redis; its
+	// defaults (127.0.0.1:6379, short timeouts) apply when it is left out.
+	Redis *RedisConfig `json:"redis,omitempty"`
+
+	// SyncInterval, with store redis, turns on the two-layer mode: each
+	// instance decides on local counts and pushes them to Redis (INCRBY)
+	// once per interval, reading back the shared total. Far fewer Redis
+	// calls; approximate: with N instances, a window admits at most
+	// (N-1) x ceil(events x interval / window) units more than its events.
+	// Only with algorithm fixed_window or sliding_window (nanoseconds in
+	// JSON, or a duration string). Default: 0 (off: every decision is
+	// exact, one Redis call).
+	SyncInterval caddy.Duration `json:"sync_interval,omitempty"`
+
+	// OnError is what a request gets when the redis store fails (an error,
+	// a timeout, or the circuit breaker open after repeated failures):
+	// "open" (the default: let it through, unlimited by that zone),
+	// "closed" (reject it with 503 Service Unavailable) or "local" (decide
+	// with an in-memory store on this instance: each instance enforces the
+	// limit on its own until Redis is back).
+	OnError string `json:"on_error,omitempty"`
+
+	// LogKeys writes the key of a request (an address, a tenant ID...) in
+	// the log lines of denials and failures. Default: false (keys can be
+	// personal data; the zone is logged instead).
+	LogKeys bool `json:"log_keys,omitempty"`
 
 	// Headers chooses the rate-limit response headers written on every
 	// response, allowed or denied: "ietf" (RateLimit-Policy and RateLimit,

@@ -118,7 +118,13 @@ type handlerRuntime struct {
 	// poolKeys are the pool entries this handler holds; Cleanup releases
 	// them. private are stores outside the pool (tests with a clock).
 	poolKeys []any
-	private  []*store.Memory
+	private  []caddy.Destructor
+
+	// redis is the shared Redis client of store redis (nil otherwise) and
+	// redisConf its settings with placeholders replaced and defaults in.
+	redis     *redisClient
+	redisConf *RedisConfig
+	onError   onErrorMode
 
 	// clock, when set (tests), is the time source of the memory stores
 	// and of on_limit wait; sleep, when set, replaces the real timer.
@@ -148,6 +154,7 @@ type zone struct {
 	matchers  caddyhttp.MatcherSets
 	resolver  keyresolver.KeyResolver
 	store     store.Store
+	fallback  store.Store // on_error local: the memory store used while Redis fails
 	limiter   algorithms.Limiter
 	cost      int64  // the static cost, when costTmpl is empty
 	costTmpl  string // a placeholder cost
@@ -202,6 +209,11 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 	h.rt.dryRun = h.DryRun
 	h.rt.jitter = h.Jitter
 	h.rt.errorRoutes = errorRoutesFor(ctx)
+	if h.Store == "redis" {
+		if err := h.provisionRedis(ctx); err != nil {
+			return err
+		}
+	}
 
 	server, site := serverScope(ctx)
 	var occ *occurrences
@@ -329,11 +341,9 @@ func (h *Handler) provisionZone(ctx caddy.Context, zc *Zone, server, site string
 	}
 	z.limiter = lim
 
-	st, err := h.zoneStore(lim, zc.Name, storeKey{server: server, site: site, config: identity}, occ)
-	if err != nil {
+	if err := h.zoneStores(ctx, z, lim, storeKey{server: server, site: site, config: identity}, occ); err != nil {
 		return nil, err
 	}
-	z.store = st
 
 	z.precomputeHeaders()
 	z.rejectError = fmt.Errorf("rate limit exceeded in zone %q", z.name)
@@ -362,46 +372,6 @@ func (h *Handler) storeIdentity(zc *Zone) (string, error) {
 		h.Store, h.MaxKeys, h.SweepInterval,
 	})
 	return string(b), err
-}
-
-// zoneStore returns the store of a zone: the one of the previous config
-// load when the zone is unchanged (see storeKey), else a new one.
-func (h *Handler) zoneStore(lim algorithms.Limiter, name string, key storeKey, occ *occurrences) (store.Store, error) {
-	switch h.Store {
-	case "memory":
-	default:
-		return nil, fmt.Errorf("unknown store %q", h.Store)
-	}
-	opts := store.MemoryOptions{
-		MaxKeys:       h.MaxKeys,
-		SweepInterval: time.Duration(h.SweepInterval),
-		Now:           h.rt.clock,
-	}
-	if h.rt.clock != nil {
-		// A test clock: a store of its own, never shared.
-		m := store.NewMemory(lim, opts)
-		h.rt.private = append(h.rt.private, m)
-		return m, nil
-	}
-	if occ != nil {
-		id := key.site + "\x00" + key.config
-		occ.mu.Lock()
-		key.n = occ.seen[id]
-		occ.seen[id]++
-		occ.mu.Unlock()
-	}
-	v, loaded, err := pool.LoadOrNew(key, func() (caddy.Destructor, error) {
-		return store.NewMemory(lim, opts), nil
-	})
-	if err != nil {
-		return nil, err
-	}
-	h.rt.poolKeys = append(h.rt.poolKeys, key)
-	if loaded {
-		h.rt.logger.Debug("zone state carried over from the previous config",
-			zap.String("zone", name), zap.Int("occurrence", key.n))
-	}
-	return v.(*store.Memory), nil
 }
 
 // serverScope names the HTTP server being provisioned by its listen

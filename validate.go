@@ -17,7 +17,8 @@ import (
 // JSON. The empty string (the option left out) is accepted too and means the
 // default, which Provision fills in.
 var (
-	storeNames    = []string{"memory"}
+	storeNames    = []string{"memory", "redis"}
+	onErrorModes  = []string{"open", "closed", "local"}
 	headerModes   = []string{"ietf", "legacy", "both", "off"}
 	onLimitModes  = []string{"reject", "wait"}
 	emptyKeyModes = []string{"allow", "deny", "global"}
@@ -93,12 +94,58 @@ func (h *Handler) validateOptions() error {
 	if h.MaxKeys < 0 {
 		return fmt.Errorf("max_keys must not be negative, got %d", h.MaxKeys)
 	}
+	return h.validateRedisOptions()
+}
+
+// validateRedisOptions checks the options of the redis store: they need
+// store redis, and sync_interval needs counter algorithms.
+func (h *Handler) validateRedisOptions() error {
+	redisStore := h.Store == "redis"
+	if !redisStore {
+		switch {
+		case h.Redis != nil:
+			return zoneErrf("redis", "redis settings need store redis (add: store redis)")
+		case h.SyncInterval != 0:
+			return zoneErrf("sync_interval", "sync_interval applies only to store redis")
+		case h.OnError != "":
+			return zoneErrf("on_error", "on_error applies only to store redis (the memory store cannot fail)")
+		}
+		return nil
+	}
+	if h.OnError != "" {
+		if err := checkOneOf("on_error", h.OnError, onErrorModes); err != nil {
+			return &zoneError{option: "on_error", err: err}
+		}
+	}
+	if h.Redis != nil {
+		if err := h.Redis.validate(); err != nil {
+			return &zoneError{option: "redis", err: err}
+		}
+	}
+	if h.SyncInterval < 0 {
+		return zoneErrf("sync_interval", "sync_interval must be positive, got %s", time.Duration(h.SyncInterval))
+	}
+	if h.SyncInterval > 0 {
+		if time.Duration(h.SyncInterval) < minWindow {
+			return zoneErrf("sync_interval", "sync_interval must be at least %s, got %s", minWindow, time.Duration(h.SyncInterval))
+		}
+		for _, z := range h.Zones {
+			if z.Algorithm != algorithms.FixedWindow && z.Algorithm != algorithms.SlidingWindow {
+				alg := z.Algorithm
+				if alg == "" {
+					alg = algorithms.SlidingLog + " (the default)"
+				}
+				return zoneErrf("sync_interval", "zone %q: sync_interval works with algorithm %s or %s (counts that can be summed), not %s",
+					z.Name, algorithms.FixedWindow, algorithms.SlidingWindow, alg)
+			}
+		}
+	}
 	return nil
 }
 
-// zoneError is an error in one option of a zone. Option is the Caddyfile
-// subdirective at fault (empty for the zone as a whole), so that the
-// Caddyfile parser can report the line that holds it.
+// zoneError is an error in one option of a zone (or of the handler). Option
+// is the Caddyfile subdirective at fault (empty for the zone as a whole), so
+// that the Caddyfile parser can report the line that holds it.
 type zoneError struct {
 	option string
 	err    error

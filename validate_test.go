@@ -163,7 +163,7 @@ func TestValidateInvalid(t *testing.T) {
 		{"ipv4_prefix negative", one(func(z *Zone) { z.IPv4Prefix = -1 }), "ipv4_prefix must be between 1 and 32 bits, got -1"},
 		{"ipv6_prefix 129", one(func(z *Zone) { z.IPv6Prefix = 129 }), "ipv6_prefix must be between 1 and 128 bits, got 129"},
 		{"empty_key unknown", one(func(z *Zone) { z.EmptyKey = "skip" }), `unknown empty_key value "skip" (want one of allow, deny, global)`},
-		{"store unknown", opts(func(h *Handler) { h.Store = "disk" }), `unknown store "disk" (want one of memory)`},
+		{"store unknown", opts(func(h *Handler) { h.Store = "disk" }), `unknown store "disk" (want one of memory, redis)`},
 		{"headers unknown", opts(func(h *Handler) { h.Headers = "all" }), `unknown headers value "all" (want one of ietf, legacy, both, off)`},
 		{"status 200", opts(func(h *Handler) { h.Status = 200 }), "status must be a 4xx or 5xx code (400 to 599), got 200"},
 		{"status 399", opts(func(h *Handler) { h.Status = 399 }), "got 399"},

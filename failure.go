@@ -1,0 +1,70 @@
+package ratelimit
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"time"
+
+	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+
+	"github.com/zonelimit/caddy-ratelimit/algorithms"
+	"github.com/zonelimit/caddy-ratelimit/store"
+)
+
+// take decides zone z for key: one call to the zone's store. When the store
+// fails (Redis down or slow), on_error local decides with the zone's memory
+// fallback instead; with open and closed the error goes back to ServeHTTP,
+// which lets the request through or answers 503.
+func (h *Handler) take(ctx context.Context, z *zone, key string, cost int64) (algorithms.Decision, store.Store, error) {
+	d, err := z.store.Take(ctx, key, time.Time{}, cost)
+	if err == nil {
+		return d, z.store, nil
+	}
+	if ctx.Err() != nil {
+		// The client went away: not a failure of the store.
+		return d, z.store, err
+	}
+	h.logStoreError(z, key, err)
+	if z.fallback != nil {
+		d, err = z.fallback.Take(ctx, key, time.Time{}, cost)
+		return d, z.fallback, err
+	}
+	return d, z.store, err
+}
+
+// unavailable answers a request that on_error closed refuses because the
+// store failed: 503, for the site's handle_errors routes when it has them.
+func (h *Handler) unavailable(w http.ResponseWriter, r *http.Request, z *zone, err error) error {
+	w.Header().Set("Retry-After", "1")
+	if h.useErrorRoutes(r) {
+		return caddyhttp.Error(http.StatusServiceUnavailable,
+			fmt.Errorf("rate limit store unavailable in zone %q (on_error closed): %w", z.name, err))
+	}
+	w.WriteHeader(http.StatusServiceUnavailable)
+	return nil
+}
+
+// storeErrorLogEvery is how often, at most, a zone logs a store failure at
+// warn level; the others go to debug, so that an outage of the store does
+// not write a line per request.
+const storeErrorLogEvery = 10 * time.Second
+
+// logStoreError logs a failure of z's store.
+func (h *Handler) logStoreError(z *zone, key string, err error) {
+	now := time.Now().UnixNano()
+	last := z.lastStoreErrLog.Load()
+	level := zapcore.DebugLevel
+	if now-last >= int64(storeErrorLogEvery) && z.lastStoreErrLog.CompareAndSwap(last, now) {
+		level = zapcore.WarnLevel
+	}
+	if c := h.rt.logger.Check(level, "rate limit store failed"); c != nil {
+		fields := []zap.Field{zap.String("zone", z.name), zap.String("on_error", h.OnError), zap.Error(err)}
+		if h.LogKeys {
+			fields = append(fields, zap.String("key", key))
+		}
+		c.Write(fields...)
+	}
+}

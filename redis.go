@@ -1,0 +1,300 @@
+package ratelimit
+
+import (
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/caddyserver/caddy/v2"
+	"github.com/redis/go-redis/v9"
+)
+
+// Defaults of the redis block. Short timeouts: a rate limiter that waits
+// seconds for Redis holds every request that long; on_error decides what a
+// request gets when Redis does not answer in time.
+const (
+	defaultRedisAddress = "127.0.0.1:6379"
+	defaultKeyPrefix    = "rl:"
+	defaultDialTimeout  = time.Second
+	defaultReadTimeout  = 250 * time.Millisecond
+	defaultWriteTimeout = 250 * time.Millisecond
+)
+
+// RedisConfig is how the Redis store connects: one node, a Redis Cluster
+// (several addresses, or cluster), or a master found through Redis Sentinel.
+// Values may hold global placeholders such as {env.REDIS_PASSWORD}, which
+// are replaced once at Provision. Handlers whose settings are equal (after
+// replacement) share one client, which outlives a config reload.
+type RedisConfig struct {
+	// Addresses are the host:port of the Redis node, or of some Cluster
+	// nodes (seeds) when there are several or Cluster is set. Default:
+	// 127.0.0.1:6379 (unless URL or Sentinel is set).
+	Addresses []string `json:"addresses,omitempty"`
+
+	// URL is a redis:// or rediss:// URL (user, password, host, port, db
+	// and TLS in one string), instead of Addresses.
+	URL string `json:"url,omitempty"`
+
+	// Cluster makes a single address a Cluster seed. Several addresses
+	// always mean Cluster.
+	Cluster bool `json:"cluster,omitempty"`
+
+	// SentinelMaster is the master name watched by the Sentinels at
+	// SentinelAddresses; with it, the client follows failovers. Instead of
+	// Addresses and URL.
+	SentinelMaster string `json:"sentinel_master,omitempty"`
+
+	// SentinelAddresses are the host:port of the Sentinels. Required with
+	// SentinelMaster.
+	SentinelAddresses []string `json:"sentinel_addresses,omitempty"`
+
+	// Username is the ACL user (Redis 6 and later). Default: none.
+	Username string `json:"username,omitempty"`
+
+	// Password authenticates the client (and to the Sentinels). Default:
+	// none.
+	Password string `json:"password,omitempty"`
+
+	// DB is the database number of a single node or Sentinel master
+	// (Cluster has only 0). Default: 0.
+	DB int `json:"db,omitempty"`
+
+	// TLS, when set, connects over TLS.
+	TLS *RedisTLS `json:"tls,omitempty"`
+
+	// KeyPrefix starts every Redis key of the rate limiter, so that it can
+	// share a Redis with other data. It may not contain a brace (the Cluster
+	// hash tag). Default: "rl:".
+	KeyPrefix string `json:"key_prefix,omitempty"`
+
+	// DialTimeout bounds connecting to Redis (nanoseconds in JSON, or a
+	// duration string). Default: 1s.
+	DialTimeout caddy.Duration `json:"dial_timeout,omitempty"`
+
+	// ReadTimeout bounds waiting for one reply. A decision that takes
+	// longer counts as a Redis failure (see on_error). Default: 250ms.
+	ReadTimeout caddy.Duration `json:"read_timeout,omitempty"`
+
+	// WriteTimeout bounds sending one command. Default: 250ms.
+	WriteTimeout caddy.Duration `json:"write_timeout,omitempty"`
+
+	// PoolSize is the most connections per Redis node. Default: go-redis's,
+	// 10 per CPU.
+	PoolSize int `json:"pool_size,omitempty"`
+}
+
+// RedisTLS configures TLS to Redis.
+type RedisTLS struct {
+	// InsecureSkipVerify accepts any server certificate. For tests only.
+	InsecureSkipVerify bool `json:"insecure_skip_verify,omitempty"`
+
+	// CAFile is a PEM file of the CAs that sign the server's certificate.
+	// Default: the system's roots.
+	CAFile string `json:"ca_file,omitempty"`
+
+	// ServerName is the name checked in the server's certificate. Default:
+	// the host of the address.
+	ServerName string `json:"server_name,omitempty"`
+}
+
+// validate checks the settings that need no placeholder replacement.
+func (rc *RedisConfig) validate() error {
+	if rc.URL != "" && len(rc.Addresses) > 0 {
+		return errors.New("redis: url and address are mutually exclusive")
+	}
+	if rc.SentinelMaster != "" {
+		if rc.URL != "" || len(rc.Addresses) > 0 {
+			return errors.New("redis: sentinel is an alternative to address and url, not both")
+		}
+		if len(rc.SentinelAddresses) == 0 {
+			return errors.New("redis: sentinel needs at least one Sentinel address: sentinel <master> <host:port>...")
+		}
+		if rc.Cluster {
+			return errors.New("redis: cluster and sentinel are mutually exclusive")
+		}
+	} else if len(rc.SentinelAddresses) > 0 {
+		return errors.New("redis: sentinel addresses without a master name: sentinel <master> <host:port>...")
+	}
+	for _, a := range append(slices.Clone(rc.Addresses), rc.SentinelAddresses...) {
+		if err := checkHostPort(a); err != nil {
+			return err
+		}
+	}
+	if rc.DB < 0 {
+		return fmt.Errorf("redis: db must not be negative, got %d", rc.DB)
+	}
+	if rc.DB != 0 && (rc.Cluster || len(rc.Addresses) > 1) {
+		return fmt.Errorf("redis: db %d: a Redis Cluster has only database 0", rc.DB)
+	}
+	if strings.ContainsAny(rc.KeyPrefix, "{}") && !isPlaceholder(rc.KeyPrefix) {
+		return fmt.Errorf("redis: key_prefix %q must not contain a brace ('{' or '}' would change the Cluster hash tag)", rc.KeyPrefix)
+	}
+	for name, d := range map[string]caddy.Duration{"dial_timeout": rc.DialTimeout, "read_timeout": rc.ReadTimeout, "write_timeout": rc.WriteTimeout} {
+		if d < 0 {
+			return fmt.Errorf("redis: %s must be positive, got %s", name, time.Duration(d))
+		}
+	}
+	if rc.PoolSize < 0 {
+		return fmt.Errorf("redis: pool_size must be positive, got %d", rc.PoolSize)
+	}
+	return nil
+}
+
+// checkHostPort accepts host:port, and a placeholder (checked once
+// replaced).
+func checkHostPort(a string) error {
+	if strings.Contains(a, "{") {
+		return nil
+	}
+	if _, port, err := net.SplitHostPort(a); err != nil || port == "" {
+		return fmt.Errorf("redis: address %q is not host:port", a)
+	}
+	return nil
+}
+
+// resolved returns a copy of rc with global placeholders ({env.*}, ...)
+// replaced and the defaults filled in.
+func (rc *RedisConfig) resolved() (*RedisConfig, error) {
+	repl := caddy.NewReplacer()
+	r := *rc
+	var err error
+	one := func(s string) string {
+		if err != nil || !strings.Contains(s, "{") {
+			return s
+		}
+		var v string
+		v, err = repl.ReplaceOrErr(s, true, true)
+		return v
+	}
+	many := func(in []string) []string {
+		if in == nil {
+			return nil
+		}
+		out := make([]string, 0, len(in))
+		for _, s := range in {
+			// A placeholder may stand for several addresses
+			// ({env.REDIS_NODES} = "a:1 b:2").
+			out = append(out, strings.Fields(one(s))...)
+		}
+		return out
+	}
+	r.Addresses = many(rc.Addresses)
+	r.SentinelAddresses = many(rc.SentinelAddresses)
+	r.URL = one(rc.URL)
+	r.SentinelMaster = one(rc.SentinelMaster)
+	r.Username = one(rc.Username)
+	r.Password = one(rc.Password)
+	r.KeyPrefix = one(rc.KeyPrefix)
+	if rc.TLS != nil {
+		t := *rc.TLS
+		t.CAFile = one(t.CAFile)
+		t.ServerName = one(t.ServerName)
+		r.TLS = &t
+	}
+	if err != nil {
+		return nil, fmt.Errorf("redis: %v", err)
+	}
+	if r.URL == "" && r.SentinelMaster == "" && len(r.Addresses) == 0 {
+		r.Addresses = []string{defaultRedisAddress}
+	}
+	if rc.KeyPrefix == "" {
+		r.KeyPrefix = defaultKeyPrefix
+	}
+	if r.DialTimeout == 0 {
+		r.DialTimeout = caddy.Duration(defaultDialTimeout)
+	}
+	if r.ReadTimeout == 0 {
+		r.ReadTimeout = caddy.Duration(defaultReadTimeout)
+	}
+	if r.WriteTimeout == 0 {
+		r.WriteTimeout = caddy.Duration(defaultWriteTimeout)
+	}
+	if err := r.validate(); err != nil {
+		return nil, err
+	}
+	return &r, nil
+}
+
+// poolKey identifies the client of rc (resolved) in the reload pool.
+func (rc *RedisConfig) poolKey() (redisPoolKey, error) {
+	b, err := json.Marshal(rc)
+	return redisPoolKey(b), err
+}
+
+// redisPoolKey is the pool key of a shared Redis client: its settings as
+// JSON.
+type redisPoolKey string
+
+// universalOptions translates rc (resolved) to go-redis options.
+func (rc *RedisConfig) universalOptions() (*redis.UniversalOptions, error) {
+	o := &redis.UniversalOptions{
+		Addrs:            rc.Addresses,
+		MasterName:       rc.SentinelMaster,
+		Username:         rc.Username,
+		Password:         rc.Password,
+		SentinelPassword: rc.Password,
+		DB:               rc.DB,
+		DialTimeout:      time.Duration(rc.DialTimeout),
+		ReadTimeout:      time.Duration(rc.ReadTimeout),
+		WriteTimeout:     time.Duration(rc.WriteTimeout),
+		PoolSize:         rc.PoolSize,
+		IsClusterMode:    rc.Cluster || len(rc.Addresses) > 1,
+		// One attempt per decision: a retry doubles the time a request
+		// waits on a failing Redis; on_error decides instead.
+		MaxRetries:    -1,
+		DialerRetries: 1,
+		// The request's context bounds a decision too: a client that went
+		// away stops waiting on Redis.
+		ContextTimeoutEnabled: true,
+	}
+	if rc.SentinelMaster != "" {
+		o.Addrs = rc.SentinelAddresses
+	}
+	if rc.URL != "" {
+		u, err := redis.ParseURL(rc.URL)
+		if err != nil {
+			return nil, fmt.Errorf("redis: url: %v", err)
+		}
+		o.Addrs = []string{u.Addr}
+		o.Username, o.Password, o.DB, o.TLSConfig = u.Username, u.Password, u.DB, u.TLSConfig
+		if rc.Username != "" {
+			o.Username = rc.Username
+		}
+		if rc.Password != "" {
+			o.Password = rc.Password
+		}
+		if rc.DB != 0 {
+			o.DB = rc.DB
+		}
+	}
+	if rc.TLS != nil {
+		tc := o.TLSConfig
+		if tc == nil {
+			tc = &tls.Config{MinVersion: tls.VersionTLS12}
+		}
+		tc.InsecureSkipVerify = rc.TLS.InsecureSkipVerify
+		if rc.TLS.ServerName != "" {
+			tc.ServerName = rc.TLS.ServerName
+		}
+		if rc.TLS.CAFile != "" {
+			pem, err := os.ReadFile(rc.TLS.CAFile)
+			if err != nil {
+				return nil, fmt.Errorf("redis: tls ca_file: %v", err)
+			}
+			pool := x509.NewCertPool()
+			if !pool.AppendCertsFromPEM(pem) {
+				return nil, fmt.Errorf("redis: tls ca_file %s: no PEM certificate in it", rc.TLS.CAFile)
+			}
+			tc.RootCAs = pool
+		}
+		o.TLSConfig = tc
+	}
+	return o, nil
+}

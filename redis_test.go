@@ -1,0 +1,210 @@
+package ratelimit
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/zonelimit/caddy-ratelimit/internal/redistest"
+)
+
+// redisConfig is a handler with one zone of events per minute per remote
+// host on the redis store at addr, with extra handler options (JSON
+// members, each followed by a comma).
+func redisConfig(addr string, events int, extra string) string {
+	return fmt.Sprintf(`{%s"store":"redis","redis":{"addresses":[%q]},
+		"zones":[{"name":"api","key":"{http.request.remote.host}","limits":[{"events":%d,"window":"1m"}]}]}`,
+		extra, addr, events)
+}
+
+func TestRedisStoreLimits(t *testing.T) {
+	srv := redistest.Start(t)
+	h := provision(t, redisConfig(srv.Addr, 3, ""), nil)
+	for i := 1; i <= 3; i++ {
+		res := serve(h, newReq("192.0.2.1:1"))
+		if res.code != 200 || !res.called {
+			t.Fatalf("request %d: code %d", i, res.code)
+		}
+		if got, want := res.hdr.Get("X-RateLimit-Remaining"), strconv.Itoa(3-i); got != want {
+			t.Errorf("request %d: remaining %q, want %q", i, got, want)
+		}
+	}
+	res := serve(h, newReq("192.0.2.1:1"))
+	if res.code != 429 || res.called {
+		t.Fatalf("4th request: code %d, called %v", res.code, res.called)
+	}
+	if ra, _ := strconv.Atoi(res.hdr.Get("Retry-After")); ra < 1 || ra > 60 {
+		t.Errorf("Retry-After %q", res.hdr.Get("Retry-After"))
+	}
+	// Another key is counted on its own.
+	if res := serve(h, newReq("192.0.2.2:1")); res.code != 200 {
+		t.Fatalf("other key: %d", res.code)
+	}
+	// The count is in Redis, under the default prefix and the zone.
+	if keys := redisKeys(t, srv.Addr, "rl:api:*"); !strings.Contains(keys, "rl:api:{192.0.2.1}") {
+		t.Fatalf("keys %q", keys)
+	}
+}
+
+// Two handlers (two Caddy instances' worth) with their own clients share
+// the count in Redis.
+func TestRedisStoreSharedAcrossHandlers(t *testing.T) {
+	srv := redistest.Start(t)
+	// Different pool sizes: different settings, so clients of their own.
+	a := provision(t, redisConfig(srv.Addr, 4, `"redis":{"addresses":["`+srv.Addr+`"],"pool_size":3},`), nil)
+	b := provision(t, redisConfig(srv.Addr, 4, `"redis":{"addresses":["`+srv.Addr+`"],"pool_size":4},`), nil)
+	if a.rt.redis == b.rt.redis {
+		t.Fatal("handlers with different settings share a client")
+	}
+	admitted := 0
+	for i := 0; i < 5; i++ {
+		for _, h := range []*Handler{a, b} {
+			if serve(h, newReq("192.0.2.1:1")).code == 200 {
+				admitted++
+			}
+		}
+	}
+	if admitted != 4 {
+		t.Fatalf("admitted %d across two handlers, want 4", admitted)
+	}
+}
+
+// Handlers with equal settings share one client; it is closed when the last
+// of them is cleaned up (a reload keeps it open: the new config provisions
+// before the old one is cleaned up).
+func TestRedisClientSharedAndClosed(t *testing.T) {
+	srv := redistest.Start(t)
+	cfg := redisConfig(srv.Addr, 3, "")
+	a := provisionIn(t, cfg, nil)
+	b := provisionIn(t, cfg, nil)
+	if a.rt.redis != b.rt.redis {
+		t.Fatal("equal settings, two clients")
+	}
+	c := a.rt.redis
+	if err := a.Cleanup(); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Ping(context.Background()).Err(); err != nil {
+		t.Fatalf("client closed while still used: %v", err)
+	}
+	if err := b.Cleanup(); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Ping(context.Background()).Err(); err != redis.ErrClosed {
+		t.Fatalf("client not closed after its last user: %v", err)
+	}
+}
+
+func TestRedisPlaceholders(t *testing.T) {
+	srv := redistest.Start(t)
+	t.Setenv("RL_TEST_REDIS", srv.Addr)
+	t.Setenv("RL_TEST_PREFIX", "ph:")
+	h := provision(t, `{"store":"redis","redis":{"addresses":["{env.RL_TEST_REDIS}"],"key_prefix":"{env.RL_TEST_PREFIX}"},
+		"zones":[{"name":"z","key":"k","limits":[{"events":1,"window":"1m"}]}]}`, nil)
+	if res := serve(h, newReq("192.0.2.1:1")); res.code != 200 {
+		t.Fatalf("code %d", res.code)
+	}
+	if keys := redisKeys(t, srv.Addr, "ph:z:*"); !strings.Contains(keys, "ph:z:{k}") {
+		t.Fatalf("keys %q", keys)
+	}
+}
+
+// on_error: what a request gets while Redis is down.
+func TestRedisOnError(t *testing.T) {
+	srv := redistest.Start(t)
+	open := provision(t, redisConfig(srv.Addr, 2, ""), nil)
+	closed := provision(t, redisConfig(srv.Addr, 2, `"on_error":"closed",`), nil)
+	local := provision(t, redisConfig(srv.Addr, 2, `"on_error":"local",`), nil)
+	srv.Stop()
+
+	for i := 0; i < 4; i++ {
+		if res := serve(open, newReq("192.0.2.1:1")); res.code != 200 || !res.called {
+			t.Fatalf("open, request %d: code %d", i+1, res.code)
+		}
+		res := serve(closed, newReq("192.0.2.1:1"))
+		if res.code != 503 || res.called || res.err != nil {
+			t.Fatalf("closed, request %d: code %d err %v", i+1, res.code, res.err)
+		}
+		if res.hdr.Get("Retry-After") == "" {
+			t.Errorf("closed: no Retry-After")
+		}
+	}
+	// local: the memory fallback limits this instance.
+	for i := 1; i <= 3; i++ {
+		res := serve(local, newReq("192.0.2.1:1"))
+		if want := map[bool]int{true: 200, false: 429}[i <= 2]; res.code != want {
+			t.Fatalf("local, request %d: code %d, want %d", i, res.code, want)
+		}
+	}
+}
+
+// Strict mode costs exactly one Redis command per decision.
+func TestRedisOneCommandPerDecision(t *testing.T) {
+	srv := redistest.Start(t)
+	h := provision(t, `{"store":"redis","redis":{"addresses":["`+srv.Addr+`"]},"zones":[
+		{"name":"a","key":"{http.request.remote.host}","algorithm":"gcra","limits":[{"events":100,"window":"1m"},{"events":1000,"window":"1h"}]}]}`, nil)
+	serve(h, newReq("192.0.2.1:1")) // connects and loads the script
+	if _, err := redistest.Do(srv.Addr, "CONFIG", "RESETSTAT"); err != nil {
+		t.Fatal(err)
+	}
+	const n = 50
+	for i := 0; i < n; i++ {
+		if res := serve(h, newReq("192.0.2.1:1")); res.code != 200 {
+			t.Fatalf("request %d: %d", i, res.code)
+		}
+	}
+	stats, err := redistest.Do(srv.Addr, "INFO", "commandstats")
+	if err != nil {
+		t.Fatal(err)
+	}
+	calls := commandCalls(stats)
+	for cmd, c := range calls {
+		switch cmd {
+		case "evalsha":
+			if c != n {
+				t.Errorf("evalsha: %d calls for %d decisions", c, n)
+			}
+		case "info", "config|resetstat":
+			// this test's own
+		case "time", "hmget", "hset", "pexpire":
+			// INFO commandstats also counts what the gcra script runs
+			// inside Redis
+		default:
+			t.Errorf("%s: %d calls; want none besides one evalsha per decision", cmd, c)
+		}
+	}
+}
+
+// commandCalls parses INFO commandstats: command name to calls.
+func commandCalls(info string) map[string]int {
+	m := make(map[string]int)
+	for _, line := range strings.Split(info, "\n") {
+		line = strings.TrimSpace(line)
+		name, rest, ok := strings.Cut(strings.TrimPrefix(line, "cmdstat_"), ":")
+		if !ok || !strings.HasPrefix(line, "cmdstat_") {
+			continue
+		}
+		for _, f := range strings.Split(rest, ",") {
+			if v, ok := strings.CutPrefix(f, "calls="); ok {
+				m[name], _ = strconv.Atoi(v)
+			}
+		}
+	}
+	return m
+}
+
+// redisKeys lists the keys at addr that match pattern, space-separated.
+func redisKeys(t *testing.T, addr, pattern string) string {
+	t.Helper()
+	c := redis.NewClient(&redis.Options{Addr: addr})
+	defer c.Close()
+	keys, err := c.Keys(context.Background(), pattern).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return strings.Join(keys, " ")
+}

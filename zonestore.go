@@ -1,0 +1,150 @@
+package ratelimit
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/caddyserver/caddy/v2"
+	"github.com/redis/go-redis/v9"
+	"go.uber.org/zap"
+
+	"github.com/zonelimit/caddy-ratelimit/algorithms"
+	"github.com/zonelimit/caddy-ratelimit/lua"
+	"github.com/zonelimit/caddy-ratelimit/store"
+)
+
+// onErrorMode is what a request gets when the redis store fails.
+type onErrorMode uint8
+
+const (
+	onErrorOpen   onErrorMode = iota // let it through
+	onErrorClosed                    // 503
+	onErrorLocal                     // decide with the zone's memory fallback
+)
+
+// redisClient is a Redis client shared, through the reload pool, by every
+// handler with the same Redis settings. It outlives a config reload and
+// is closed when its last user is cleaned up.
+type redisClient struct {
+	redis.UniversalClient
+}
+
+// Destruct closes the client.
+func (c *redisClient) Destruct() error {
+	return c.UniversalClient.Close()
+}
+
+// provisionRedis sets up the handler's Redis client: the pooled one of
+// equal settings, or a new one.
+func (h *Handler) provisionRedis(ctx caddy.Context) error {
+	switch h.OnError {
+	case "", "open":
+		h.rt.onError = onErrorOpen
+	case "closed":
+		h.rt.onError = onErrorClosed
+	case "local":
+		h.rt.onError = onErrorLocal
+	default:
+		return fmt.Errorf("unknown on_error value %q", h.OnError)
+	}
+	if h.OnError == "" {
+		h.OnError = "open"
+	}
+	rc := h.Redis
+	if rc == nil {
+		rc = new(RedisConfig)
+	}
+	conf, err := rc.resolved()
+	if err != nil {
+		return err
+	}
+	opts, err := conf.universalOptions()
+	if err != nil {
+		return err
+	}
+	key, err := conf.poolKey()
+	if err != nil {
+		return err
+	}
+	v, _, err := pool.LoadOrNew(key, func() (caddy.Destructor, error) {
+		return &redisClient{UniversalClient: redis.NewUniversalClient(opts)}, nil
+	})
+	if err != nil {
+		return err
+	}
+	h.rt.poolKeys = append(h.rt.poolKeys, key)
+	h.rt.redis = v.(*redisClient)
+	h.rt.redisConf = conf
+	return nil
+}
+
+// zoneStores sets z.store (and z.fallback with on_error local): for
+// store memory a memory store, carried over from the previous config load
+// when the zone is unchanged (see storeKey); for store redis the Lua store
+// on the shared client, or with sync_interval the two-layer store.
+func (h *Handler) zoneStores(ctx context.Context, z *zone, lim algorithms.Limiter, key storeKey, occ *occurrences) error {
+	if h.rt.clock == nil && occ != nil {
+		id := key.site + "\x00" + key.config
+		occ.mu.Lock()
+		key.n = occ.seen[id]
+		occ.seen[id]++
+		occ.mu.Unlock()
+	}
+	switch h.Store {
+	case "memory":
+		m, err := h.memoryStore(lim, z.name, key)
+		if err != nil {
+			return err
+		}
+		z.store = m
+		return nil
+	case "redis":
+	default:
+		return fmt.Errorf("unknown store %q", h.Store)
+	}
+
+	if h.rt.onError == onErrorLocal {
+		key.config += "\x00local"
+		m, err := h.memoryStore(lim, z.name, key)
+		if err != nil {
+			return err
+		}
+		z.fallback = m
+	}
+	opts := lua.Options{KeyPrefix: h.rt.redisConf.KeyPrefix, Zone: z.name}
+	st, err := lua.NewStore(h.rt.redis, lim, opts)
+	if err != nil {
+		return err
+	}
+	z.store = st
+	return nil
+}
+
+// memoryStore returns the memory store of key: the pooled one of the
+// previous config load if the zone is unchanged, else a new one.
+func (h *Handler) memoryStore(lim algorithms.Limiter, name string, key storeKey) (*store.Memory, error) {
+	opts := store.MemoryOptions{
+		MaxKeys:       h.MaxKeys,
+		SweepInterval: time.Duration(h.SweepInterval),
+		Now:           h.rt.clock,
+	}
+	if h.rt.clock != nil {
+		// A test clock: a store of its own, never shared.
+		m := store.NewMemory(lim, opts)
+		h.rt.private = append(h.rt.private, m)
+		return m, nil
+	}
+	v, loaded, err := pool.LoadOrNew(key, func() (caddy.Destructor, error) {
+		return store.NewMemory(lim, opts), nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	h.rt.poolKeys = append(h.rt.poolKeys, key)
+	if loaded {
+		h.rt.logger.Debug("zone state carried over from the previous config",
+			zap.String("zone", name), zap.Int("occurrence", key.n))
+	}
+	return v.(*store.Memory), nil
+}
