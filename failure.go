@@ -2,6 +2,7 @@ package ratelimit
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/http"
 	"time"
@@ -18,22 +19,35 @@ import (
 // fails (Redis down or slow), on_error local decides with the zone's memory
 // fallback instead; with open and closed the error goes back to ServeHTTP,
 // which lets the request through or answers 503.
+//
+// While the client's circuit breaker is open the store is not called at
+// all: the request is decided by on_error at once.
 func (h *Handler) take(ctx context.Context, z *zone, key string, cost int64) (algorithms.Decision, store.Store, error) {
-	d, err := z.store.Take(ctx, key, time.Time{}, cost)
-	if err == nil {
-		return d, z.store, nil
+	var d algorithms.Decision
+	err := errBreakerOpen
+	if z.breaker.Allow() {
+		d, err = z.store.Take(ctx, key, time.Time{}, cost)
+		if err == nil {
+			z.breaker.Record(nil)
+			return d, z.store, nil
+		}
+		if ctx.Err() != nil {
+			// The client went away: not a failure of the store.
+			return d, z.store, err
+		}
+		z.breaker.Record(err)
+		h.logStoreError(z, key, err)
 	}
-	if ctx.Err() != nil {
-		// The client went away: not a failure of the store.
-		return d, z.store, err
-	}
-	h.logStoreError(z, key, err)
 	if z.fallback != nil {
 		d, err = z.fallback.Take(ctx, key, time.Time{}, cost)
 		return d, z.fallback, err
 	}
 	return d, z.store, err
 }
+
+// errBreakerOpen is the error of a decision not asked of Redis because its
+// circuit breaker is open.
+var errBreakerOpen = errors.New("redis circuit breaker open (repeated failures): not called")
 
 // unavailable answers a request that on_error closed refuses because the
 // store failed: 503, for the site's handle_errors routes when it has them.

@@ -17,6 +17,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/zonelimit/caddy-ratelimit/algorithms"
+	"github.com/zonelimit/caddy-ratelimit/breaker"
 	"github.com/zonelimit/caddy-ratelimit/keyresolver"
 	"github.com/zonelimit/caddy-ratelimit/store"
 )
@@ -154,7 +155,8 @@ type zone struct {
 	matchers  caddyhttp.MatcherSets
 	resolver  keyresolver.KeyResolver
 	store     store.Store
-	fallback  store.Store // on_error local: the memory store used while Redis fails
+	fallback  store.Store      // on_error local: the memory store used while Redis fails
+	breaker   *breaker.Breaker // store redis: the client's; nil (always closed) otherwise
 	limiter   algorithms.Limiter
 	cost      int64  // the static cost, when costTmpl is empty
 	costTmpl  string // a placeholder cost

@@ -6,9 +6,11 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/zonelimit/caddy-ratelimit/breaker"
 	"github.com/zonelimit/caddy-ratelimit/internal/redistest"
 )
 
@@ -207,4 +209,74 @@ func redisKeys(t *testing.T, addr, pattern string) string {
 		t.Fatal(err)
 	}
 	return strings.Join(keys, " ")
+}
+
+// Redis down: after breakerFailures failures the breaker opens and requests
+// are decided by on_error without calling Redis; once Redis is back (with
+// its scripts gone) the prober closes the breaker and decisions are shared
+// again.
+func TestRedisBreaker(t *testing.T) {
+	srv := redistest.Start(t)
+	h := provision(t, redisConfig(srv.Addr, 100, `"on_error":"closed",`), nil)
+	br := h.rt.zones[0].breaker
+	if res := serve(h, newReq("192.0.2.1:1")); res.code != 200 {
+		t.Fatalf("before: %d", res.code)
+	}
+	srv.Stop()
+	for i := 0; i < breakerFailures; i++ {
+		if br.State() != breaker.Closed {
+			t.Fatalf("breaker open after %d failures, want %d", i, breakerFailures)
+		}
+		if res := serve(h, newReq("192.0.2.1:1")); res.code != 503 {
+			t.Fatalf("failure %d: code %d", i+1, res.code)
+		}
+	}
+	if br.State() != breaker.Open {
+		t.Fatalf("breaker %s after %d failures", br.State(), breakerFailures)
+	}
+	if res := serve(h, newReq("192.0.2.1:1")); res.code != 503 {
+		t.Fatalf("while open: code %d", res.code)
+	}
+
+	srv.Restart()
+	waitFor(t, 5*time.Second, "breaker to close", func() bool { return br.State() == breaker.Closed })
+	if res := serve(h, newReq("192.0.2.1:1")); res.code != 200 {
+		t.Fatalf("after restart: %d", res.code)
+	}
+	if keys := redisKeys(t, srv.Addr, "rl:api:*"); !strings.Contains(keys, "{192.0.2.1}") {
+		t.Fatalf("no count in the restarted Redis: %q", keys)
+	}
+}
+
+// A Redis that does not answer (stopped with SIGSTOP: connections stay
+// open) trips the breaker through read timeouts.
+func TestRedisHungTripsBreaker(t *testing.T) {
+	srv := redistest.Start(t)
+	h := provision(t, redisConfig(srv.Addr, 100, `"redis":{"addresses":["`+srv.Addr+`"],"read_timeout":"50ms"},`), nil)
+	br := h.rt.zones[0].breaker
+	serve(h, newReq("192.0.2.1:1"))
+	srv.Pause()
+	defer srv.Resume()
+	for i := 0; i < breakerFailures; i++ {
+		if res := serve(h, newReq("192.0.2.1:1")); res.code != 200 || !res.called {
+			t.Fatalf("request %d (on_error open): code %d", i+1, res.code)
+		}
+	}
+	if br.State() != breaker.Open {
+		t.Fatalf("breaker %s after %d timeouts", br.State(), breakerFailures)
+	}
+	srv.Resume()
+	waitFor(t, 5*time.Second, "breaker to close", func() bool { return br.State() == breaker.Closed })
+}
+
+// waitFor polls cond until it holds, failing the test after limit.
+func waitFor(t *testing.T, limit time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(limit)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("waited %s for %s", limit, what)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
 }

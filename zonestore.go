@@ -10,6 +10,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/zonelimit/caddy-ratelimit/algorithms"
+	"github.com/zonelimit/caddy-ratelimit/breaker"
 	"github.com/zonelimit/caddy-ratelimit/lua"
 	"github.com/zonelimit/caddy-ratelimit/store"
 )
@@ -28,10 +29,50 @@ const (
 // is closed when its last user is cleaned up.
 type redisClient struct {
 	redis.UniversalClient
+
+	// breaker stops calling Redis after repeated failures, until a
+	// background PING answers: while it is open, on_error decides at once
+	// instead of every request paying a timeout.
+	breaker *breaker.Breaker
 }
 
-// Destruct closes the client.
+// Breaker settings: five failures in a row (within 10s) open it; a PING
+// every 250ms closes it again once Redis answers.
+const (
+	breakerFailures      = 5
+	breakerWindow        = 10 * time.Second
+	breakerProbeInterval = 250 * time.Millisecond
+)
+
+// newRedisClient connects (lazily) with opts; state changes of its breaker
+// are logged to logger, once each.
+func newRedisClient(opts *redis.UniversalOptions, logger *zap.Logger) *redisClient {
+	c := &redisClient{UniversalClient: redis.NewUniversalClient(opts)}
+	probeTimeout := opts.DialTimeout + opts.ReadTimeout
+	c.breaker = breaker.New(breaker.Options{
+		Failures:      breakerFailures,
+		Window:        breakerWindow,
+		ProbeInterval: breakerProbeInterval,
+		Probe: func(ctx context.Context) error {
+			ctx, cancel := context.WithTimeout(ctx, probeTimeout)
+			defer cancel()
+			return c.Ping(ctx).Err()
+		},
+		OnStateChange: func(from, to breaker.State) {
+			if to == breaker.Open {
+				logger.Warn("Redis failing: circuit breaker open, requests decided by on_error until Redis answers",
+					zap.Strings("addresses", opts.Addrs))
+			} else {
+				logger.Info("Redis answers again: circuit breaker closed", zap.Strings("addresses", opts.Addrs))
+			}
+		},
+	})
+	return c
+}
+
+// Destruct stops the breaker's prober and closes the client.
 func (c *redisClient) Destruct() error {
+	c.breaker.Close()
 	return c.UniversalClient.Close()
 }
 
@@ -68,7 +109,7 @@ func (h *Handler) provisionRedis(ctx caddy.Context) error {
 		return err
 	}
 	v, _, err := pool.LoadOrNew(key, func() (caddy.Destructor, error) {
-		return &redisClient{UniversalClient: redis.NewUniversalClient(opts)}, nil
+		return newRedisClient(opts, h.rt.logger), nil
 	})
 	if err != nil {
 		return err
@@ -118,6 +159,7 @@ func (h *Handler) zoneStores(ctx context.Context, z *zone, lim algorithms.Limite
 		return err
 	}
 	z.store = st
+	z.breaker = h.rt.redis.breaker
 	return nil
 }
 
