@@ -26,7 +26,9 @@ func (h *Handler) take(ctx context.Context, z *zone, key string, cost int64) (al
 	var d algorithms.Decision
 	err := errBreakerOpen
 	if z.breaker.Allow() {
+		start := time.Now()
 		d, err = z.store.Take(ctx, key, time.Time{}, cost)
+		z.m.observe(start)
 		if err == nil {
 			z.breaker.Record(nil)
 			return d, z.store, nil
@@ -36,8 +38,10 @@ func (h *Handler) take(ctx context.Context, z *zone, key string, cost int64) (al
 			return d, z.store, err
 		}
 		z.breaker.Record(err)
+		z.m.storeErrors.Inc()
 		h.logStoreError(z, key, err)
 	}
+	z.m.failed.Inc()
 	if z.fallback != nil {
 		d, err = z.fallback.Take(ctx, key, time.Time{}, cost)
 		return d, z.fallback, err

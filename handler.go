@@ -90,6 +90,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 				d := z.emptyKeyDenial()
 				applied = append(applied, z)
 				if rt.dryRun {
+					z.m.dryRun.Inc()
 					h.logDenial(z, key, &d, true)
 					if !repDenied {
 						rep, reported, repDenied = taken{z: z, key: key, d: d}, true, true
@@ -124,6 +125,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 
 		if !d.Allowed {
 			if rt.dryRun {
+				z.m.dryRun.Inc()
 				h.logDenial(z, key, &d, true)
 				if !repDenied {
 					rep, reported, repDenied = taken{z: z, st: st, key: key, cost: cost, d: d}, true, true
@@ -134,6 +136,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 			return h.reject(w, r, z, key, &d, h.policy(applied))
 		}
 
+		z.m.allowed.Inc()
 		takes = append(takes, taken{z: z, st: st, key: key, cost: cost, d: d})
 		if z.lease {
 			leases = true
@@ -181,6 +184,7 @@ func (h *Handler) reject(w http.ResponseWriter, r *http.Request, z *zone, key st
 		setPlaceholders(repl, z, key, d, retry)
 		repl.Set(phExceeded, z.name)
 	}
+	z.m.denied.Inc()
 	h.logDenial(z, key, d, false)
 	if h.useErrorRoutes(r) {
 		return caddyhttp.Error(rt.status, z.rejectError)

@@ -127,6 +127,8 @@ type handlerRuntime struct {
 	redisConf *RedisConfig
 	onError   onErrorMode
 
+	metrics *metrics
+
 	// clock, when set (tests), is the time source of the memory stores
 	// and of on_limit wait; sleep, when set, replaces the real timer.
 	clock func() time.Time
@@ -157,6 +159,7 @@ type zone struct {
 	store     store.Store
 	fallback  store.Store      // on_error local: the memory store used while Redis fails
 	breaker   *breaker.Breaker // store redis: the client's; nil (always closed) otherwise
+	m         zoneMetrics
 	limiter   algorithms.Limiter
 	cost      int64  // the static cost, when costTmpl is empty
 	costTmpl  string // a placeholder cost
@@ -211,6 +214,9 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 	h.rt.dryRun = h.DryRun
 	h.rt.jitter = h.Jitter
 	h.rt.errorRoutes = errorRoutesFor(ctx)
+	if h.rt.metrics, err = h.provisionMetrics(ctx); err != nil {
+		return err
+	}
 	if h.Store == "redis" {
 		if err := h.provisionRedis(ctx); err != nil {
 			return err
@@ -347,6 +353,8 @@ func (h *Handler) provisionZone(ctx caddy.Context, zc *Zone, server, site string
 		return nil, err
 	}
 
+	z.m = h.rt.metrics.forZone(z.name, h.storeLabel())
+	h.rt.metrics.zones.add(z)
 	z.precomputeHeaders()
 	z.rejectError = fmt.Errorf("rate limit exceeded in zone %q", z.name)
 	return z, nil
@@ -542,6 +550,11 @@ func plainHosts(hosts []string) bool {
 // destroyed.
 func (h *Handler) Cleanup() error {
 	var errs []error
+	if h.rt.metrics != nil {
+		for _, z := range h.rt.zones {
+			h.rt.metrics.zones.remove(z)
+		}
+	}
 	for _, k := range h.rt.poolKeys {
 		if _, err := pool.Delete(k); err != nil {
 			errs = append(errs, err)

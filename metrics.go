@@ -1,0 +1,212 @@
+package ratelimit
+
+import (
+	"sync"
+	"time"
+
+	"github.com/caddyserver/caddy/v2"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/zonelimit/caddy-ratelimit/breaker"
+)
+
+// Prometheus metrics, in Caddy's registry (served by the admin endpoint's
+// /metrics and the metrics handler). Labels are the zone name (bounded by
+// the config), the result and the store: never a key, so a flood of
+// distinct clients cannot grow the series.
+//
+//	caddy_http_rate_limit_requests_total{zone,result}   allowed | denied | dry_run | error
+//	caddy_http_rate_limit_decision_seconds{store}       histogram: time to decide one zone
+//	caddy_http_rate_limit_store_errors_total{zone}      failed Redis calls (errors and timeouts)
+//	caddy_http_rate_limit_breaker_open{zone}            1 while the Redis circuit breaker is open
+//	caddy_http_rate_limit_keys{zone}                    keys held in memory (memory store, on_error local fallback)
+const (
+	metricsNamespace = "caddy"
+	metricsSubsystem = "http_rate_limit"
+)
+
+// Results of a decision, as the "result" label.
+const (
+	resultAllowed = "allowed"
+	resultDenied  = "denied"
+	resultDryRun  = "dry_run" // denied, but let through by dry_run
+	resultError   = "error"   // the store failed; on_error decided
+)
+
+// metrics are the collectors of one registry: Caddy makes a registry per
+// config load, so a reload registers each collector once, in the new
+// registry. They live in the reload pool, keyed by the registry, for the
+// handlers of that load to share.
+type metrics struct {
+	requests    *prometheus.CounterVec
+	decision    *prometheus.HistogramVec
+	storeErrors *prometheus.CounterVec
+	zones       *zoneCollector
+}
+
+func (*metrics) Destruct() error { return nil }
+
+// metricsKey is the pool key of a registry's metrics.
+type metricsKey struct{ reg *prometheus.Registry }
+
+// decisionBuckets span a memory decision (about a microsecond) to a slow
+// Redis round trip, in seconds.
+var decisionBuckets = []float64{.000005, .00001, .000025, .00005, .0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25}
+
+func newMetrics(reg *prometheus.Registry) (*metrics, error) {
+	m := &metrics{
+		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: metricsNamespace, Subsystem: metricsSubsystem,
+			Name: "requests_total",
+			Help: "Requests decided by a rate limit zone, by result (allowed, denied, dry_run: denied but let through, error: the store failed and on_error decided).",
+		}, []string{"zone", "result"}),
+		decision: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Namespace: metricsNamespace, Subsystem: metricsSubsystem,
+			Name:    "decision_seconds",
+			Help:    "Time to decide one zone for one request, by store.",
+			Buckets: decisionBuckets,
+		}, []string{"store"}),
+		storeErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: metricsNamespace, Subsystem: metricsSubsystem,
+			Name: "store_errors_total",
+			Help: "Failed calls of a zone to Redis (errors and timeouts). Requests decided by on_error without a call, while the circuit breaker is open, are not counted here (see requests_total{result=\"error\"}).",
+		}, []string{"zone"}),
+		zones: newZoneCollector(),
+	}
+	for _, c := range []prometheus.Collector{m.requests, m.decision, m.storeErrors, m.zones} {
+		if err := reg.Register(c); err != nil {
+			return nil, err
+		}
+	}
+	return m, nil
+}
+
+// zoneMetrics are one zone's series, resolved once at Provision so that a
+// request only increments atomics.
+type zoneMetrics struct {
+	allowed, denied, dryRun, failed prometheus.Counter
+	storeErrors                     prometheus.Counter
+	decision                        prometheus.Observer
+}
+
+func (m *metrics) forZone(name, storeLabel string) zoneMetrics {
+	return zoneMetrics{
+		allowed:     m.requests.WithLabelValues(name, resultAllowed),
+		denied:      m.requests.WithLabelValues(name, resultDenied),
+		dryRun:      m.requests.WithLabelValues(name, resultDryRun),
+		failed:      m.requests.WithLabelValues(name, resultError),
+		storeErrors: m.storeErrors.WithLabelValues(name),
+		decision:    m.decision.WithLabelValues(storeLabel),
+	}
+}
+
+// observe records how long a decision that started at start took.
+func (zm *zoneMetrics) observe(start time.Time) {
+	zm.decision.Observe(time.Since(start).Seconds())
+}
+
+// provisionMetrics finds (or registers) the metrics of ctx's registry.
+func (h *Handler) provisionMetrics(ctx caddy.Context) (*metrics, error) {
+	reg := ctx.GetMetricsRegistry()
+	if reg == nil {
+		reg = prometheus.NewRegistry() // a bare context (tests): unscraped
+	}
+	key := metricsKey{reg}
+	v, _, err := pool.LoadOrNew(key, func() (caddy.Destructor, error) {
+		return newMetrics(reg)
+	})
+	if err != nil {
+		return nil, err
+	}
+	h.rt.poolKeys = append(h.rt.poolKeys, key)
+	return v.(*metrics), nil
+}
+
+// zoneCollector reports the gauges read from the zones at scrape time:
+// keys held in memory and the breaker state. Zones of the same name (in
+// different sites) are summed, so that a series is reported once.
+type zoneCollector struct {
+	keysDesc, breakerDesc *prometheus.Desc
+
+	mu    sync.Mutex
+	zones map[*zone]struct{}
+}
+
+func newZoneCollector() *zoneCollector {
+	return &zoneCollector{
+		keysDesc: prometheus.NewDesc(prometheus.BuildFQName(metricsNamespace, metricsSubsystem, "keys"),
+			"Keys held in memory by a zone (memory store, or the on_error local fallback).", []string{"zone"}, nil),
+		breakerDesc: prometheus.NewDesc(prometheus.BuildFQName(metricsNamespace, metricsSubsystem, "breaker_open"),
+			"1 while the circuit breaker of a zone's Redis is open (Redis failing: on_error decides), else 0.", []string{"zone"}, nil),
+		zones: make(map[*zone]struct{}),
+	}
+}
+
+func (c *zoneCollector) add(z *zone) {
+	c.mu.Lock()
+	c.zones[z] = struct{}{}
+	c.mu.Unlock()
+}
+
+func (c *zoneCollector) remove(z *zone) {
+	c.mu.Lock()
+	delete(c.zones, z)
+	c.mu.Unlock()
+}
+
+// Describe implements prometheus.Collector.
+func (c *zoneCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- c.keysDesc
+	ch <- c.breakerDesc
+}
+
+// Collect implements prometheus.Collector.
+func (c *zoneCollector) Collect(ch chan<- prometheus.Metric) {
+	keys := make(map[string]float64)
+	open := make(map[string]float64)
+	c.mu.Lock()
+	for z := range c.zones {
+		if n, ok := z.keysHeld(); ok {
+			keys[z.name] += float64(n)
+		}
+		if z.breaker != nil {
+			v := open[z.name]
+			if z.breaker.State() == breaker.Open {
+				v = 1
+			}
+			open[z.name] = v
+		}
+	}
+	c.mu.Unlock()
+	for name, n := range keys {
+		ch <- prometheus.MustNewConstMetric(c.keysDesc, prometheus.GaugeValue, n, name)
+	}
+	for name, v := range open {
+		ch <- prometheus.MustNewConstMetric(c.breakerDesc, prometheus.GaugeValue, v, name)
+	}
+}
+
+// keysHeld is how many keys the zone holds in memory, if it has a memory
+// store (or fallback).
+func (z *zone) keysHeld() (int, bool) {
+	type lener interface{ Len() int }
+	n, ok := 0, false
+	for _, s := range []any{z.store, z.fallback} {
+		if l, is := s.(lener); is {
+			n += l.Len()
+			ok = true
+		}
+	}
+	return n, ok
+}
+
+// Interface guards.
+var _ prometheus.Collector = (*zoneCollector)(nil)
+
+// storeLabel is the "store" label of the handler's decisions.
+func (h *Handler) storeLabel() string {
+	if h.Store == "redis" && h.SyncInterval > 0 {
+		return "redis_sync"
+	}
+	return h.Store
+}

@@ -1,0 +1,152 @@
+package ratelimit
+
+import (
+	"encoding/json"
+	"strings"
+	"testing"
+
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
+
+	"github.com/zonelimit/caddy-ratelimit/internal/redistest"
+)
+
+// metricValue returns the value of the series name{labels} in reg, and
+// whether it exists. labels are name=value pairs.
+func metricValue(t *testing.T, reg prometheus.Gatherer, name string, labels ...string) (float64, bool) {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatalf("gather: %v", err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+	next:
+		for _, m := range mf.GetMetric() {
+			have := map[string]string{}
+			for _, lp := range m.GetLabel() {
+				have[lp.GetName()] = lp.GetValue()
+			}
+			for _, l := range labels {
+				k, v, _ := strings.Cut(l, "=")
+				if have[k] != v {
+					continue next
+				}
+			}
+			return value(m), true
+		}
+	}
+	return 0, false
+}
+
+func value(m *dto.Metric) float64 {
+	switch {
+	case m.Counter != nil:
+		return m.Counter.GetValue()
+	case m.Gauge != nil:
+		return m.Gauge.GetValue()
+	case m.Histogram != nil:
+		return float64(m.Histogram.GetSampleCount())
+	}
+	return 0
+}
+
+// provisionCtx provisions handlers in one context (one config load) and
+// returns them and its metrics registry.
+func provisionCtx(t *testing.T, configs ...string) ([]*Handler, *prometheus.Registry) {
+	t.Helper()
+	ctx := testContext(t)
+	var hs []*Handler
+	for _, config := range configs {
+		h := new(Handler)
+		if err := json.Unmarshal([]byte(config), h); err != nil {
+			t.Fatal(err)
+		}
+		if err := h.Provision(ctx); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { h.Cleanup() })
+		hs = append(hs, h)
+	}
+	return hs, ctx.GetMetricsRegistry()
+}
+
+func TestMetrics(t *testing.T) {
+	// A second handler of the same config load shares the collectors (no
+	// duplicate registration) and its zone of the same name is summed.
+	hs, reg := provisionCtx(t,
+		`{"zones":[{"name":"m","key":"{http.request.remote.host}","limits":[{"events":2,"window":"1m"}]}]}`,
+		`{"dry_run":true,"zones":[{"name":"m","key":"k","limits":[{"events":1,"window":"1m"}]}]}`)
+	h, h2 := hs[0], hs[1]
+	for i := 0; i < 3; i++ {
+		serve(h, newReq("192.0.2.1:1"))
+	}
+	serve(h, newReq("192.0.2.2:1"))
+	serve(h2, newReq("192.0.2.2:1"))
+	serve(h2, newReq("192.0.2.2:1"))
+
+	checks := []struct {
+		name   string
+		labels []string
+		want   float64
+	}{
+		{"caddy_http_rate_limit_requests_total", []string{"zone=m", "result=allowed"}, 4},
+		{"caddy_http_rate_limit_requests_total", []string{"zone=m", "result=denied"}, 1},
+		{"caddy_http_rate_limit_requests_total", []string{"zone=m", "result=dry_run"}, 1},
+		{"caddy_http_rate_limit_decision_seconds", []string{"store=memory"}, 6},
+		{"caddy_http_rate_limit_keys", []string{"zone=m"}, 3}, // 2 + 1, summed
+	}
+	for _, c := range checks {
+		got, ok := metricValue(t, reg, c.name, c.labels...)
+		if !ok || got != c.want {
+			t.Errorf("%s%v = %v (found %v), want %v", c.name, c.labels, got, ok, c.want)
+		}
+	}
+	if _, ok := metricValue(t, reg, "caddy_http_rate_limit_breaker_open"); ok {
+		t.Error("breaker_open reported for a memory store")
+	}
+	// Once the zones are gone: nothing.
+	h.Cleanup()
+	h2.Cleanup()
+	if _, ok := metricValue(t, reg, "caddy_http_rate_limit_keys"); ok {
+		t.Error("keys still reported after Cleanup")
+	}
+}
+
+func TestMetricsDryRunAndRedis(t *testing.T) {
+	srv := redistest.Start(t)
+	hs, reg := provisionCtx(t, `{"dry_run":true,"store":"redis","redis":{"addresses":["`+srv.Addr+`"]},
+		"zones":[{"name":"r","key":"k","limits":[{"events":1,"window":"1m"}]}]}`)
+	h := hs[0]
+	serve(h, newReq("192.0.2.1:1"))
+	serve(h, newReq("192.0.2.1:1"))
+	if v, _ := metricValue(t, reg, "caddy_http_rate_limit_requests_total", "zone=r", "result=dry_run"); v != 1 {
+		t.Errorf("dry_run = %v, want 1", v)
+	}
+	if v, _ := metricValue(t, reg, "caddy_http_rate_limit_breaker_open", "zone=r"); v != 0 {
+		t.Errorf("breaker_open = %v, want 0", v)
+	}
+	srv.Stop()
+	for i := 0; i < breakerFailures+2; i++ {
+		if res := serve(h, newReq("192.0.2.1:1")); res.code != 200 {
+			t.Fatalf("on_error open: %d", res.code)
+		}
+	}
+	want := map[string]float64{"result=error": breakerFailures + 2}
+	for l, w := range want {
+		if v, _ := metricValue(t, reg, "caddy_http_rate_limit_requests_total", "zone=r", l); v != w {
+			t.Errorf("%s = %v, want %v", l, v, w)
+		}
+	}
+	if v, _ := metricValue(t, reg, "caddy_http_rate_limit_store_errors_total", "zone=r"); v != breakerFailures {
+		t.Errorf("store_errors_total = %v, want %d (no calls while the breaker is open)", v, breakerFailures)
+	}
+	if v, _ := metricValue(t, reg, "caddy_http_rate_limit_breaker_open", "zone=r"); v != 1 {
+		t.Errorf("breaker_open = %v, want 1", v)
+	}
+	if v, _ := metricValue(t, reg, "caddy_http_rate_limit_decision_seconds", "store=redis"); v != 2+breakerFailures {
+		t.Errorf("decisions observed = %v, want %d", v, 2+breakerFailures)
+	}
+}
