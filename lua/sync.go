@@ -39,8 +39,8 @@ package lua
 //
 // Every Interval a goroutine (Sync) sends, for every key with units not yet
 // sent or with a Take in the last two intervals (so that after a burst every
-// instance reads back the totals once more, after the others pushed theirs),
-// ONE call of sync.lua: per tier it
+// instance reads the totals back once more, after the others pushed theirs;
+// a key quiet for longer costs nothing), ONE call of sync.lua: per tier it
 // INCRBYs the counter of each window held by the delta (fly) and reads the
 // totals back; all keys' calls of one sync go in one go-redis pipeline (the
 // Cluster client splits it by slot). On success shared = total and fly = 0;
@@ -69,9 +69,9 @@ package lua
 // # Over-admission bound
 //
 // With N instances on one clock, every sync succeeding and no key evicted,
-// at any instant and for every tier, the units admitted in the current
-// window (fixed_window), or the sliding estimate computed from all units
-// admitted (sliding_window), is at most
+// at any instant and for every tier, the units admitted (less those
+// undone) in the current window (fixed_window), or the sliding estimate
+// computed from all of them (sliding_window), is at most
 //
 //	E + (N-1) * max(c, largest single cost)
 //
@@ -84,8 +84,9 @@ package lua
 // that sum misses is, for every other instance k, only what k admitted after
 // the snapshot of its own sync r_k <= r_j (everything before was pushed at
 // r_k, so is in S(r_j)); and k's admissions since that snapshot are what its
-// budget bounds: `used` is only reduced when a sync succeeds, so they are
-// at most c (or one request of a larger cost, admitted with used == 0). A
+// budget bounds: `used` is only reduced by a sync that succeeds (or by an
+// Undo, which takes as many units back), so they are at most c (or one
+// request of a larger cost, admitted with used == 0). A
 // sync still in flight only moves units from pend to fly: they remain in
 // the view of their own instance and in its `used`. A window that rolled
 // locally starts with view 0, which is S at any instant before that window

@@ -15,6 +15,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/zonelimit/caddy-ratelimit/algorithms"
+	"github.com/zonelimit/caddy-ratelimit/internal/redistest"
 )
 
 // syncClock is a fake clock shared by the instances of a test.
@@ -821,5 +822,53 @@ func TestSyncMaxKeysAndIdle(t *testing.T) {
 		if err := s.Close(); err != nil {
 			t.Fatal(err)
 		}
+	}
+}
+
+// TestSyncCluster: on a Redis Cluster one sync's pipeline is split by slot
+// (every key's counters share its hash tag), the script is loaded on every
+// master on first use, and every counter lands where a reader finds it.
+func TestSyncCluster(t *testing.T) {
+	cl := redistest.StartCluster(t, 3, 0)
+	c := redis.NewClusterClient(&redis.ClusterOptions{Addrs: cl.Addrs})
+	defer c.Close()
+	ctx := context.Background()
+	deadline := time.Now().Add(10 * time.Second)
+	for c.ForEachShard(ctx, func(ctx context.Context, s *redis.Client) error { return s.Ping(ctx).Err() }) != nil {
+		if time.Now().After(deadline) {
+			t.Fatal("cluster client never became ready")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	clk := &syncClock{}
+	base := alignedAfter(t0, time.Minute)
+	clk.Set(base)
+	cfg := algorithms.Config{Tiers: []algorithms.Tier{{Events: 100, Window: time.Minute}, {Events: 10, Window: time.Second}}}
+	s := newTestSync(t, c, algorithms.SlidingWindow, cfg, time.Second, clk, "cluster")
+	const K = 40
+	for k := 0; k < K; k++ {
+		for i := 0; i <= k%2; i++ {
+			if d, _ := s.Take(ctx, fmt.Sprintf("k%d", k), base, 1); !d.Allowed {
+				t.Fatalf("key %d: %+v", k, d)
+			}
+		}
+	}
+	mustSync(t, ctx, s)
+	mustSync(t, ctx, s)
+	for k := 0; k < K; k++ {
+		key := fmt.Sprintf("k%d", k)
+		for i := range cfg.Tiers {
+			if got := redisInt(t, c, s.counterKey(key, i, base)); got != int64(k%2+1) {
+				t.Fatalf("%s tier %d: %d in Redis, want %d", key, i, got, k%2+1)
+			}
+		}
+	}
+	masters := map[string]bool{}
+	for k := 0; k < K; k++ {
+		slot := c.ClusterKeySlot(ctx, s.counterKey(fmt.Sprintf("k%d", k), 0, base)).Val()
+		masters[strconv.FormatInt(slot*3/16384, 10)] = true
+	}
+	if len(masters) < 2 {
+		t.Fatalf("the keys all fell on one master: the test proves nothing")
 	}
 }
