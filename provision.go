@@ -555,18 +555,20 @@ func (h *Handler) Cleanup() error {
 			h.rt.metrics.zones.remove(z)
 		}
 	}
-	for _, k := range h.rt.poolKeys {
-		if _, err := pool.Delete(k); err != nil {
-			errs = append(errs, err)
-		}
-	}
-	h.rt.poolKeys = nil
-	for _, m := range h.rt.private {
+	// Stores before the Redis client they use (the two-layer store makes a
+	// last push): private stores first, then the pool's latest first.
+	for _, m := range slices.Backward(h.rt.private) {
 		if err := m.Destruct(); err != nil {
 			errs = append(errs, err)
 		}
 	}
 	h.rt.private = nil
+	for _, k := range slices.Backward(h.rt.poolKeys) {
+		if _, err := pool.Delete(k); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	h.rt.poolKeys = nil
 	return errors.Join(errs...)
 }
 

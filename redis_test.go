@@ -12,6 +12,7 @@ import (
 
 	"github.com/zonelimit/caddy-ratelimit/breaker"
 	"github.com/zonelimit/caddy-ratelimit/internal/redistest"
+	"github.com/zonelimit/caddy-ratelimit/lua"
 )
 
 // redisConfig is a handler with one zone of events per minute per remote
@@ -278,5 +279,55 @@ func waitFor(t *testing.T, limit time.Duration, what string, cond func() bool) {
 			t.Fatalf("waited %s for %s", limit, what)
 		}
 		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// sync_interval: three instances (own clients) decide locally and push to
+// Redis once per interval; together they admit the limit, over-admitting at
+// most (instances-1) x the per-interval budget (the README's bound).
+func TestRedisSyncIntervalThreeInstances(t *testing.T) {
+	srv := redistest.Start(t)
+	clock := newFakeClock()
+	const events, instances = 600, 3
+	var hs []*Handler
+	for i := 0; i < instances; i++ {
+		hs = append(hs, provision(t, fmt.Sprintf(`{"store":"redis","sync_interval":"1s",
+			"redis":{"addresses":[%q],"pool_size":%d},
+			"zones":[{"name":"sync","key":"k","algorithm":"fixed_window","limits":[{"events":%d,"window":"1m"}]}]}`,
+			srv.Addr, i+1, events), clock))
+	}
+	stores := make([]*lua.SyncStore, instances)
+	for i, h := range hs {
+		stores[i] = h.rt.zones[0].store.(*lua.SyncStore)
+	}
+	budget := stores[0].Budget(0) // ceil(600 x 1s / 1m) = 10
+	if budget != 10 {
+		t.Fatalf("budget %d, want 10", budget)
+	}
+	// Stay inside one minute window: the fake clock starts 20s into one.
+	admitted := 0
+	for round := 0; round < 30; round++ {
+		for _, h := range hs {
+			for i := 0; i < 3*int(budget); i++ {
+				if serve(h, newReq("192.0.2.1:1")).code == 200 {
+					admitted++
+				}
+			}
+		}
+		clock.Advance(time.Second)
+		for _, s := range stores {
+			if err := s.Sync(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if max := events + (instances-1)*int(budget); admitted < events || admitted > max {
+		t.Fatalf("admitted %d in one window, want %d to %d", admitted, events, max)
+	}
+	t.Logf("admitted %d of a limit of %d (bound %d)", admitted, events, events+(instances-1)*int(budget))
+	for i, h := range hs {
+		if res := serve(h, newReq("192.0.2.1:1")); res.code != 429 {
+			t.Errorf("instance %d after the window filled: %d", i, res.code)
+		}
 	}
 }

@@ -3,11 +3,13 @@ package ratelimit
 import (
 	"context"
 	"fmt"
+	"sync/atomic"
 	"time"
 
 	"github.com/caddyserver/caddy/v2"
 	"github.com/redis/go-redis/v9"
 	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
 
 	"github.com/zonelimit/caddy-ratelimit/algorithms"
 	"github.com/zonelimit/caddy-ratelimit/breaker"
@@ -154,6 +156,21 @@ func (h *Handler) zoneStores(ctx context.Context, z *zone, lim algorithms.Limite
 		z.fallback = m
 	}
 	opts := lua.Options{KeyPrefix: h.rt.redisConf.KeyPrefix, Zone: z.name}
+	if h.SyncInterval > 0 {
+		// Two-layer: decisions are local (no Redis call, no breaker);
+		// the store pushes its counts every interval.
+		redisKey, err := h.rt.redisConf.poolKey()
+		if err != nil {
+			return err
+		}
+		key.config += fmt.Sprintf("\x00sync %s\x00%s", time.Duration(h.SyncInterval), redisKey)
+		st, err := h.syncStore(lim, z.name, opts, key)
+		if err != nil {
+			return err
+		}
+		z.store = st
+		return nil
+	}
 	st, err := lua.NewStore(h.rt.redis, lim, opts)
 	if err != nil {
 		return err
@@ -161,6 +178,47 @@ func (h *Handler) zoneStores(ctx context.Context, z *zone, lim algorithms.Limite
 	z.store = st
 	z.breaker = h.rt.redis.breaker
 	return nil
+}
+
+// syncStore returns the two-layer store of key: the pooled one of the
+// previous config load if the zone is unchanged (its local counts and
+// pending pushes carry over), else a new one.
+func (h *Handler) syncStore(lim algorithms.Limiter, name string, opts lua.Options, key storeKey) (*lua.SyncStore, error) {
+	logger := h.rt.logger
+	var lastLog atomic.Int64
+	so := lua.SyncOptions{
+		Interval: time.Duration(h.SyncInterval),
+		Now:      h.rt.clock,
+		MaxKeys:  h.MaxKeys,
+		OnError: func(err error) {
+			// Once per failed sync at most; at warn once per
+			// storeErrorLogEvery.
+			level := zapcore.DebugLevel
+			now, last := time.Now().UnixNano(), lastLog.Load()
+			if now-last >= int64(storeErrorLogEvery) && lastLog.CompareAndSwap(last, now) {
+				level = zapcore.WarnLevel
+			}
+			if c := logger.Check(level, "rate limit sync to Redis failed; counts kept and pushed at the next interval"); c != nil {
+				c.Write(zap.String("zone", name), zap.Error(err))
+			}
+		},
+	}
+	if h.rt.clock != nil {
+		st, err := lua.NewSyncStore(h.rt.redis, lim, opts, so)
+		if err != nil {
+			return nil, err
+		}
+		h.rt.private = append(h.rt.private, st)
+		return st, nil
+	}
+	v, _, err := pool.LoadOrNew(key, func() (caddy.Destructor, error) {
+		return lua.NewSyncStore(h.rt.redis, lim, opts, so)
+	})
+	if err != nil {
+		return nil, err
+	}
+	h.rt.poolKeys = append(h.rt.poolKeys, key)
+	return v.(*lua.SyncStore), nil
 }
 
 // memoryStore returns the memory store of key: the pooled one of the
