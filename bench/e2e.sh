@@ -45,7 +45,7 @@ cd "$repo"
 # ---------------------------------------------------------------------------
 # Scenarios.
 
-ALL_SCENARIOS=(plain pass deny deny_handle_errors error_handle_errors)
+ALL_SCENARIOS=(plain pass deny deny_handle_errors error_handle_errors redis_pass redis_deny redis_sync_pass)
 declare -A EXPECT=() TARGET=()
 
 # plain: Caddy alone, the baseline every ratio is taken against.
@@ -119,6 +119,68 @@ site_error_handle_errors() {
 		handle_errors {
 			respond "rate limited" {err.status_code}
 		}
+	SITE
+}
+
+# Redis scenarios: start_redis starts one redis-server, on wrk's core (the
+# machine has two: Caddy's and the load's). Only them, for instance:
+#   SCENARIOS="redis_pass redis_deny redis_sync_pass" bash bench/e2e.sh
+# redis_pass: the redis store, one EVALSHA per request, limit never reached.
+EXPECT[redis_pass]=ok
+TARGET[redis_pass]=0.70
+setup_redis_pass() { start_redis; }
+site_redis_pass() {
+	cat <<-SITE
+		rate_limit {
+			zone $1 {
+				key {http.request.remote.host}
+				algorithm ${REDIS_ALGORITHM:-gcra}
+				limit 1000000 1s
+			}
+			store redis
+			redis $REDIS_ADDR
+		}
+		respond "ok"
+	SITE
+}
+
+# redis_deny: the redis store, almost every request denied.
+EXPECT[redis_deny]=deny
+TARGET[redis_deny]=0.70
+setup_redis_deny() { start_redis; }
+site_redis_deny() {
+	cat <<-SITE
+		rate_limit {
+			zone $1 {
+				key {http.request.remote.host}
+				algorithm ${REDIS_ALGORITHM:-gcra}
+				limit 1 1h
+			}
+			store redis
+			redis $REDIS_ADDR
+		}
+		respond "ok"
+	SITE
+}
+
+# redis_sync_pass: the two-layer mode (sync_interval 1s): decisions are
+# local, one script call per key per second.
+EXPECT[redis_sync_pass]=ok
+TARGET[redis_sync_pass]=0.97
+setup_redis_sync_pass() { start_redis; }
+site_redis_sync_pass() {
+	cat <<-SITE
+		rate_limit {
+			zone $1 {
+				key {http.request.remote.host}
+				algorithm fixed_window
+				limit 100000000 1m
+			}
+			store redis
+			redis $REDIS_ADDR
+			sync_interval 1s
+		}
+		respond "ok"
 	SITE
 }
 
