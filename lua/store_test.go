@@ -544,6 +544,15 @@ func TestMemoryPerKey(t *testing.T) {
 			total += c.MemoryUsage(ctx, k).Val()
 		}
 		t.Logf("%-15s %4d bytes per key (10 events in the window)", name, total)
+		// The README's figures, with room for allocator differences
+		// between Redis versions: a few hundred bytes, not kilobytes.
+		limit := int64(256)
+		if name == algorithms.SlidingLog || name == algorithms.Concurrency {
+			limit = 1024
+		}
+		if total <= 0 || total > limit {
+			t.Errorf("%s: %d bytes per key, want 1 to %d", name, total, limit)
+		}
 	}
 }
 
