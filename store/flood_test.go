@@ -92,7 +92,7 @@ func TestMemoryFlood(t *testing.T) {
 			base := heapAfterGC()
 			m := newTestMemory(t, l, opts)
 
-			// A watcher that calls Len as fast as it can during the flood.
+			// A watcher that calls Len again and again during the flood.
 			stop := make(chan struct{})
 			var wg sync.WaitGroup
 			var maxSeen, polls int
@@ -106,7 +106,6 @@ func TestMemoryFlood(t *testing.T) {
 					maxSeen = max(maxSeen, m.Len())
 					polls++
 					time.Sleep(50 * time.Microsecond) // pacing, not an assertion
-
 				}
 			})
 
