@@ -151,12 +151,11 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 
 	if reported {
 		h.setHeaders(w.Header(), rep.z, &rep.d, h.policy(applied), 0)
-		repl, _ := ctx.Value(caddy.ReplacerCtxKey).(*caddy.Replacer)
 		var retry int64
 		if !rep.d.Allowed {
 			retry = max(ceilSeconds(rep.d.RetryAfter), 1)
 		}
-		setPlaceholders(repl, rep.z, rep.key, &rep.d, retry)
+		setPlaceholders(r, rep.z, rep.key, &rep.d, retry, false)
 	}
 
 	if delay > 0 {
@@ -180,10 +179,7 @@ func (h *Handler) reject(w http.ResponseWriter, r *http.Request, z *zone, key st
 	rt := &h.rt
 	retry := retryAfterSeconds(d.RetryAfter, rt.jitter)
 	h.setHeaders(w.Header(), z, d, policy, retry)
-	if repl, _ := r.Context().Value(caddy.ReplacerCtxKey).(*caddy.Replacer); repl != nil {
-		setPlaceholders(repl, z, key, d, retry)
-		repl.Set(phExceeded, z.name)
-	}
+	setPlaceholders(r, z, key, d, retry, true)
 	z.m.denied.Inc()
 	h.logDenial(z, key, d, false)
 	if h.useErrorRoutes(r) {

@@ -881,16 +881,37 @@ func benchServe(b *testing.B, config string) {
 	}
 	defer h.Cleanup()
 	h.rt.logger = zap.NewNop()
-	r := newReq("192.0.2.1:1234")
+	benchRequests(b, func(w http.ResponseWriter, r *http.Request) error {
+		return h.ServeHTTP(w, r, nopHandler{})
+	})
+}
+
+// benchRequests runs serve on a request per iteration with, as Caddy's
+// server gives every request, a new replacer and new vars (their cost,
+// BenchmarkRequestSetup, is in every figure).
+func benchRequests(b *testing.B, serve func(http.ResponseWriter, *http.Request) error) {
+	base := newReq("192.0.2.1:1234")
 	w := &discardWriter{h: make(http.Header)}
 	b.ReportAllocs()
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
 		clear(w.h)
-		if err := h.ServeHTTP(w, r, nopHandler{}); err != nil {
+		// As Caddy's server: its HTTP placeholders are a provider, and the
+		// client_ip var is set.
+		repl := caddy.NewReplacer()
+		repl.Map(func(string) (any, bool) { return nil, false })
+		ctx := context.WithValue(base.Context(), caddy.ReplacerCtxKey, repl)
+		ctx = context.WithValue(ctx, caddyhttp.VarsCtxKey, map[string]any{caddyhttp.ClientIPVarKey: "192.0.2.1"})
+		if err := serve(w, base.WithContext(ctx)); err != nil {
 			b.Fatal(err)
 		}
 	}
+}
+
+// BenchmarkRequestSetup is the per-request setup of the ServeHTTP
+// benchmarks alone, to subtract from their figures.
+func BenchmarkRequestSetup(b *testing.B) {
+	benchRequests(b, func(http.ResponseWriter, *http.Request) error { return nil })
 }
 
 func BenchmarkServeHTTPAllowed(b *testing.B) {
@@ -1187,4 +1208,40 @@ func TestResetVersusRetry(t *testing.T) {
 		"RateLimit":         `"api";r=0;t=20`,
 		"X-RateLimit-Reset": "50",
 	})
+}
+
+// Two rate_limit handlers on one request (a site's and an inner route's):
+// the placeholders describe the latest decision, the inner handler's
+// rejection, whatever the outer one published before.
+func TestPlaceholdersLatestHandler(t *testing.T) {
+	outer := provision(t, `{"zones":[{"name":"outer","key":"k","limits":[{"events":10,"window":"1m"}]}]}`, newFakeClock())
+	inner := provision(t, `{"zones":[{"name":"inner","key":"k","limits":[{"events":1,"window":"1m"}]}]}`, newFakeClock())
+	for i, want := range []struct {
+		code                   int
+		zone, remaining, limit string
+		exceeded               string
+	}{
+		{200, "inner", "0", "1", ""},
+		{429, "inner", "0", "1", "inner"},
+	} {
+		r := newReq("192.0.2.1:1")
+		r = r.WithContext(context.WithValue(r.Context(), caddyhttp.VarsCtxKey, map[string]any{}))
+		res := serve(outer, r, func(w http.ResponseWriter, r *http.Request) error {
+			return inner.ServeHTTP(w, r, caddyhttp.HandlerFunc(func(w http.ResponseWriter, r *http.Request) error {
+				w.WriteHeader(200)
+				return nil
+			}))
+		})
+		if res.code != want.code {
+			t.Fatalf("request %d: code %d", i+1, res.code)
+		}
+		for ph, v := range map[string]string{
+			"{http.rate_limit.zone}": want.zone, "{http.rate_limit.remaining}": want.remaining,
+			"{http.rate_limit.limit}": want.limit, "{http.rate_limit.exceeded.name}": want.exceeded,
+		} {
+			if got := res.repl.ReplaceAll(ph, ""); got != v {
+				t.Errorf("request %d: %s = %q, want %q", i+1, ph, got, v)
+			}
+		}
+	}
 }

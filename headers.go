@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/caddyserver/caddy/v2"
+	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
 
 	"github.com/zonelimit/caddy-ratelimit/algorithms"
 )
@@ -90,12 +91,10 @@ func retryAfterSeconds(d time.Duration, jitter float64) int64 {
 func (z *zone) precomputeHeaders() {
 	items := make([]string, len(z.tiers))
 	z.limitVals = make([][]string, len(z.tiers))
-	z.limitAny = make([]any, len(z.tiers))
 	for i, t := range z.tiers {
 		w := ceilSeconds(t.Window)
 		items[i] = `"` + z.name + `";q=` + strconv.FormatInt(t.Events, 10) + ";w=" + strconv.FormatInt(w, 10)
 		z.limitVals[i] = []string{strconv.FormatInt(t.Events, 10)}
-		z.limitAny[i] = t.Events
 	}
 	z.policy = strings.Join(items, ", ")
 	z.policyVals = []string{z.policy}
@@ -162,18 +161,73 @@ func (z *zone) tierMatches(d *algorithms.Decision) bool {
 	return d.Tier >= 0 && d.Tier < len(z.tiers) && z.tiers[d.Tier].Events == d.Limit
 }
 
-// setPlaceholders publishes decision d of zone z for key on the replacer.
-func setPlaceholders(repl *caddy.Replacer, z *zone, key string, d *algorithms.Decision, retryAfter int64) {
+// placeholders are the values of the {http.rate_limit.*} placeholders of
+// one request. They are published lazily: the request's replacer gets a
+// provider that formats a value only when a placeholder is used (an access
+// log, an error page), because setting five static values costs more than
+// the rest of a decision. The request's vars hold the one placeholders of
+// the request, so that a later rate_limit handler (an inner route's) updates
+// it and the placeholders describe the latest decision, as Set would.
+type placeholders struct {
+	zone      string
+	key       string
+	remaining int64
+	limit     int64
+	retry     int64
+	exceeded  bool // a rejection: {http.rate_limit.exceeded.name} is set
+}
+
+// varPlaceholders is the request vars key of a request's *placeholders.
+const varPlaceholders = "\x00rate_limit.placeholders"
+
+// lookup is the provider the replacer calls for an unknown placeholder.
+func (p *placeholders) lookup(key string) (any, bool) {
+	switch key {
+	case phZone:
+		return p.zone, true
+	case phKey:
+		return p.key, true
+	case phRemaining:
+		return p.remaining, true
+	case phLimit:
+		return p.limit, true
+	case phRetryAfter:
+		return p.retry, true
+	case phExceeded:
+		if p.exceeded {
+			return p.zone, true
+		}
+	}
+	return nil, false
+}
+
+// setPlaceholders publishes decision d of zone z for key on the request's
+// replacer (see placeholders); retryAfter > 0 marks a rejection.
+func setPlaceholders(r *http.Request, z *zone, key string, d *algorithms.Decision, retryAfter int64, rejected bool) {
+	ctx := r.Context()
+	repl, _ := ctx.Value(caddy.ReplacerCtxKey).(*caddy.Replacer)
 	if repl == nil {
 		return
 	}
-	repl.Set(phZone, z.name)
-	repl.Set(phKey, key)
-	repl.Set(phRemaining, max(d.Remaining, 0))
-	if z.tierMatches(d) {
-		repl.Set(phLimit, z.limitAny[d.Tier])
-	} else {
-		repl.Set(phLimit, d.Limit)
+	vars, _ := ctx.Value(caddyhttp.VarsCtxKey).(map[string]any)
+	p, _ := vars[varPlaceholders].(*placeholders)
+	if p == nil {
+		p = new(placeholders)
+		if vars != nil {
+			vars[varPlaceholders] = p
+		}
+		repl.Map(p.lookup)
 	}
-	repl.Set(phRetryAfter, retryAfter)
+	limit := d.Limit
+	if z.tierMatches(d) {
+		limit = z.tiers[d.Tier].Events
+	}
+	*p = placeholders{
+		zone:      z.name,
+		key:       key,
+		remaining: max(d.Remaining, 0),
+		limit:     limit,
+		retry:     retryAfter,
+		exceeded:  rejected,
+	}
 }

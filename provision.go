@@ -176,7 +176,6 @@ type zone struct {
 	policyVals []string   // []string{policy}
 	rlPrefix   string     // `"<name>";r=`
 	limitVals  [][]string // per tier: []string{events}
-	limitAny   []any      // per tier: events, boxed once
 
 	lastStoreErrLog atomic.Int64 // unix ns of the last store failure logged at warn
 	rejectError     error
