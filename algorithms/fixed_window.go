@@ -109,7 +109,7 @@ func (s *fixedWindowState) Take(now time.Time, cost int64) Decision {
 			}
 		}
 	}
-	p := winPick{allowed: ok}
+	p := TierPick{Allowed: ok}
 	for i := range s.tiers {
 		tr := &s.tiers[i]
 		var reset, wait int64
@@ -124,9 +124,9 @@ func (s *fixedWindowState) Take(now time.Time, cost int64) Decision {
 				wait = tr.start + tr.window - t
 			}
 		}
-		p.offer(i, tr.events, tr.events-tr.count, reset, wait)
+		p.Offer(i, tr.events, tr.events-tr.count, reset, wait)
 	}
-	return p.decision()
+	return p.Decision()
 }
 
 func (s *fixedWindowState) Undo(now time.Time, cost int64, d Decision) {
@@ -182,37 +182,45 @@ func winDur(us int64) time.Duration {
 	return time.Duration(us) * time.Microsecond
 }
 
-// winPick chooses the tier a Decision describes: when allowed the one with
+// TierPick chooses the tier a Decision describes: when allowed the one with
 // the fewest remaining, when denied the one with the longest wait; ties go
-// to the lowest index (the first offered).
-type winPick struct {
-	allowed                 bool
+// to the lowest index (the first offered). The window algorithms use it,
+// and so does the two-layer store (package lua), so that their decisions
+// describe the same tier.
+type TierPick struct {
+	// Allowed is whether every tier admitted the request.
+	Allowed bool
+
 	set                     bool
 	tier                    int
 	limit, rem, reset, wait int64
 }
 
-func (p *winPick) offer(i int, limit, rem, reset, wait int64) {
+// Offer considers tier i: its limit, remaining units, and the microseconds
+// until it is whole again (reset) and, when denied, until the request
+// would be admitted (wait).
+func (p *TierPick) Offer(i int, limit, rem, reset, wait int64) {
 	if rem < 0 {
 		rem = 0
 	}
 	if p.set {
-		if p.allowed && rem >= p.rem || !p.allowed && wait <= p.wait {
+		if p.Allowed && rem >= p.rem || !p.Allowed && wait <= p.wait {
 			return
 		}
 	}
 	p.set, p.tier, p.limit, p.rem, p.reset, p.wait = true, i, limit, rem, reset, wait
 }
 
-func (p *winPick) decision() Decision {
+// Decision is the decision describing the tier picked.
+func (p *TierPick) Decision() Decision {
 	d := Decision{
-		Allowed:    p.allowed,
+		Allowed:    p.Allowed,
 		Tier:       p.tier,
 		Limit:      p.limit,
 		Remaining:  p.rem,
 		ResetAfter: winDur(p.reset),
 	}
-	if !p.allowed {
+	if !p.Allowed {
 		d.RetryAfter = winDur(p.wait)
 	}
 	return d

@@ -243,7 +243,7 @@ func (s *slidingLogState) Take(now time.Time, cost int64) Decision {
 			s.tiers[i].addClamped(t, cost)
 		}
 	}
-	p := winPick{allowed: ok}
+	p := TierPick{Allowed: ok}
 	for i := range s.tiers {
 		tr := &s.tiers[i]
 		var reset, wait int64
@@ -258,9 +258,9 @@ func (s *slidingLogState) Take(now time.Time, cost int64) Decision {
 				wait = tr.kth(tr.count+cost-tr.events) + tr.window - t
 			}
 		}
-		p.offer(i, tr.events, tr.events-tr.count, reset, wait)
+		p.Offer(i, tr.events, tr.events-tr.count, reset, wait)
 	}
-	return p.decision()
+	return p.Decision()
 }
 
 func (s *slidingLogState) Undo(now time.Time, cost int64, d Decision) {

@@ -198,7 +198,7 @@ func (s *slidingWindowState) Take(now time.Time, cost int64) Decision {
 			}
 		}
 	}
-	p := winPick{allowed: ok}
+	p := TierPick{Allowed: ok}
 	for i := range s.tiers {
 		tr := &s.tiers[i]
 		var reset, wait int64
@@ -215,9 +215,9 @@ func (s *slidingWindowState) Take(now time.Time, cost int64) Decision {
 		if c := math.Ceil(tr.weighted(tr.prev, t-tr.start)); c < float64(tr.events-tr.cur) {
 			rem = tr.events - tr.cur - int64(c)
 		}
-		p.offer(i, tr.events, rem, reset, wait)
+		p.Offer(i, tr.events, rem, reset, wait)
 	}
-	return p.decision()
+	return p.Decision()
 }
 
 func (s *slidingWindowState) Undo(now time.Time, cost int64, d Decision) {

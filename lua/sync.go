@@ -577,7 +577,7 @@ func (s *SyncStore) Take(_ context.Context, key string, now time.Time, cost int6
 			}
 		}
 	}
-	pk := syncPick{allowed: ok}
+	pk := algorithms.TierPick{Allowed: ok}
 	for i := range e.tiers {
 		p, tr := &s.tiers[i], &e.tiers[i]
 		start := tr.cur.idx * p.window
@@ -615,10 +615,10 @@ func (s *SyncStore) Take(_ context.Context, key string, now time.Time, cost int6
 		if !ok && cost <= p.events && overBudget(p, e.used, cost) {
 			wait = max(wait, s.budgetWait(t))
 		}
-		pk.offer(i, p.events, rem, reset, wait)
+		pk.Offer(i, p.events, rem, reset, wait)
 	}
 	sh.mu.Unlock()
-	return pk.decision(), nil
+	return pk.Decision(), nil
 }
 
 // fits reports whether cost fits tier p's window counts at t (the tier
@@ -918,38 +918,3 @@ func swWait(p *syncParams, P, C, start, t, cost int64) int64 {
 	return start + 2*p.window - t
 }
 
-// syncPick chooses the tier a Decision describes, as the algorithms do:
-// allowed, the fewest remaining; denied, the longest wait; ties go to the
-// lowest index.
-type syncPick struct {
-	allowed                 bool
-	set                     bool
-	tier                    int
-	limit, rem, reset, wait int64
-}
-
-func (p *syncPick) offer(i int, limit, rem, reset, wait int64) {
-	if rem < 0 {
-		rem = 0
-	}
-	if p.set {
-		if p.allowed && rem >= p.rem || !p.allowed && wait <= p.wait {
-			return
-		}
-	}
-	p.set, p.tier, p.limit, p.rem, p.reset, p.wait = true, i, limit, rem, reset, wait
-}
-
-func (p *syncPick) decision() algorithms.Decision {
-	d := algorithms.Decision{
-		Allowed:    p.allowed,
-		Tier:       p.tier,
-		Limit:      p.limit,
-		Remaining:  p.rem,
-		ResetAfter: usDur(p.reset),
-	}
-	if !p.allowed {
-		d.RetryAfter = usDur(p.wait)
-	}
-	return d
-}
