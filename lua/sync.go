@@ -917,4 +917,3 @@ func swWait(p *syncParams, P, C, start, t, cost int64) int64 {
 	}
 	return start + 2*p.window - t
 }
-
