@@ -206,17 +206,9 @@ func (b *Breaker) Allow() bool {
 // returned. It reads the clock (Options.Now) only when err counts as a
 // failure. See RecordAt.
 func (b *Breaker) Record(err error) {
-	if b == nil {
-		return
+	if b.isFailure(err) {
+		b.failure(b.now())
 	}
-	if err == nil {
-		b.success()
-		return
-	}
-	if errors.Is(err, context.Canceled) {
-		return
-	}
-	b.failure(b.now())
 }
 
 // RecordAt records, at the instant now, the outcome of a call to the store.
@@ -231,17 +223,22 @@ func (b *Breaker) Record(err error) {
 //
 // Outcomes recorded while the breaker is open, or after Close, are ignored.
 func (b *Breaker) RecordAt(now time.Time, err error) {
+	if b.isFailure(err) {
+		b.failure(now)
+	}
+}
+
+// isFailure records a success (nil err) and reports whether err counts as
+// a failure (see RecordAt).
+func (b *Breaker) isFailure(err error) bool {
 	if b == nil {
-		return
+		return false
 	}
 	if err == nil {
 		b.success()
-		return
+		return false
 	}
-	if errors.Is(err, context.Canceled) {
-		return
-	}
-	b.failure(now)
+	return !errors.Is(err, context.Canceled)
 }
 
 // success resets the failure count. When there is none, the common case, it
