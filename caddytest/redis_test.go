@@ -20,6 +20,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"slices"
+	"sort"
 	"strconv"
 	"strings"
 	"sync"
@@ -733,4 +734,191 @@ http://:9080 {
 		time.Sleep(10 * time.Millisecond)
 	}
 	t.Logf("decisions from Redis again %v after it resumed", time.Since(resumed))
+}
+
+// --- 4. Cluster failover ----------------------------------------------------------
+
+// slotOwner returns the master serving slot according to the node at addr,
+// and that master's replicas.
+func slotOwner(addr string, slot int64) (string, []string, error) {
+	c := redis.NewClient(&redis.Options{Addr: addr, DialTimeout: 500 * time.Millisecond, ReadTimeout: time.Second, MaxRetries: -1})
+	defer c.Close()
+	slots, err := c.ClusterSlots(context.Background()).Result()
+	if err != nil {
+		return "", nil, err
+	}
+	for _, s := range slots {
+		if int64(s.Start) <= slot && slot <= int64(s.End) && len(s.Nodes) > 0 {
+			var reps []string
+			for _, n := range s.Nodes[1:] {
+				reps = append(reps, n.Addr)
+			}
+			return s.Nodes[0].Addr, reps, nil
+		}
+	}
+	return "", nil, fmt.Errorf("slot %d not served", slot)
+}
+
+// The master holding the test key is killed under load: its replica takes
+// over, and decisions continue on it (counts in the new master), with no
+// 5xx at any time (on_error open while the slot has no master).
+func TestRedisClusterFailover(t *testing.T) {
+	cl := redistest.StartCluster(t, 3, 1)
+	const zone = "rf_failover"
+	load(t, fmt.Sprintf(`
+http://:9080 {
+	rate_limit {
+		zone %s {
+			key k
+			limit 1000000 1h
+		}
+		store redis
+		redis {
+			address %s
+		}
+		on_error open
+	}
+	respond "ok"
+}`, zone, strings.Join(cl.Addrs, " ")))
+	c := loadClient(t)
+	if h := send(c, "", "/", ""); h.code != 200 || h.remaining != "999999" {
+		t.Fatalf("first request: status %d, remaining %q, want 200 and 999999 (%s)", h.code, h.remaining, h.err)
+	}
+
+	// The Redis keys of key "k" carry the hash tag {k} (lua.EscapeKey
+	// keeps "k" as is): their slot is that of "k".
+	s, err := redistest.Do(cl.Addrs[0], "CLUSTER", "KEYSLOT", "k")
+	if err != nil {
+		t.Fatal(err)
+	}
+	slot, _ := strconv.ParseInt(s, 10, 64)
+	// Right after the cluster is created a replica may not be listed yet
+	// (still syncing with its master): wait for it.
+	var master string
+	var replicas []string
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		master, replicas, err = slotOwner(cl.Addrs[0], slot)
+		if err == nil && len(replicas) == 1 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("slot %d: master %s, replicas %v (%v): want one replica", slot, master, replicas, err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	replica := replicas[0]
+	if keys := redisKeys(t, master, "rl:"+zone+":{k}*"); len(keys) == 0 {
+		t.Fatalf("no key of zone %s on %s, the master of slot %d", zone, master, slot)
+	}
+	var victim *redistest.Server
+	for _, srv := range cl.Servers {
+		if srv.Addr == master {
+			victim = srv
+		}
+	}
+	if victim == nil {
+		t.Fatalf("master %s is not one of the cluster's servers %v", master, cl.Addrs)
+	}
+	// The replica must have the key before the master goes, or the
+	// failover would start the count afresh (asynchronous replication).
+	deadline = time.Now().Add(5 * time.Second)
+	for len(redisKeysNoFail(replica, "rl:"+zone+":{k}*")) == 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("replica %s never got the key", replica)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+
+	l := startLoad(t, c, 8, []string{""}, "/", "")
+	l.waitHits(t, time.Now(), 10*time.Second, "load before the kill", func(hs []hit) bool { return len(hs) >= 50 })
+	victim.Stop()
+	killed := time.Now()
+
+	// The replica takes over once the other masters agree the master is
+	// down (cluster-node-timeout 2000 in redistest) and it wins the
+	// election.
+	var failover time.Duration
+	for {
+		m, _, err := slotOwner(replica, slot)
+		if err == nil && m == replica {
+			failover = time.Since(killed)
+			break
+		}
+		if time.Since(killed) > 30*time.Second {
+			t.Fatalf("replica %s not master of slot %d 30s after the master was killed (last: %q, %v)", replica, slot, m, err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	t.Logf("failover: replica %s master of slot %d %v after the master was killed", replica, slot, failover)
+
+	// Decisions continue: a request started after the failover is decided
+	// by Redis again (a remaining header; on_error open writes none),
+	// within a few seconds of the promotion. (go-redis alone refreshes a
+	// Cluster client's slot map only on MOVED/ASK or every 60 s
+	// (ClusterStateReloadInterval), and a request to a dead master gets
+	// neither: the handler must ask for a reload when the slot's node
+	// fails, e.g. ClusterClient.ReloadState in the breaker's probe.)
+	promoted := time.Now()
+	const resumeLimit = 5 * time.Second
+	var resumed time.Duration
+	for resumed == 0 {
+		for _, h := range l.since(promoted) {
+			if h.code == 200 && h.remaining != "" {
+				resumed = h.end.Sub(promoted)
+				break
+			}
+		}
+		if resumed == 0 && time.Since(promoted) > resumeLimit {
+			l.Stop()
+			hs := l.since(promoted)
+			t.Fatalf("no decision by Redis %v after the replica %s was promoted (%d requests since, codes %v, all let through by on_error open): "+
+				"the Cluster client still routes slot %d to the dead master %s (go-redis reloads the slot map only on MOVED/ASK or every 60s)",
+				resumeLimit, replica, len(hs), codes(hs), slot, master)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	l.Stop()
+	all := l.all()
+	if got := codes(all); got[200] != len(all) {
+		t.Fatalf("during the failover: codes %v over %d requests, want all 200 (first error %q)", got, len(all), firstError(all))
+	}
+	undecided := 0
+	for _, h := range l.since(killed) {
+		if h.remaining == "" {
+			undecided++
+		}
+	}
+	t.Logf("decisions by the new master %v after the promotion; %d requests in all, %d let through undecided (on_error open) after the kill",
+		resumed, len(all), undecided)
+
+	// The counts are in the new master: start them afresh there and
+	// watch the next decisions count from the limit down.
+	nm := redis.NewClient(&redis.Options{Addr: replica})
+	defer nm.Close()
+	keys := redisKeys(t, replica, "rl:"+zone+":{k}*")
+	if len(keys) == 0 {
+		t.Fatalf("no key of zone %s on the new master %s", zone, replica)
+	}
+	if err := nm.Del(context.Background(), keys...).Err(); err != nil {
+		t.Fatal(err)
+	}
+	for i := 1; i <= 3; i++ {
+		h := send(c, "", "/", "")
+		if want := strconv.Itoa(1000000 - i); h.code != 200 || h.remaining != want {
+			t.Fatalf("after the failover, request %d: status %d, remaining %q, want 200 and %s", i, h.code, h.remaining, want)
+		}
+	}
+	if len(redisKeys(t, replica, "rl:"+zone+":{k}*")) == 0 {
+		t.Fatalf("the new decisions left no key on the new master %s", replica)
+	}
+}
+
+// redisKeysNoFail is redisKeys for polling: nil on an error.
+func redisKeysNoFail(addr, pattern string) []string {
+	c := redis.NewClient(&redis.Options{Addr: addr, DialTimeout: time.Second, ReadTimeout: time.Second, MaxRetries: -1})
+	defer c.Close()
+	keys, _ := c.Keys(context.Background(), pattern).Result()
+	sort.Strings(keys)
+	return keys
 }
