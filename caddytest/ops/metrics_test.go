@@ -1,0 +1,242 @@
+package ops
+
+import (
+	"fmt"
+	"testing"
+	"time"
+
+	dto "github.com/prometheus/client_model/go"
+
+	"github.com/zonelimit/caddy-ratelimit/internal/redistest"
+)
+
+const (
+	mRequests  = "caddy_http_rate_limit_requests_total"
+	mDecision  = "caddy_http_rate_limit_decision_seconds"
+	mStoreErrs = "caddy_http_rate_limit_store_errors_total"
+	mBreaker   = "caddy_http_rate_limit_breaker_open"
+	mKeys      = "caddy_http_rate_limit_keys"
+)
+
+// histogramCount is the sample count of a histogram series (-1 if absent).
+func histogramCount(fams map[string]*dto.MetricFamily, name string, labels ...string) int64 {
+	m, ok := sample(fams, name, labels...)
+	if !ok || m.GetHistogram() == nil {
+		return -1
+	}
+	return int64(m.GetHistogram().GetSampleCount())
+}
+
+// expectValue fails the test unless the series has the value.
+func expectValue(t *testing.T, fams map[string]*dto.MetricFamily, want float64, name string, labels ...string) {
+	t.Helper()
+	if got := value(fams, name, labels...); got != want {
+		t.Errorf("%s%v = %v, want %v (-1: no such series)", name, labels, got, want)
+	}
+}
+
+// TestMetricsScrape sends allowed and denied requests through two memory
+// zones and scrapes the admin endpoint's /metrics: the requests by zone and
+// result, the decision histogram of the memory store and the keys held are
+// exact. After a reload with the same zones the endpoint still answers
+// well-formed text (no duplicate registration): the zones' counts carried
+// over (keys held), and the request counters are the new config's (Caddy
+// makes a registry per config load, so counters restart from zero, as
+// Caddy's own do).
+func TestMetricsScrape(t *testing.T) {
+	cfg := func(body string) string {
+		return globals("") + fmt.Sprintf(`
+http://:%d {
+	rate_limit {
+		zone ops_metrics_a {
+			match {
+				path /a
+			}
+			key {http.request.header.X-Client}
+			limit 2 1h
+		}
+		zone ops_metrics_b {
+			match {
+				path /b
+			}
+			key {http.request.header.X-Client}
+			algorithm token_bucket
+			limit 1 1h
+		}
+	}
+	respond %q
+}
+`, httpPort, body)
+	}
+	load(t, cfg("one"))
+
+	// Before any request: the zones' series exist at 0.
+	fams := scrape(t)
+	expectValue(t, fams, 0, mRequests, "zone", "ops_metrics_a", "result", "allowed")
+	expectValue(t, fams, 0, mKeys, "zone", "ops_metrics_a")
+
+	// a: clients c1 x3 (2 allowed, 1 denied), c2 x1, c3 x4 (2, 2):
+	// 5 allowed, 3 denied, 3 keys. b: c1 x2 (1, 1): 1 allowed, 1 denied.
+	send := func(path, client string, n int) (allowed, denied int) {
+		t.Helper()
+		for range n {
+			switch r := get(t, path, "X-Client", client); r.code {
+			case 200:
+				allowed++
+			case 429:
+				denied++
+			default:
+				t.Fatalf("%s: status %d", path, r.code)
+			}
+		}
+		return
+	}
+	var aAllowed, aDenied int
+	for _, c := range []struct {
+		client string
+		n      int
+	}{{"c1", 3}, {"c2", 1}, {"c3", 4}} {
+		al, de := send("/a", c.client, c.n)
+		aAllowed += al
+		aDenied += de
+	}
+	bAllowed, bDenied := send("/b", "c1", 2)
+	if aAllowed != 5 || aDenied != 3 || bAllowed != 1 || bDenied != 1 {
+		t.Fatalf("responses: a %d/%d, b %d/%d allowed/denied, want 5/3 and 1/1", aAllowed, aDenied, bAllowed, bDenied)
+	}
+	// A request no zone applies to is not counted anywhere.
+	expectCode(t, get(t, "/c"), 200, "/c")
+
+	fams = scrape(t)
+	expectValue(t, fams, 5, mRequests, "zone", "ops_metrics_a", "result", "allowed")
+	expectValue(t, fams, 3, mRequests, "zone", "ops_metrics_a", "result", "denied")
+	expectValue(t, fams, 1, mRequests, "zone", "ops_metrics_b", "result", "allowed")
+	expectValue(t, fams, 1, mRequests, "zone", "ops_metrics_b", "result", "denied")
+	expectValue(t, fams, 0, mRequests, "zone", "ops_metrics_a", "result", "error")
+	expectValue(t, fams, 3, mKeys, "zone", "ops_metrics_a")
+	expectValue(t, fams, 1, mKeys, "zone", "ops_metrics_b")
+	if n := histogramCount(fams, mDecision, "store", "memory"); n != 10 {
+		t.Errorf("%s{store=memory} has %d samples, want 10 (one per decision)", mDecision, n)
+	}
+	if m, ok := sample(fams, mDecision, "store", "memory"); ok && m.GetHistogram().GetSampleSum() <= 0 {
+		t.Errorf("%s{store=memory}: sum %v, want > 0", mDecision, m.GetHistogram().GetSampleSum())
+	}
+	expectValue(t, fams, 0, mStoreErrs, "zone", "ops_metrics_a")
+	if _, ok := sample(fams, mBreaker, "zone", "ops_metrics_a"); ok {
+		t.Errorf("%s has a series for a memory zone", mBreaker)
+	}
+
+	// A reload with the same zones (another response body).
+	load(t, cfg("two"))
+	if r := get(t, "/a", "X-Client", "c1"); r.code != 429 || r.body != "" {
+		t.Fatalf("c1 after the reload: %d %q, want 429 (its count carried over)", r.code, r.body)
+	}
+	if r := get(t, "/a", "X-Client", "c4"); r.code != 200 || r.body != "two" {
+		t.Fatalf("c4 after the reload: %d %q, want 200 from the new config", r.code, r.body)
+	}
+	fams = scrape(t)
+	expectValue(t, fams, 1, mRequests, "zone", "ops_metrics_a", "result", "allowed")
+	expectValue(t, fams, 1, mRequests, "zone", "ops_metrics_a", "result", "denied")
+	expectValue(t, fams, 0, mRequests, "zone", "ops_metrics_b", "result", "allowed")
+	expectValue(t, fams, 4, mKeys, "zone", "ops_metrics_a")
+	expectValue(t, fams, 1, mKeys, "zone", "ops_metrics_b")
+	if n := histogramCount(fams, mDecision, "store", "memory"); n != 2 {
+		t.Errorf("after the reload %s{store=memory} has %d samples, want 2", mDecision, n)
+	}
+	// Scraped again, still well-formed, and the keys gauge is a
+	// reading, not a count.
+	fams = scrape(t)
+	expectValue(t, fams, 4, mKeys, "zone", "ops_metrics_a")
+}
+
+// TestMetricsRedisDown: with store redis, on_error open, and Redis
+// stopped, requests still pass; each failing call counts in
+// store_errors_total until the breaker opens (after 5 failures, and then
+// breaker_open is 1 and Redis is not called: store_errors_total stops while
+// requests_total{result="error"} goes on); once Redis is back the breaker
+// closes (breaker_open 0) and decisions are Redis's again.
+func TestMetricsRedisDown(t *testing.T) {
+	srv := redistest.Start(t)
+	const zone = "ops_metrics_redis"
+	load(t, globals("")+fmt.Sprintf(`
+http://:%d {
+	rate_limit {
+		zone %s {
+			key static
+			limit 100 1h
+		}
+		store redis
+		redis {
+			address %s
+			dial_timeout 200ms
+		}
+		on_error open
+	}
+	respond "ok"
+}
+`, httpPort, zone, srv.Addr))
+
+	for i := 1; i <= 2; i++ {
+		r := get(t, "/")
+		if r.code != 200 || remaining(t, r) != 100-i {
+			t.Fatalf("request %d with Redis up: %d, remaining %q", i, r.code, r.hdr.Get("X-RateLimit-Remaining"))
+		}
+	}
+	fams := scrape(t)
+	expectValue(t, fams, 2, mRequests, "zone", zone, "result", "allowed")
+	expectValue(t, fams, 0, mBreaker, "zone", zone)
+	expectValue(t, fams, 0, mStoreErrs, "zone", zone)
+	if n := histogramCount(fams, mDecision, "store", "redis"); n != 2 {
+		t.Errorf("%s{store=redis} has %d samples, want 2", mDecision, n)
+	}
+	if _, ok := sample(fams, mKeys, "zone", zone); ok {
+		t.Errorf("%s has a series for a redis zone without a memory fallback", mKeys)
+	}
+
+	srv.Stop()
+	sent := 0
+	opened := false
+	for sent < 50 && !opened {
+		r := get(t, "/")
+		sent++
+		if r.code != 200 {
+			t.Fatalf("request %d with Redis down, on_error open: status %d", sent, r.code)
+		}
+		if r.hdr.Get("X-RateLimit-Remaining") != "" {
+			t.Fatalf("request %d with Redis down: decided (remaining %q)", sent, r.hdr.Get("X-RateLimit-Remaining"))
+		}
+		opened = value(scrape(t), mBreaker, "zone", zone) == 1
+	}
+	if !opened {
+		t.Fatalf("breaker_open still 0 after %d requests with Redis down", sent)
+	}
+	fams = scrape(t)
+	errs := value(fams, mStoreErrs, "zone", zone)
+	if errs != 5 || sent != 5 {
+		t.Errorf("breaker opened after %d requests with %v store errors, want 5 and 5", sent, errs)
+	}
+	expectValue(t, fams, float64(sent), mRequests, "zone", zone, "result", "error")
+
+	// Open: decided by on_error at once, Redis not called.
+	for range 3 {
+		expectCode(t, get(t, "/"), 200, "Redis down, breaker open")
+	}
+	fams = scrape(t)
+	expectValue(t, fams, errs, mStoreErrs, "zone", zone)
+	expectValue(t, fams, float64(sent+3), mRequests, "zone", zone, "result", "error")
+	expectValue(t, fams, 2, mRequests, "zone", zone, "result", "allowed")
+
+	// Back: the prober closes the breaker; decisions are Redis's again (a
+	// fresh Redis: the count starts over).
+	srv.Restart()
+	if !waitFor(15*time.Second, func() bool { return value(scrape(t), mBreaker, "zone", zone) == 0 }) {
+		t.Fatalf("breaker_open still 1 15s after Redis came back")
+	}
+	r := get(t, "/")
+	if r.code != 200 || remaining(t, r) != 99 {
+		t.Fatalf("with Redis back: %d, remaining %q, want 200 and 99", r.code, r.hdr.Get("X-RateLimit-Remaining"))
+	}
+	fams = scrape(t)
+	expectValue(t, fams, 3, mRequests, "zone", zone, "result", "allowed")
+	expectValue(t, fams, errs, mStoreErrs, "zone", zone)
+}
