@@ -58,6 +58,13 @@ func newRedisClient(opts *redis.UniversalOptions, logger *zap.Logger) *redisClie
 		Probe: func(ctx context.Context) error {
 			ctx, cancel := context.WithTimeout(ctx, probeTimeout)
 			defer cancel()
+			if cc, ok := c.UniversalClient.(*redis.ClusterClient); ok {
+				// A dead master answers nothing (no MOVED), so
+				// go-redis would keep its slot map, and send that
+				// master's keys to it, for up to a minute: reload
+				// it, to find the replica that took over.
+				cc.ReloadState(ctx)
+			}
 			return c.Ping(ctx).Err()
 		},
 		OnStateChange: func(from, to breaker.State) {
