@@ -2,10 +2,13 @@ package ops
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"io"
 	"strconv"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -33,6 +36,12 @@ func TestReloadUnderLoad(t *testing.T) {
 		t.Cleanup(func() { rdb.Close() })
 		reloadUnderLoad(t, "ops_reload_redis", "\t\tstore redis\n\t\tredis "+srv.Addr+"\n", rdb)
 	})
+}
+
+// isReset reports whether err is a connection reset (or closed) by the
+// server before it answered.
+func isReset(err error) bool {
+	return err != nil && (errors.Is(err, syscall.ECONNRESET) || errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF))
 }
 
 func reloadUnderLoad(t *testing.T, zoneName, storeLines string, rdb *redis.Client) {
@@ -90,7 +99,7 @@ http://other.test:%d {
 					ok.Add(1)
 				case r.err == nil && r.code == 429:
 					denied.Add(1)
-				case r.err != nil:
+				case isReset(r.err):
 					// A connection reset by the old server's socket
 					// closing (see retryGet): never decided.
 					reset.Add(1)
