@@ -17,7 +17,8 @@ import (
 
 // redisConfig is a handler with one zone of events per minute per remote
 // host on the redis store at addr, with extra handler options (JSON
-// members, each followed by a comma).
+// members, each followed by a comma). A "redis" object in extra is merged
+// with the one naming addr (encoding/json decodes both into one struct).
 func redisConfig(addr string, events int, extra string) string {
 	return fmt.Sprintf(`{%s"store":"redis","redis":{"addresses":[%q]},
 		"zones":[{"name":"api","key":"{http.request.remote.host}","limits":[{"events":%d,"window":"1m"}]}]}`,

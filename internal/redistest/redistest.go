@@ -272,6 +272,8 @@ func (s *Server) waitPing(timeout time.Duration) error {
 				return nil
 			}
 			err = fmt.Errorf("PING answered %q", reply)
+		} else if strings.Contains(err.Error(), "NOAUTH") {
+			return nil // up, with a password (StartArgs --requirepass)
 		}
 		time.Sleep(delay)
 		if delay < 50*time.Millisecond {
@@ -559,4 +561,32 @@ func StartSentinel(tb testing.TB, replicas, sentinels int) *Sentinel {
 		}
 	}
 	return st
+}
+
+// StartArgs starts a redis-server like Start with extra command-line
+// arguments (e.g. "--requirepass", "secret").
+func StartArgs(tb testing.TB, args ...string) *Server {
+	tb.Helper()
+	need(tb, "redis-server")
+	s := newServer(tb, tb.TempDir(), args)
+	tb.Cleanup(s.Stop)
+	if err := s.start(); err != nil {
+		tb.Fatalf("redistest: %v", err)
+	}
+	return s
+}
+
+// StartTLS starts a redis-server that also listens with TLS, with the
+// certificate and key in the PEM files given (clients need not present a
+// certificate), and returns it and the host:port of its TLS listener. Its
+// plain port (Addr) stays open for the test's own commands.
+func StartTLS(tb testing.TB, certFile, keyFile string) (*Server, string) {
+	tb.Helper()
+	port, err := freePort()
+	if err != nil {
+		tb.Fatal(err)
+	}
+	s := StartArgs(tb, "--tls-port", strconv.Itoa(port), "--tls-cert-file", certFile,
+		"--tls-key-file", keyFile, "--tls-ca-cert-file", certFile, "--tls-auth-clients", "no")
+	return s, net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
 }
