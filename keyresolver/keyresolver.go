@@ -20,6 +20,7 @@ import (
 	"strings"
 
 	"github.com/caddyserver/caddy/v2"
+	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
 )
 
 // KeyResolver turns a request into a rate-limit key. The empty string means
@@ -49,6 +50,7 @@ type Template struct {
 	template   string
 	static     bool // no placeholders: the template is the key
 	remoteHost bool // the template is {http.request.remote.host}: read it directly
+	clientIP   bool // the template is {http.vars.client_ip}: read the var directly
 	v4bits     int
 	v6bits     int
 }
@@ -56,6 +58,13 @@ type Template struct {
 // remoteHostPlaceholder is the most common key; Template evaluates it
 // without the replacer, as Caddy's replacer does, but without allocating.
 const remoteHostPlaceholder = "{http.request.remote.host}"
+
+// The client address as Caddy resolves it with trusted_proxies, and the
+// name users guess for it (accepted as an alias).
+const (
+	clientIPPlaceholder = "{http.vars.client_ip}"
+	clientIPAlias       = "{http.request.client_ip}"
+)
 
 // NewTemplate returns the template resolver for tmpl, grouping IPv4
 // addresses by ipv4Prefix bits (1..32; 0 means 32) and IPv6 addresses by
@@ -73,10 +82,16 @@ func NewTemplate(tmpl string, ipv4Prefix, ipv6Prefix int) (*Template, error) {
 	if ipv6Prefix < 1 || ipv6Prefix > 128 {
 		return nil, fmt.Errorf("ipv6_prefix must be between 1 and 128, got %d", ipv6Prefix)
 	}
+	// {http.request.client_ip} is what users guess for Caddy's client
+	// address; Caddy names it {http.vars.client_ip} ({client_ip} in a
+	// Caddyfile). Without this, the guess would be an unknown placeholder,
+	// an empty key for every request: one count shared by all clients.
+	tmpl = strings.ReplaceAll(tmpl, clientIPAlias, clientIPPlaceholder)
 	t := &Template{
 		template:   tmpl,
 		static:     !strings.ContainsAny(tmpl, "{}"),
 		remoteHost: tmpl == remoteHostPlaceholder,
+		clientIP:   tmpl == clientIPPlaceholder,
 		v4bits:     ipv4Prefix,
 		v6bits:     ipv6Prefix,
 	}
@@ -98,6 +113,12 @@ func (t *Template) Key(r *http.Request) (string, error) {
 	}
 	if t.remoteHost {
 		return t.Group(remoteHost(r)), nil
+	}
+	if t.clientIP {
+		// Set by Caddy's server for every request (trusted_proxies).
+		if ip, ok := caddyhttp.GetVar(r.Context(), caddyhttp.ClientIPVarKey).(string); ok {
+			return t.Group(ip), nil
+		}
 	}
 	repl, _ := r.Context().Value(caddy.ReplacerCtxKey).(*caddy.Replacer)
 	if repl == nil {

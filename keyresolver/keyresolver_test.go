@@ -1,6 +1,7 @@
 package keyresolver
 
 import (
+	"context"
 	"crypto/tls"
 	"net/http"
 	"net/http/httptest"
@@ -274,5 +275,28 @@ func TestRemoteHostFastPath(t *testing.T) {
 	full, _ := NewTemplate("{http.request.remote.host}", 0, 0)
 	if n := testing.AllocsPerRun(100, func() { _, _ = full.Key(r) }); n != 0 {
 		t.Errorf("fast path allocates %v times", n)
+	}
+}
+
+// The client address Caddy resolves (trusted_proxies) is the var
+// client_ip: {http.vars.client_ip}, {client_ip} in a Caddyfile, and the
+// alias {http.request.client_ip}; prefixes group it like any address.
+func TestClientIP(t *testing.T) {
+	r := httptest.NewRequest("GET", "http://example.com/", nil)
+	r.RemoteAddr = "10.0.0.1:5000" // the proxy
+	r = r.WithContext(context.WithValue(r.Context(), caddyhttp.VarsCtxKey, map[string]any{caddyhttp.ClientIPVarKey: "2001:db8:1:2:3:4:5:6"}))
+	caddyhttp.NewTestReplacer(r)
+	for _, c := range []struct{ tmpl, want string }{
+		{"{http.vars.client_ip}", "2001:db8:1:2::/64"},
+		{"{http.request.client_ip}", "2001:db8:1:2::/64"},
+		{"{http.request.client_ip}:{http.request.method}", "2001:db8:1:2:3:4:5:6:GET"},
+	} {
+		tp, err := NewTemplate(c.tmpl, 0, 64)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got, _ := tp.Key(r); got != c.want {
+			t.Errorf("%s: key %q, want %q", c.tmpl, got, c.want)
+		}
 	}
 }
