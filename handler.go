@@ -46,6 +46,10 @@ const maxKeyLen = 256
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyhttp.Handler) error {
 	rt := &h.rt
 	ctx := r.Context()
+	if rt.redis != nil {
+		rt.inflight.Add(1)
+		defer rt.inflight.Add(-1)
+	}
 
 	var takesBuf [4]taken
 	takes := takesBuf[:0]

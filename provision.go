@@ -129,6 +129,12 @@ type handlerRuntime struct {
 
 	metrics *metrics
 
+	// inflight counts the requests in ServeHTTP (with store redis only):
+	// Cleanup runs when a reload starts to shut the old servers down,
+	// while their requests still run, so the Redis client they use is
+	// released only once they are done.
+	inflight atomic.Int64
+
 	// clock, when set (tests), is the time source of the memory stores
 	// and of on_limit wait; sleep, when set, replaces the real timer.
 	clock func() time.Time
@@ -555,19 +561,47 @@ func (h *Handler) Cleanup() error {
 		}
 	}
 	// Stores before the Redis client they use (the two-layer store makes a
-	// last push): private stores first, then the pool's latest first.
+	// last push): private stores first, then the pool's (releasePoolKeys).
 	for _, m := range slices.Backward(h.rt.private) {
 		if err := m.Destruct(); err != nil {
 			errs = append(errs, err)
 		}
 	}
 	h.rt.private = nil
-	for _, k := range slices.Backward(h.rt.poolKeys) {
+	keys := h.rt.poolKeys
+	h.rt.poolKeys = nil
+	if h.rt.redis != nil && h.rt.inflight.Load() > 0 {
+		go h.releaseWhenIdle(keys)
+		return errors.Join(errs...)
+	}
+	return errors.Join(append(errs, releasePoolKeys(keys))...)
+}
+
+// drainLimit bounds how long Cleanup's release waits for requests still
+// in flight (a request held by on_limit wait, a slow upstream).
+const drainLimit = 5 * time.Minute
+
+// releaseWhenIdle releases keys once no request of the handler is in
+// flight any more, or after drainLimit.
+func (h *Handler) releaseWhenIdle(keys []any) {
+	deadline := time.Now().Add(drainLimit)
+	for h.rt.inflight.Load() > 0 && time.Now().Before(deadline) {
+		time.Sleep(20 * time.Millisecond)
+	}
+	if err := releasePoolKeys(keys); err != nil {
+		h.rt.logger.Error("releasing rate limit state", zap.Error(err))
+	}
+}
+
+// releasePoolKeys releases pool entries, latest first: a zone's store (the
+// two-layer store makes a last push) before the Redis client it uses.
+func releasePoolKeys(keys []any) error {
+	var errs []error
+	for _, k := range slices.Backward(keys) {
 		if _, err := pool.Delete(k); err != nil {
 			errs = append(errs, err)
 		}
 	}
-	h.rt.poolKeys = nil
 	return errors.Join(errs...)
 }
 

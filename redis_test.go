@@ -3,6 +3,7 @@ package ratelimit
 import (
 	"context"
 	"fmt"
+	"net/http"
 	"strconv"
 	"strings"
 	"testing"
@@ -329,6 +330,49 @@ func TestRedisSyncIntervalThreeInstances(t *testing.T) {
 	for i, h := range hs {
 		if res := serve(h, newReq("192.0.2.1:1")); res.code != 429 {
 			t.Errorf("instance %d after the window filled: %d", i, res.code)
+		}
+	}
+}
+
+// Cleanup (a reload) while a request is in flight: the Redis client the
+// request uses stays open until it is done (here a concurrency lease that
+// must be released in Redis), then it is closed.
+func TestRedisCleanupWaitsForRequests(t *testing.T) {
+	srv := redistest.Start(t)
+	h := provisionIn(t, `{"store":"redis","on_error":"closed","redis":{"addresses":["`+srv.Addr+`"]},
+		"zones":[{"name":"cc","key":"k","algorithm":"concurrency","limits":[{"events":1,"window":"1m"}]}]}`, nil)
+	c := h.rt.redis
+	inside, release := make(chan struct{}), make(chan struct{})
+	done := make(chan result)
+	go func() {
+		done <- serve(h, newReq("192.0.2.1:1"), func(w http.ResponseWriter, r *http.Request) error {
+			close(inside)
+			<-release
+			w.WriteHeader(200)
+			return nil
+		})
+	}()
+	<-inside
+	if err := h.Cleanup(); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Ping(context.Background()).Err(); err != nil {
+		t.Fatalf("client closed under a request in flight: %v", err)
+	}
+	close(release)
+	if res := <-done; res.code != 200 {
+		t.Fatalf("request: %d", res.code)
+	}
+	// The lease was released in Redis: the in-flight set is empty.
+	waitFor(t, 5*time.Second, "the client to close", func() bool {
+		return c.Ping(context.Background()).Err() == redis.ErrClosed
+	})
+	probe := redis.NewClient(&redis.Options{Addr: srv.Addr})
+	defer probe.Close()
+	keys, _ := probe.Keys(context.Background(), "rl:cc:*:l").Result()
+	for _, k := range keys {
+		if n, _ := probe.ZCard(context.Background(), k).Result(); n != 0 {
+			t.Errorf("%s holds %d leases after the request ended", k, n)
 		}
 	}
 }
