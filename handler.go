@@ -46,7 +46,7 @@ const maxKeyLen = 256
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyhttp.Handler) error {
 	rt := &h.rt
 	ctx := r.Context()
-	if rt.redis != nil {
+	if rt.inflight != nil {
 		rt.inflight.Add(1)
 		defer rt.inflight.Add(-1)
 	}

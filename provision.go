@@ -132,8 +132,9 @@ type handlerRuntime struct {
 	// inflight counts the requests in ServeHTTP (with store redis only):
 	// Cleanup runs when a reload starts to shut the old servers down,
 	// while their requests still run, so the Redis client they use is
-	// released only once they are done.
-	inflight atomic.Int64
+	// released only once they are done. A pointer: Handler is copied by
+	// value (CaddyModule).
+	inflight *atomic.Int64
 
 	// clock, when set (tests), is the time source of the memory stores
 	// and of on_limit wait; sleep, when set, replaces the real timer.
@@ -570,7 +571,7 @@ func (h *Handler) Cleanup() error {
 	h.rt.private = nil
 	keys := h.rt.poolKeys
 	h.rt.poolKeys = nil
-	if h.rt.redis != nil && h.rt.inflight.Load() > 0 {
+	if h.rt.inflight != nil && h.rt.inflight.Load() > 0 {
 		go h.releaseWhenIdle(keys)
 		return errors.Join(errs...)
 	}

@@ -126,6 +126,7 @@ func (h *Handler) provisionRedis(ctx caddy.Context) error {
 	h.rt.poolKeys = append(h.rt.poolKeys, key)
 	h.rt.redis = v.(*redisClient)
 	h.rt.redisConf = conf
+	h.rt.inflight = new(atomic.Int64)
 	return nil
 }
 
