@@ -114,13 +114,13 @@ func (rc *RedisConfig) validate() error {
 			return errors.New("redis: sentinel is an alternative to address and url, not both")
 		}
 		if len(rc.SentinelAddresses) == 0 {
-			return errors.New("redis: sentinel needs at least one Sentinel address: sentinel <master> <host:port>...")
+			return errors.New("redis: sentinel needs the master name and at least one Sentinel address (sentinel <master> <host:port>...)")
 		}
 		if rc.Cluster {
 			return errors.New("redis: cluster and sentinel are mutually exclusive")
 		}
 	} else if len(rc.SentinelAddresses) > 0 {
-		return errors.New("redis: sentinel addresses without a master name: sentinel <master> <host:port>...")
+		return errors.New("redis: sentinel addresses without a master name (sentinel <master> <host:port>...)")
 	}
 	for _, a := range append(slices.Clone(rc.Addresses), rc.SentinelAddresses...) {
 		if err := checkHostPort(a); err != nil {

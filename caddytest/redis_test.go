@@ -743,17 +743,31 @@ http://:9080 {
 func slotOwner(addr string, slot int64) (string, []string, error) {
 	c := redis.NewClient(&redis.Options{Addr: addr, DialTimeout: 500 * time.Millisecond, ReadTimeout: time.Second, MaxRetries: -1})
 	defer c.Close()
-	slots, err := c.ClusterSlots(context.Background()).Result()
+	shards, err := c.ClusterShards(context.Background()).Result()
 	if err != nil {
 		return "", nil, err
 	}
-	for _, s := range slots {
-		if int64(s.Start) <= slot && slot <= int64(s.End) && len(s.Nodes) > 0 {
-			var reps []string
-			for _, n := range s.Nodes[1:] {
-				reps = append(reps, n.Addr)
+	for _, sh := range shards {
+		served := false
+		for _, r := range sh.Slots {
+			served = served || r.Start <= slot && slot <= r.End
+		}
+		if !served {
+			continue
+		}
+		var master string
+		var reps []string
+		for _, n := range sh.Nodes {
+			addr := net.JoinHostPort(n.IP, strconv.FormatInt(n.Port, 10))
+			switch {
+			case n.Role == "master" && n.Health == "online":
+				master = addr
+			case n.Role == "replica":
+				reps = append(reps, addr)
 			}
-			return s.Nodes[0].Addr, reps, nil
+		}
+		if master != "" {
+			return master, reps, nil
 		}
 	}
 	return "", nil, fmt.Errorf("slot %d not served", slot)
