@@ -27,7 +27,11 @@ func (h *Handler) take(ctx context.Context, z *zone, key string, cost int64) (al
 	err := errBreakerOpen
 	if z.breaker.Allow() {
 		start := time.Now()
-		d, err = z.store.Take(ctx, key, time.Time{}, cost)
+		var at time.Time // zero: the store's clock (Redis TIME, a test's)
+		if z.sharesClock {
+			at = start // one clock reading for the memory store and the metric
+		}
+		d, err = z.store.Take(ctx, key, at, cost)
 		z.m.observe(start)
 		if err == nil {
 			z.breaker.Record(nil)

@@ -43,13 +43,33 @@ const maxKeyLen = 256
 // zone that denies it undoes what the zones before it admitted, and the
 // request is rejected; otherwise it proceeds to next, and the leases of
 // concurrency zones are released when next returns (or panics).
+//
+// The decision is made by admit, which returns before next is called: its
+// large frame (the admissions kept for undoing) is then off the stack that
+// the rest of the handler chain runs on, which would otherwise grow (and be
+// copied) on many requests.
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyhttp.Handler) error {
+	if h.rt.inflight != nil {
+		h.rt.inflight.Add(1)
+		defer h.rt.inflight.Add(-1)
+	}
+	leases, done, err := h.admit(w, r)
+	if done {
+		return err
+	}
+	if leases != nil {
+		defer h.release(r.Context(), leases)
+	}
+	return next.ServeHTTP(w, r)
+}
+
+// admit decides the request in every zone. It returns done with the error
+// for ServeHTTP to return when the request was answered here (rejected,
+// 503, the client gone); otherwise the request proceeds, and leases are
+// the concurrency admissions to release when it ends (nil when none).
+func (h *Handler) admit(w http.ResponseWriter, r *http.Request) (leases []taken, done bool, err error) {
 	rt := &h.rt
 	ctx := r.Context()
-	if rt.inflight != nil {
-		rt.inflight.Add(1)
-		defer rt.inflight.Add(-1)
-	}
 
 	var takesBuf [4]taken
 	takes := takesBuf[:0]
@@ -62,14 +82,14 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 	reported, repDenied := false, false
 
 	var delay time.Duration
-	leases := false
+	hasLeases := false
 
 	for _, z := range rt.zones {
 		if len(z.matchers) > 0 {
 			ok, err := z.matchers.AnyMatchWithError(r)
 			if err != nil {
 				h.undoAll(ctx, takes)
-				return err
+				return nil, true, err
 			}
 			if !ok {
 				continue
@@ -102,7 +122,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 					continue
 				}
 				h.undoAll(ctx, takes)
-				return h.reject(w, r, z, key, &d, h.policy(applied))
+				return nil, true, h.reject(w, r, z, key, &d, h.policy(applied))
 			}
 		}
 
@@ -116,11 +136,11 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 				// The client went away (while waiting, or while the
 				// store answered): nobody reads a response.
 				h.undoAll(ctx, takes)
-				return caddyhttp.Error(statusClientClosed, err)
+				return nil, true, caddyhttp.Error(statusClientClosed, err)
 			}
 			if rt.onError == onErrorClosed && !rt.dryRun {
 				h.undoAll(ctx, takes)
-				return h.unavailable(w, r, z, err)
+				return nil, true, h.unavailable(w, r, z, err)
 			}
 			// on_error open: this zone lets the request through.
 			continue
@@ -137,13 +157,13 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 				continue
 			}
 			h.undoAll(ctx, takes)
-			return h.reject(w, r, z, key, &d, h.policy(applied))
+			return nil, true, h.reject(w, r, z, key, &d, h.policy(applied))
 		}
 
 		z.m.allowed.Inc()
 		takes = append(takes, taken{z: z, st: st, key: key, cost: cost, d: d})
 		if z.lease {
-			leases = true
+			hasLeases = true
 		}
 		if z.shape && d.Delay > delay && !rt.dryRun {
 			delay = d.Delay
@@ -166,14 +186,20 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 		// leaky_bucket with on_limit wait: leave at the bucket's rate.
 		if err := h.sleepFor(ctx, delay); err != nil {
 			h.undoAll(ctx, takes)
-			return caddyhttp.Error(statusClientClosed, err)
+			return nil, true, caddyhttp.Error(statusClientClosed, err)
 		}
 	}
 
-	if leases {
-		defer h.release(ctx, takes)
+	if hasLeases {
+		// Off the stack: released after next returns.
+		leases = make([]taken, 0, 1)
+		for _, t := range takes {
+			if t.z.lease {
+				leases = append(leases, t)
+			}
+		}
 	}
-	return next.ServeHTTP(w, r)
+	return leases, false, nil
 }
 
 // reject answers a denied request: Retry-After, the rate-limit headers and

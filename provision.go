@@ -160,23 +160,27 @@ const (
 
 // zone is a provisioned Zone.
 type zone struct {
-	name      string
-	matchers  caddyhttp.MatcherSets
-	resolver  keyresolver.KeyResolver
-	store     store.Store
-	fallback  store.Store      // on_error local: the memory store used while Redis fails
-	breaker   *breaker.Breaker // store redis: the client's; nil (always closed) otherwise
-	m         zoneMetrics
-	limiter   algorithms.Limiter
-	cost      int64  // the static cost, when costTmpl is empty
-	costTmpl  string // a placeholder cost
-	emptyKey  emptyKeyMode
-	wait      bool
-	maxWait   time.Duration
-	lease     bool // concurrency: the admission is released when the request ends
-	shape     bool // leaky_bucket with wait: hold admitted requests for Decision.Delay
-	maxWindow time.Duration
-	tiers     []algorithms.Tier
+	name     string
+	matchers caddyhttp.MatcherSets
+	resolver keyresolver.KeyResolver
+	store    store.Store
+	fallback store.Store      // on_error local: the memory store used while Redis fails
+	breaker  *breaker.Breaker // store redis: the client's; nil (always closed) otherwise
+	m        zoneMetrics
+
+	// sharesClock: the store's clock is time.Now (memory store, real
+	// clock), so the instant read for the latency metric is passed to it.
+	sharesClock bool
+	limiter     algorithms.Limiter
+	cost        int64  // the static cost, when costTmpl is empty
+	costTmpl    string // a placeholder cost
+	emptyKey    emptyKeyMode
+	wait        bool
+	maxWait     time.Duration
+	lease       bool // concurrency: the admission is released when the request ends
+	shape       bool // leaky_bucket with wait: hold admitted requests for Decision.Delay
+	maxWindow   time.Duration
+	tiers       []algorithms.Tier
 
 	// Precomputed header material.
 	policy     string     // RateLimit-Policy items of this zone

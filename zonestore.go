@@ -149,6 +149,7 @@ func (h *Handler) zoneStores(ctx context.Context, z *zone, lim algorithms.Limite
 			return err
 		}
 		z.store = m
+		z.sharesClock = h.rt.clock == nil
 		return nil
 	case "redis":
 	default:
