@@ -36,6 +36,9 @@ type redisClient struct {
 	// background PING answers: while it is open, on_error decides at once
 	// instead of every request paying a timeout.
 	breaker *breaker.Breaker
+
+	// pipe coalesces the decisions of concurrent requests into pipelines.
+	pipe *lua.Pipeliner
 }
 
 // Breaker settings: five failures in a row (within 10s) open it; a PING
@@ -50,6 +53,7 @@ const (
 // are logged to logger, once each.
 func newRedisClient(opts *redis.UniversalOptions, logger *zap.Logger) *redisClient {
 	c := &redisClient{UniversalClient: redis.NewUniversalClient(opts)}
+	c.pipe = lua.NewPipeliner(c.UniversalClient)
 	probeTimeout := opts.DialTimeout + opts.ReadTimeout
 	c.breaker = breaker.New(breaker.Options{
 		Failures:      breakerFailures,
@@ -79,9 +83,11 @@ func newRedisClient(opts *redis.UniversalOptions, logger *zap.Logger) *redisClie
 	return c
 }
 
-// Destruct stops the breaker's prober and closes the client.
+// Destruct stops the breaker's prober and the pipeliner's workers, and
+// closes the client.
 func (c *redisClient) Destruct() error {
 	c.breaker.Close()
+	c.pipe.Close()
 	return c.UniversalClient.Close()
 }
 
@@ -180,6 +186,7 @@ func (h *Handler) zoneStores(ctx context.Context, z *zone, lim algorithms.Limite
 		z.store = st
 		return nil
 	}
+	opts.Pipeliner = h.rt.redis.pipe
 	st, err := lua.NewStore(h.rt.redis, lim, opts)
 	if err != nil {
 		return err

@@ -150,6 +150,11 @@ type Options struct {
 
 	// Zone is the zone's name; it follows the prefix (escaped like a key).
 	Zone string
+
+	// Pipeliner, when set, sends the Store's calls in pipelines shared
+	// with the other Stores of the client (see Pipeliner). Nil: one
+	// round trip per call.
+	Pipeliner *Pipeliner
 }
 
 // Store keeps one zone's state in Redis. It is safe for concurrent use.
@@ -164,6 +169,7 @@ type Store struct {
 	member  bool     // the script wants a unique member in ARGV[5]
 	counter atomic.Uint64
 	idHead  string // "<instance id>-<store id>-"
+	pipe    *Pipeliner
 }
 
 var _ store.Store = (*Store)(nil)
@@ -194,6 +200,7 @@ func NewStore(c redis.UniversalClient, l algorithms.Limiter, o Options) (*Store,
 		head:   o.KeyPrefix + EscapeKey(o.Zone) + ":{",
 		cr:     any("0"),
 		idHead: instanceID + "-" + strconv.FormatUint(storeSeq.Add(1), 36) + "-",
+		pipe:   o.Pipeliner,
 	}
 	if cfg.CountRejected {
 		s.cr = any("1")
@@ -330,7 +337,7 @@ func (s *Store) Take(ctx context.Context, key string, now time.Time, cost int64)
 	if s.member {
 		extra = s.idHead + strconv.FormatUint(s.counter.Add(1), 36)
 	}
-	res, err := s.script.Run(ctx, s.c, s.Keys(key), s.args(modeTake, now, cost, extra)...).Int64Slice()
+	res, err := s.call(ctx, s.Keys(key), s.args(modeTake, now, cost, extra)).Int64Slice()
 	if err != nil {
 		return algorithms.Decision{}, fmt.Errorf("redis store: %s: %w", s.l.Name(), err)
 	}
@@ -363,11 +370,25 @@ func (s *Store) Undo(ctx context.Context, key string, now time.Time, cost int64,
 		return nil
 	}
 	extra := strconv.FormatUint(d.Token, 10)
-	err := s.script.Run(ctx, s.c, s.Keys(key), s.args(modeUndo, now, cost, extra)...).Err()
+	err := s.call(ctx, s.Keys(key), s.args(modeUndo, now, cost, extra)).Err()
 	if err != nil && !errors.Is(err, redis.Nil) {
 		return fmt.Errorf("redis store: %s undo: %w", s.l.Name(), err)
 	}
 	return nil
+}
+
+// call runs the script once: in the Pipeliner's next pipeline, or on its
+// own (EVALSHA, EVAL on NOSCRIPT).
+func (s *Store) call(ctx context.Context, keys []string, args []any) *redis.Cmd {
+	if s.pipe == nil {
+		return s.script.Run(ctx, s.c, keys, args...)
+	}
+	cmd, err := s.pipe.run(ctx, s.script, keys, args)
+	if cmd == nil {
+		cmd = redis.NewCmd(ctx)
+		cmd.SetErr(err)
+	}
+	return cmd
 }
 
 func usDur(us int64) time.Duration {

@@ -1,0 +1,160 @@
+package lua
+
+import (
+	"context"
+	"strings"
+	"sync"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// Pipeliner sends the script calls of concurrent requests to Redis in
+// pipelines: what its workers find waiting when they are free goes out in
+// one write and comes back in one read. Each decision is still one
+// EVALSHA, answered as soon as its pipeline is; what it saves is the
+// system calls and wake-ups of a round trip per request, which on a busy
+// instance cost as much as serving the request itself. Under light load a
+// call goes out alone, at once.
+//
+// A Pipeliner belongs to one client; the Stores built with it (Options) and
+// the client share its workers. It is safe for concurrent use.
+type Pipeliner struct {
+	c     redis.UniversalClient
+	calls chan *scriptCall
+	stop  chan struct{}
+	wg    sync.WaitGroup
+	once  sync.Once
+}
+
+// Pipeliner sizing: pipelineWorkers pipelines in flight at once (so a slow
+// reply does not hold up every request), at most maxPipeline calls each.
+const (
+	pipelineWorkers = 4
+	maxPipeline     = 128
+	callQueue       = 1024
+)
+
+// scriptCall is one script call waiting for a pipeline.
+type scriptCall struct {
+	script *redis.Script
+	keys   []string
+	args   []any
+	cmd    *redis.Cmd // the reply; nil with err set when never sent
+	err    error
+	done   chan struct{}
+}
+
+var callPool = sync.Pool{New: func() any { return &scriptCall{done: make(chan struct{}, 1)} }}
+
+// NewPipeliner starts the workers of a Pipeliner on c. Close stops them.
+func NewPipeliner(c redis.UniversalClient) *Pipeliner {
+	p := &Pipeliner{c: c, calls: make(chan *scriptCall, callQueue), stop: make(chan struct{})}
+	p.wg.Add(pipelineWorkers)
+	for i := 0; i < pipelineWorkers; i++ {
+		go p.work()
+	}
+	return p
+}
+
+// Close stops the workers and waits for them; calls still queued fail.
+// It may be called more than once.
+func (p *Pipeliner) Close() {
+	p.once.Do(func() {
+		close(p.stop)
+		p.wg.Wait()
+		for {
+			select {
+			case c := <-p.calls:
+				c.err = redis.ErrClosed
+				c.done <- struct{}{}
+			default:
+				return
+			}
+		}
+	})
+}
+
+// run calls script with keys and args in the next pipeline and returns its
+// reply. A ctx done before the reply returns ctx's error (the call may still
+// be applied in Redis).
+func (p *Pipeliner) run(ctx context.Context, script *redis.Script, keys []string, args []any) (*redis.Cmd, error) {
+	c := callPool.Get().(*scriptCall)
+	c.script, c.keys, c.args = script, keys, args
+	select {
+	case p.calls <- c:
+	case <-p.stop:
+		return nil, redis.ErrClosed
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+	select {
+	case <-c.done:
+	case <-ctx.Done():
+		// The worker still owns c: it is not put back.
+		return nil, ctx.Err()
+	case <-p.stop:
+		return nil, redis.ErrClosed
+	}
+	cmd, err := c.cmd, c.err
+	*c = scriptCall{done: c.done}
+	callPool.Put(c)
+	if err != nil {
+		return nil, err
+	}
+	return cmd, cmd.Err()
+}
+
+func (p *Pipeliner) work() {
+	defer p.wg.Done()
+	batch := make([]*scriptCall, 0, maxPipeline)
+	cmds := make([]*redis.Cmd, 0, maxPipeline)
+	for {
+		batch = batch[:0]
+		select {
+		case c := <-p.calls:
+			batch = append(batch, c)
+		case <-p.stop:
+			return
+		}
+	fill:
+		for len(batch) < maxPipeline {
+			select {
+			case c := <-p.calls:
+				batch = append(batch, c)
+			default:
+				break fill
+			}
+		}
+		cmds = p.exec(batch, cmds[:0])
+		for i, c := range batch {
+			c.cmd = cmds[i]
+			c.done <- struct{}{}
+		}
+		clear(cmds)
+	}
+}
+
+// exec sends batch as one pipeline of EVALSHA, then, for the calls whose
+// script Redis did not have (NOSCRIPT: a restart, a failover), one of EVAL.
+func (p *Pipeliner) exec(batch []*scriptCall, cmds []*redis.Cmd) []*redis.Cmd {
+	ctx := context.Background() // the client's timeouts bound it
+	pipe := p.c.Pipeline()
+	for _, c := range batch {
+		cmds = append(cmds, c.script.EvalSha(ctx, pipe, c.keys, c.args...))
+	}
+	_, _ = pipe.Exec(ctx)
+	var retry redis.Pipeliner
+	for i, cmd := range cmds {
+		if err := cmd.Err(); err != nil && strings.HasPrefix(err.Error(), "NOSCRIPT") {
+			if retry == nil {
+				retry = p.c.Pipeline()
+			}
+			c := batch[i]
+			cmds[i] = c.script.Eval(ctx, retry, c.keys, c.args...)
+		}
+	}
+	if retry != nil {
+		_, _ = retry.Exec(ctx)
+	}
+	return cmds
+}
