@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"math/rand/v2"
 	"net/http"
 	"strconv"
 	"strings"
@@ -213,7 +214,7 @@ func (h *Handler) reject(w http.ResponseWriter, r *http.Request, z *zone, key st
 	z.m.denied.Inc()
 	h.logDenial(z, key, d, false)
 	if h.useErrorRoutes(r) {
-		return caddyhttp.Error(rt.status, z.rejectError)
+		return z.rejection(rt.status)
 	}
 	w.WriteHeader(rt.status)
 	return nil
@@ -378,6 +379,28 @@ func (z *zone) emptyKeyDenial() algorithms.Decision {
 		ResetAfter: z.maxWindow,
 		RetryAfter: z.maxWindow,
 	}
+}
+
+// rejection is the error a rejection returns to the site's handle_errors
+// routes: caddyhttp.Error's, but without the stack trace it records (a
+// runtime.Callers walk and its formatting, for a debug log; a denial under
+// attack is the common case, not a failure to trace).
+func (z *zone) rejection(status int) error {
+	return caddyhttp.HandlerError{Err: z.rejectError, StatusCode: status, ID: errorID()}
+}
+
+// errorID is a random identifier of one error occurrence, for
+// {http.error.id}, as caddyhttp.Error makes them: 9 characters of
+// [0-9a-z].
+func errorID() string {
+	const chars = "abcdefghijklmnopqrstuvwxyz0123456789"
+	var b [9]byte
+	n := rand.Uint64()
+	for i := range b {
+		b[i] = chars[n%uint64(len(chars))]
+		n /= uint64(len(chars))
+	}
+	return string(b[:])
 }
 
 // hashKey replaces an overlong key by "#" and its hex SHA-256 (a key of
