@@ -2,6 +2,8 @@ package lua
 
 import (
 	"context"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -67,4 +69,30 @@ func implemented(name string) bool {
 	_, err := algorithms.New(name, algorithms.Config{Tiers: []algorithms.Tier{{Events: 1, Window: time.Second}}})
 	_, ok := scripts[name]
 	return err == nil && ok
+}
+
+// takeConcurrently runs take n times in each of goroutines goroutines and
+// returns how many were admitted; an error fails the test.
+func takeConcurrently(t *testing.T, goroutines, n int, take func(g, i int) (algorithms.Decision, error)) int64 {
+	t.Helper()
+	var admitted atomic.Int64
+	var wg sync.WaitGroup
+	for g := 0; g < goroutines; g++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; i < n; i++ {
+				d, err := take(g, i)
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				if d.Allowed {
+					admitted.Add(1)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	return admitted.Load()
 }

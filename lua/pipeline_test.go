@@ -3,8 +3,6 @@ package lua
 import (
 	"context"
 	"errors"
-	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -35,27 +33,11 @@ func TestPipelinerExact(t *testing.T) {
 		if _, err := redistest.Do(srv.Addr, "CONFIG", "RESETSTAT"); err != nil {
 			t.Fatal(err)
 		}
-		var admitted atomic.Int64
-		var wg sync.WaitGroup
-		for g := 0; g < 64; g++ {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				for i := 0; i < 5; i++ {
-					d, err := s.Take(context.Background(), "k", time.Time{}, 1)
-					if err != nil {
-						t.Error(err)
-						return
-					}
-					if d.Allowed {
-						admitted.Add(1)
-					}
-				}
-			}()
-		}
-		wg.Wait()
-		if admitted.Load() != 100 {
-			t.Errorf("%s: admitted %d of 320, want 100", name, admitted.Load())
+		admitted := takeConcurrently(t, 64, 5, func(int, int) (algorithms.Decision, error) {
+			return s.Take(context.Background(), "k", time.Time{}, 1)
+		})
+		if admitted != 100 {
+			t.Errorf("%s: admitted %d of 320, want 100", name, admitted)
 		}
 		if n := commandStats(t, c)["evalsha"]; n != 320 {
 			t.Errorf("%s: %d EVALSHA for 320 Takes", name, n)

@@ -99,26 +99,10 @@ func TestUniqueMembers(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			l := mustLimiter(t, name, oneTier(1000, time.Minute))
 			stores := []*Store{mustStore(t, c, l, "uniq-"+name), mustStore(t, c, l, "uniq-"+name), mustStore(t, c, l, "uniq-"+name)}
-			var admitted atomic.Int64
-			var wg sync.WaitGroup
-			for g := 0; g < 8; g++ {
-				wg.Add(1)
-				go func() {
-					defer wg.Done()
-					for i := 0; i < 1100/8+1; i++ {
-						d, err := stores[(g+i)%3].Take(ctx, "same", t0, 1)
-						if err != nil {
-							t.Error(err)
-							return
-						}
-						if d.Allowed {
-							admitted.Add(1)
-						}
-					}
-				}()
-			}
-			wg.Wait()
-			if n := admitted.Load(); n != 1000 {
+			admitted := takeConcurrently(t, 8, 1100/8+1, func(g, i int) (algorithms.Decision, error) {
+				return stores[(g+i)%3].Take(ctx, "same", t0, 1)
+			})
+			if n := admitted; n != 1000 {
 				t.Fatalf("admitted %d in one microsecond, want 1000", n)
 			}
 			zkey := stores[0].Keys("same")[1]

@@ -73,13 +73,7 @@ func need(tb testing.TB, name string) string {
 // CI=true).
 func Start(tb testing.TB) *Server {
 	tb.Helper()
-	need(tb, "redis-server")
-	s := newServer(tb, tb.TempDir(), nil)
-	tb.Cleanup(s.Stop)
-	if err := s.start(); err != nil {
-		tb.Fatalf("redistest: %v", err)
-	}
-	return s
+	return StartArgs(tb)
 }
 
 func newServer(tb testing.TB, dir string, extra []string) *Server {
