@@ -27,6 +27,9 @@ func (h *Handler) take(ctx context.Context, z *zone, key string, cost int64) (al
 	err := errBreakerOpen
 	if z.breaker.Allow() {
 		start := time.Now()
+		if d, ok := z.denies.get(key, start); ok {
+			return d, z.store, nil // still denied: no need to ask Redis
+		}
 		var at time.Time // zero: the store's clock (Redis TIME, a test's)
 		if z.sharesClock {
 			at = start // one clock reading for the memory store and the metric
@@ -35,6 +38,11 @@ func (h *Handler) take(ctx context.Context, z *zone, key string, cost int64) (al
 		z.m.observe(start)
 		if err == nil {
 			z.breaker.Record(nil)
+			if !d.Allowed && z.denies != nil {
+				// From the reply's arrival: the cached denial ends no
+				// earlier than Redis's.
+				z.denies.put(key, time.Now(), d)
+			}
 			return d, z.store, nil
 		}
 		if ctx.Err() != nil {

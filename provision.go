@@ -171,16 +171,21 @@ type zone struct {
 	// sharesClock: the store's clock is time.Now (memory store, real
 	// clock), so the instant read for the latency metric is passed to it.
 	sharesClock bool
-	limiter     algorithms.Limiter
-	cost        int64  // the static cost, when costTmpl is empty
-	costTmpl    string // a placeholder cost
-	emptyKey    emptyKeyMode
-	wait        bool
-	maxWait     time.Duration
-	lease       bool // concurrency: the admission is released when the request ends
-	shape       bool // leaky_bucket with wait: hold admitted requests for Decision.Delay
-	maxWindow   time.Duration
-	tiers       []algorithms.Tier
+
+	// denies, with store redis, answers a key denied again before its
+	// Retry-After without a round trip (see denyCache); nil when the
+	// zone's denials must reach Redis.
+	denies    *denyCache
+	limiter   algorithms.Limiter
+	cost      int64  // the static cost, when costTmpl is empty
+	costTmpl  string // a placeholder cost
+	emptyKey  emptyKeyMode
+	wait      bool
+	maxWait   time.Duration
+	lease     bool // concurrency: the admission is released when the request ends
+	shape     bool // leaky_bucket with wait: hold admitted requests for Decision.Delay
+	maxWindow time.Duration
+	tiers     []algorithms.Tier
 
 	// Precomputed header material.
 	policy     string     // RateLimit-Policy items of this zone

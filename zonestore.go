@@ -193,6 +193,13 @@ func (h *Handler) zoneStores(ctx context.Context, z *zone, lim algorithms.Limite
 	}
 	z.store = st
 	z.breaker = h.rt.redis.breaker
+	// A denial holds until its Retry-After for the same cost, unless it
+	// must be counted (count_rejected), quota comes back at any time
+	// (concurrency), the cost varies per request, or the zone waits or
+	// never rejects.
+	if !lim.Config().CountRejected && !z.lease && z.costTmpl == "" && !z.wait && !h.DryRun {
+		z.denies = newDenyCache()
+	}
 	return nil
 }
 
