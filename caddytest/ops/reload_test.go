@@ -183,9 +183,22 @@ http://other.test:%d {
 		}
 	}
 
-	// A changed limit applies at once, from a fresh count.
+	// A changed limit applies at once, from a fresh count: once the new
+	// config serves every new connection (the old listening socket is
+	// closed in the background after POST /load returns, see retryGet).
 	if err := post(cfg(3, "v-new"), false); err != nil {
 		t.Fatal(err)
+	}
+	seen := 0
+	if !waitFor(5*time.Second, func() bool {
+		if r := do("/", "Host", "other.test"); r.err == nil && r.body == "v-new" {
+			seen++
+		} else {
+			seen = 0
+		}
+		return seen >= 10
+	}) {
+		t.Fatal("the new config never served 10 connections in a row")
 	}
 	for i := 1; i <= 3; i++ {
 		r := retryGet(t, "/")
