@@ -128,6 +128,7 @@ http://:%d {
 
 	// A reload with the same zones (another response body).
 	load(t, cfg("two"))
+	waitServing(t, "two", "/") // "/" is in neither zone
 	if r := get(t, "/a", "X-Client", "c1"); r.code != 429 || r.body != "" {
 		t.Fatalf("c1 after the reload: %d %q, want 429 (its count carried over)", r.code, r.body)
 	}

@@ -23,6 +23,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -72,14 +73,25 @@ func globals(extra string) string {
 // load (re)configures the shared Caddy with the given Caddyfile (globals
 // included) through caddytest, which starts Caddy on first use and checks
 // that the config is running.
+//
+// Every config gets a site of its own, marker.test, answering a number new
+// to each load, and load returns once that site serves every new
+// connection: until then some could still reach the previous config's
+// server (see waitServing).
 func load(t *testing.T, caddyfile string) {
 	t.Helper()
+	marker := "load-" + strconv.FormatInt(loads.Add(1), 10)
+	caddyfile += fmt.Sprintf("\nhttp://marker.test:%d {\n\trespond %q\n}\n", httpPort, marker)
 	tc := caddytest.NewTester(t)
 	tc.InitServer(caddyfile, "caddyfile")
 	if t.Failed() {
 		t.FailNow()
 	}
+	waitServing(t, marker, "/", "Host", "marker.test")
 }
+
+// loads numbers the configs load has loaded.
+var loads atomic.Int64
 
 // noKeepAlive is the client of every request of this package: a
 // connection per request, so that neither this process nor Caddy keeps
@@ -279,5 +291,25 @@ func waitFor(timeout time.Duration, cond func() bool) bool {
 			return false
 		}
 		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// waitServing waits until 10 connections in a row to path (with header
+// pairs hdr) are answered with body: the config just loaded serves every
+// new connection. After POST /load returns, the previous config's
+// listening socket is closed in the background (see retryGet), and until
+// then the kernel may hand it new connections.
+func waitServing(t *testing.T, body, path string, hdr ...string) {
+	t.Helper()
+	seen := 0
+	if !waitFor(5*time.Second, func() bool {
+		if r := do(path, hdr...); r.err == nil && r.body == body {
+			seen++
+		} else {
+			seen = 0
+		}
+		return seen >= 10
+	}) {
+		t.Fatalf("the config answering %q never served 10 connections in a row", body)
 	}
 }

@@ -189,17 +189,7 @@ http://other.test:%d {
 	if err := post(cfg(3, "v-new"), false); err != nil {
 		t.Fatal(err)
 	}
-	seen := 0
-	if !waitFor(5*time.Second, func() bool {
-		if r := do("/", "Host", "other.test"); r.err == nil && r.body == "v-new" {
-			seen++
-		} else {
-			seen = 0
-		}
-		return seen >= 10
-	}) {
-		t.Fatal("the new config never served 10 connections in a row")
-	}
+	waitServing(t, "v-new", "/", "Host", "other.test")
 	for i := 1; i <= 3; i++ {
 		r := retryGet(t, "/")
 		expectCode(t, r, 200, fmt.Sprintf("request %d under the new limit", i))
