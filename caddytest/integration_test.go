@@ -17,6 +17,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -37,16 +38,48 @@ const globals = `{
 
 const base = "http://127.0.0.1:9080"
 
-// load (re)configures the shared Caddy with the given sites.
+// load (re)configures the shared Caddy with the given sites, and returns
+// once the new config serves every new connection: after a load, the
+// previous config's listening socket is closed in the background, and
+// until then the kernel may hand it new connections. Every config gets a
+// site of its own, marker.test, answering a number new to each load; load
+// waits until 10 connections in a row get it.
 func load(t *testing.T, sites string) *caddytest.Tester {
 	t.Helper()
+	marker := "load-" + strconv.FormatInt(loads.Add(1), 10)
+	sites += fmt.Sprintf("\nhttp://marker.test:9080 {\n\trespond %q\n}\n", marker)
 	tc := caddytest.NewTester(t)
 	tc.InitServer(globals+sites, "caddyfile")
 	if t.Failed() {
 		t.FailNow()
 	}
+	client := &http.Client{Transport: &http.Transport{DisableKeepAlives: true}, Timeout: 5 * time.Second}
+	deadline := time.Now().Add(5 * time.Second)
+	for seen := 0; seen < 10; {
+		if time.Now().After(deadline) {
+			t.Fatalf("the config just loaded (%s) never served 10 connections in a row", marker)
+		}
+		req, _ := http.NewRequest("GET", base+"/", nil)
+		req.Host = "marker.test"
+		seen++
+		res, err := client.Do(req)
+		if err != nil {
+			seen = 0
+			time.Sleep(10 * time.Millisecond)
+			continue
+		}
+		body, _ := io.ReadAll(res.Body)
+		res.Body.Close()
+		if string(body) != marker {
+			seen = 0
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
 	return tc
 }
+
+// loads numbers the configs load has loaded.
+var loads atomic.Int64
 
 type response struct {
 	code int
