@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"sync/atomic"
 	"time"
 
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
@@ -82,15 +83,23 @@ func (h *Handler) unavailable(w http.ResponseWriter, r *http.Request, z *zone, e
 // not write a line per request.
 const storeErrorLogEvery = 10 * time.Second
 
+// logThrottle picks the level of a failure's log line: warn at most once
+// per storeErrorLogEvery, debug for the others.
+type logThrottle struct {
+	last atomic.Int64 // unix ns of the last line at warn
+}
+
+func (t *logThrottle) level() zapcore.Level {
+	now, last := time.Now().UnixNano(), t.last.Load()
+	if now-last >= int64(storeErrorLogEvery) && t.last.CompareAndSwap(last, now) {
+		return zapcore.WarnLevel
+	}
+	return zapcore.DebugLevel
+}
+
 // logStoreError logs a failure of z's store.
 func (h *Handler) logStoreError(z *zone, key string, err error) {
-	now := time.Now().UnixNano()
-	last := z.lastStoreErrLog.Load()
-	level := zapcore.DebugLevel
-	if now-last >= int64(storeErrorLogEvery) && z.lastStoreErrLog.CompareAndSwap(last, now) {
-		level = zapcore.WarnLevel
-	}
-	if c := h.rt.logger.Check(level, "rate limit store failed"); c != nil {
+	if c := h.rt.logger.Check(z.storeErrLog.level(), "rate limit store failed"); c != nil {
 		fields := []zap.Field{zap.String("zone", z.name), zap.String("on_error", h.OnError), zap.Error(err)}
 		if h.LogKeys {
 			fields = append(fields, zap.String("key", key))

@@ -193,8 +193,8 @@ type zone struct {
 	rlPrefix   string     // `"<name>";r=`
 	limitVals  [][]string // per tier: []string{events}
 
-	lastStoreErrLog atomic.Int64 // unix ns of the last store failure logged at warn
-	rejectError     error
+	storeErrLog logThrottle // store failures at warn at most every storeErrorLogEvery
+	rejectError error
 }
 
 // Provision validates the configuration, fills in the defaults and sets up
@@ -233,7 +233,7 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 		return err
 	}
 	if h.Store == "redis" {
-		if err := h.provisionRedis(ctx); err != nil {
+		if err := h.provisionRedis(); err != nil {
 			return err
 		}
 	}
@@ -364,7 +364,7 @@ func (h *Handler) provisionZone(ctx caddy.Context, zc *Zone, server, site string
 	}
 	z.limiter = lim
 
-	if err := h.zoneStores(ctx, z, lim, storeKey{server: server, site: site, config: identity}, occ); err != nil {
+	if err := h.zoneStores(z, lim, storeKey{server: server, site: site, config: identity}, occ); err != nil {
 		return nil, err
 	}
 

@@ -9,7 +9,6 @@ import (
 	"github.com/caddyserver/caddy/v2"
 	"github.com/redis/go-redis/v9"
 	"go.uber.org/zap"
-	"go.uber.org/zap/zapcore"
 
 	"github.com/zonelimit/caddy-ratelimit/algorithms"
 	"github.com/zonelimit/caddy-ratelimit/breaker"
@@ -93,7 +92,7 @@ func (c *redisClient) Destruct() error {
 
 // provisionRedis sets up the handler's Redis client: the pooled one of
 // equal settings, or a new one.
-func (h *Handler) provisionRedis(ctx caddy.Context) error {
+func (h *Handler) provisionRedis() error {
 	switch h.OnError {
 	case "", "open":
 		h.rt.onError = onErrorOpen
@@ -140,7 +139,7 @@ func (h *Handler) provisionRedis(ctx caddy.Context) error {
 // store memory a memory store, carried over from the previous config load
 // when the zone is unchanged (see storeKey); for store redis the Lua store
 // on the shared client, or with sync_interval the two-layer store.
-func (h *Handler) zoneStores(ctx context.Context, z *zone, lim algorithms.Limiter, key storeKey, occ *occurrences) error {
+func (h *Handler) zoneStores(z *zone, lim algorithms.Limiter, key storeKey, occ *occurrences) error {
 	if h.rt.clock == nil && occ != nil {
 		id := key.site + "\x00" + key.config
 		occ.mu.Lock()
@@ -208,40 +207,24 @@ func (h *Handler) zoneStores(ctx context.Context, z *zone, lim algorithms.Limite
 // pending pushes carry over), else a new one.
 func (h *Handler) syncStore(lim algorithms.Limiter, name string, opts lua.Options, key storeKey) (*lua.SyncStore, error) {
 	logger := h.rt.logger
-	var lastLog atomic.Int64
+	var throttle logThrottle
 	so := lua.SyncOptions{
 		Interval: time.Duration(h.SyncInterval),
 		Now:      h.rt.clock,
 		MaxKeys:  h.MaxKeys,
 		OnError: func(err error) {
-			// Once per failed sync at most; at warn once per
-			// storeErrorLogEvery.
-			level := zapcore.DebugLevel
-			now, last := time.Now().UnixNano(), lastLog.Load()
-			if now-last >= int64(storeErrorLogEvery) && lastLog.CompareAndSwap(last, now) {
-				level = zapcore.WarnLevel
-			}
-			if c := logger.Check(level, "rate limit sync to Redis failed; counts kept and pushed at the next interval"); c != nil {
+			if c := logger.Check(throttle.level(), "rate limit sync to Redis failed; counts kept and pushed at the next interval"); c != nil {
 				c.Write(zap.String("zone", name), zap.Error(err))
 			}
 		},
 	}
-	if h.rt.clock != nil {
-		st, err := lua.NewSyncStore(h.rt.redis, lim, opts, so)
-		if err != nil {
-			return nil, err
-		}
-		h.rt.private = append(h.rt.private, st)
-		return st, nil
-	}
-	v, _, err := pool.LoadOrNew(key, func() (caddy.Destructor, error) {
+	st, err := h.pooledStore(name, key, func() (caddy.Destructor, error) {
 		return lua.NewSyncStore(h.rt.redis, lim, opts, so)
 	})
 	if err != nil {
 		return nil, err
 	}
-	h.rt.poolKeys = append(h.rt.poolKeys, key)
-	return v.(*lua.SyncStore), nil
+	return st.(*lua.SyncStore), nil
 }
 
 // memoryStore returns the memory store of key: the pooled one of the
@@ -252,15 +235,28 @@ func (h *Handler) memoryStore(lim algorithms.Limiter, name string, key storeKey)
 		SweepInterval: time.Duration(h.SweepInterval),
 		Now:           h.rt.clock,
 	}
-	if h.rt.clock != nil {
-		// A test clock: a store of its own, never shared.
-		m := store.NewMemory(lim, opts)
-		h.rt.private = append(h.rt.private, m)
-		return m, nil
-	}
-	v, loaded, err := pool.LoadOrNew(key, func() (caddy.Destructor, error) {
+	st, err := h.pooledStore(name, key, func() (caddy.Destructor, error) {
 		return store.NewMemory(lim, opts), nil
 	})
+	if err != nil {
+		return nil, err
+	}
+	return st.(*store.Memory), nil
+}
+
+// pooledStore returns the store of key from the reload pool, made by
+// newStore when the previous config load has none. With a test clock the
+// store is the handler's own, never shared.
+func (h *Handler) pooledStore(name string, key storeKey, newStore func() (caddy.Destructor, error)) (caddy.Destructor, error) {
+	if h.rt.clock != nil {
+		st, err := newStore()
+		if err != nil {
+			return nil, err
+		}
+		h.rt.private = append(h.rt.private, st)
+		return st, nil
+	}
+	v, loaded, err := pool.LoadOrNew(key, newStore)
 	if err != nil {
 		return nil, err
 	}
@@ -269,5 +265,5 @@ func (h *Handler) memoryStore(lim algorithms.Limiter, name string, key storeKey)
 		h.rt.logger.Debug("zone state carried over from the previous config",
 			zap.String("zone", name), zap.Int("occurrence", key.n))
 	}
-	return v.(*store.Memory), nil
+	return v.(caddy.Destructor), nil
 }
