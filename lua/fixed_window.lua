@@ -2,46 +2,37 @@
 -- model there. One counter per tier for the current window, windows aligned
 -- to the Unix epoch (so up to 2 x Events may pass around a boundary).
 --
--- KEYS[1]  hash: t = latest instant seen (µs); per tier i: s<i> = window
---          start (µs), c<i> = count
+-- KEYS[1]  state: "<t> <s_1> <c_1> ... <s_n> <c_n>": the latest instant seen
+--          (µs), then per tier the window start (µs) and the count (see
+--          load_state)
 -- ARGV[8..] per tier: events, window_us
 local key = KEYS[1]
 local P = {}
-local fields = {'t'}
 for i = 1, N do
   local o = 7 + (i - 1) * 2
   P[i] = {E = tonumber(ARGV[o + 1]), W = tonumber(ARGV[o + 2])}
-  fields[#fields + 1] = 's' .. i
-  fields[#fields + 1] = 'c' .. i
 end
 
-local st = redis.call('HMGET', key, unpack(fields))
-local exists = st[1] ~= false
+local st, exists = load_state(key)
 local start, count = {}, {}
 for i = 1, N do
-  start[i] = tonumber(st[2 * i]) or 0
-  count[i] = tonumber(st[2 * i + 1]) or 0
+  start[i] = st[2 * i] or 0
+  count[i] = st[2 * i + 1] or 0
 end
 
 -- clamp: time never goes back.
 local t = NOW
-if exists then
-  local last = tonumber(st[1])
-  if t < last then t = last end
-end
+if exists and t < st[1] then t = st[1] end
 
 local function save()
-  local args = {key, 't', str(t)}
+  local v = {t}
   local horizon = 0
   for i = 1, N do
-    args[#args + 1] = 's' .. i
-    args[#args + 1] = str(start[i])
-    args[#args + 1] = 'c' .. i
-    args[#args + 1] = str(count[i])
+    v[2 * i] = start[i]
+    v[2 * i + 1] = count[i]
     if count[i] > 0 and start[i] + P[i].W - t > horizon then horizon = start[i] + P[i].W - t end
   end
-  redis.call('HSET', unpack(args))
-  redis.call('PEXPIRE', key, ttl_ms(horizon))
+  save_state(key, v, horizon)
 end
 
 if MODE == '1' then

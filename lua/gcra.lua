@@ -1,27 +1,23 @@
 -- gcra.lua: the Redis twin of algorithms/gcra.go; read the integer model
 -- there. Per tier one number, the theoretical arrival time (TAT, µs).
 --
--- KEYS[1]  hash: t = latest instant seen (µs), "1".."n" = TAT per tier
+-- KEYS[1]  state: "<t> <tat_1> ... <tat_n>": the latest instant seen (µs)
+--          and the TAT per tier (see load_state)
 -- ARGV[8..] per tier: interval_us (T), tolerance_us (tau), burst, window_us
 --           (from algorithms.GCRAParams)
 local key = KEYS[1]
 local P = {}
-local fields = {'t'}
 for i = 1, N do
   local o = 7 + (i - 1) * 4
   P[i] = {iv = tonumber(ARGV[o + 1]), tau = tonumber(ARGV[o + 2]), burst = tonumber(ARGV[o + 3]),
           window = tonumber(ARGV[o + 4])}
-  fields[i + 1] = tostring(i)
 end
 
-local st = redis.call('HMGET', key, unpack(fields))
-local last = 0
+local st, exists = load_state(key)
+local last = st[1] or 0
 local tat = {}
-local exists = st[1] ~= false
-if exists then last = tonumber(st[1]) end
 for i = 1, N do
-  local v = st[i + 1]
-  if exists and v then tat[i] = tonumber(v) else tat[i] = 0 end
+  tat[i] = st[i + 1] or 0
 end
 
 -- advance: clamp now to the latest instant seen, raise every TAT to it.
@@ -33,15 +29,13 @@ for i = 1, N do
 end
 
 local function save()
-  local args = {key, 't', str(last)}
+  local v = {last}
   local horizon = 0
   for i = 1, N do
-    args[#args + 1] = tostring(i)
-    args[#args + 1] = str(tat[i])
+    v[i + 1] = tat[i]
     if tat[i] - t > horizon then horizon = tat[i] - t end
   end
-  redis.call('HSET', unpack(args))
-  redis.call('PEXPIRE', key, ttl_ms(horizon))
+  save_state(key, v, horizon)
 end
 
 if MODE == '1' then

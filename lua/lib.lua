@@ -65,6 +65,31 @@ local function ttl_ms(us)
   return str(cdiv(us, 1000) + MARGIN_MS)
 end
 
+-- State keys. The state of gcra, the buckets and the window counters is one
+-- string key holding decimal integers separated by spaces: it is read with
+-- one GET and written, with its TTL, by one SET PX. Each redis.call costs
+-- the script about as much as its own logic, and a hash would need HMGET,
+-- HSET and PEXPIRE.
+--
+-- load_state returns the integers key holds and true, or an empty table and
+-- false when the key does not exist.
+local function load_state(key)
+  local s = redis.call('GET', key)
+  if not s then return {}, false end
+  local v, n = {}, 0
+  for w in string.gmatch(s, '%S+') do
+    n = n + 1
+    v[n] = tonumber(w)
+  end
+  return v, true
+end
+
+-- save_state writes the integers of v to key, to expire in us microseconds
+-- (see ttl_ms).
+local function save_state(key, v, us)
+  redis.call('SET', key, string.format(string.rep('%d ', #v), unpack(v)), 'PX', ttl_ms(us))
+end
+
 -- pick: the tier a Decision describes. Denied: one whose cost can never
 -- pass first, then the longest wait; allowed: the fewest remaining; ties go
 -- to the lowest index (the first seen).

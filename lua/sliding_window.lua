@@ -5,51 +5,40 @@
 -- in the same order as the Go twin (multiply, then divide), so both round
 -- alike.
 --
--- KEYS[1]  hash: t = latest instant seen (µs); per tier i: s<i> = window
---          start (µs), p<i> = previous count, c<i> = current count
+-- KEYS[1]  state: "<t> <s_1> <p_1> <c_1> ... <s_n> <p_n> <c_n>": the latest
+--          instant seen (µs), then per tier the window start (µs), the
+--          previous and the current count (see load_state)
 -- ARGV[8..] per tier: events, window_us
 local key = KEYS[1]
 local P = {}
-local fields = {'t'}
 for i = 1, N do
   local o = 7 + (i - 1) * 2
   P[i] = {E = tonumber(ARGV[o + 1]), W = tonumber(ARGV[o + 2])}
-  fields[#fields + 1] = 's' .. i
-  fields[#fields + 1] = 'p' .. i
-  fields[#fields + 1] = 'c' .. i
 end
 
-local st = redis.call('HMGET', key, unpack(fields))
-local exists = st[1] ~= false
+local st, exists = load_state(key)
 local start, prev, cur = {}, {}, {}
 for i = 1, N do
-  start[i] = tonumber(st[3 * i - 1]) or 0
-  prev[i] = tonumber(st[3 * i]) or 0
-  cur[i] = tonumber(st[3 * i + 1]) or 0
+  start[i] = st[3 * i - 1] or 0
+  prev[i] = st[3 * i] or 0
+  cur[i] = st[3 * i + 1] or 0
 end
 
 local t = NOW
-if exists then
-  local last = tonumber(st[1])
-  if t < last then t = last end
-end
+if exists and t < st[1] then t = st[1] end
 
 local function save()
-  local args = {key, 't', str(t)}
+  local v = {t}
   local horizon = 0
   for i = 1, N do
-    args[#args + 1] = 's' .. i
-    args[#args + 1] = str(start[i])
-    args[#args + 1] = 'p' .. i
-    args[#args + 1] = str(prev[i])
-    args[#args + 1] = 'c' .. i
-    args[#args + 1] = str(cur[i])
+    v[3 * i - 1] = start[i]
+    v[3 * i] = prev[i]
+    v[3 * i + 1] = cur[i]
     local h = 0
     if cur[i] > 0 then h = start[i] + 2 * P[i].W - t elseif prev[i] > 0 then h = start[i] + P[i].W - t end
     if h > horizon then horizon = h end
   end
-  redis.call('HSET', unpack(args))
-  redis.call('PEXPIRE', key, ttl_ms(horizon))
+  save_state(key, v, horizon)
 end
 
 if MODE == '1' then

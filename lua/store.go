@@ -41,15 +41,20 @@
 //
 //	sliding_log     <...>:sl:<d>:m      hash: latest instant seen, units per tier
 //	                <...>:sl:<d>:<i>    sorted set of tier i's runs (one per Take)
-//	sliding_window  <...>:sw:<d>        hash: per tier window start and counts
-//	fixed_window    <...>:fw:<d>        hash: per tier window start and count
-//	token_bucket    <...>:tb:<d>        hash: last instant, level per tier
-//	leaky_bucket    <...>:lb:<d>        hash: last instant, level per tier
-//	gcra            <...>:gcra:<d>      hash: last instant, TAT per tier
+//	sliding_window  <...>:sw:<d>        string: per tier window start and counts
+//	fixed_window    <...>:fw:<d>        string: per tier window start and count
+//	token_bucket    <...>:tb:<d>        string: last instant, level per tier
+//	leaky_bucket    <...>:lb:<d>        string: last instant, level per tier
+//	gcra            <...>:gcra:<d>      string: last instant, TAT per tier
 //	concurrency     <...>:cc:<d>        hash: last instant, last token, held
 //	                <...>:cc:<d>:l      sorted set of leases scored by expiry
 //
-// Every call sets a PEXPIRE on every key it touches: the time until the
+// A string state is decimal integers separated by spaces, read with one GET
+// and written with its TTL by one SET PX (load_state and save_state in
+// lib.lua): fewer commands than a hash, and each command inside a script
+// costs Redis about as much as the script's arithmetic.
+//
+// Every call sets a TTL on every key it touches: the time until the
 // state is the same as a fresh one, plus a one-second margin (Margin), so
 // Redis never fills with dead keys and a crashed instance's concurrency
 // leases expire on their own:
@@ -207,6 +212,9 @@ func NewStore(c redis.UniversalClient, l algorithms.Limiter, o Options) (*Store,
 	}
 	h := sha256.New()
 	fmt.Fprintf(h, "%s|%d|", name, cfg.Burst)
+	if layout := stateLayout[name]; layout != "" {
+		fmt.Fprintf(h, "%s|", layout)
+	}
 	for _, t := range cfg.Tiers {
 		fmt.Fprintf(h, "%d/%d|", t.Events, t.Window.Microseconds())
 	}
@@ -308,6 +316,20 @@ func (s *Store) Keys(key string) []string {
 		keys[i], all = all[:m], all[m:]
 	}
 	return keys
+}
+
+// stateLayout names the layout of an algorithm's state key when it is not
+// the first one, so that a changed layout gets new key names (through the
+// config digest): instances of the old and the new version then never read
+// each other's state (a WRONGTYPE, or a misread count) while an upgrade
+// rolls out. "s": one string of integers (load_state in lib.lua), which
+// replaced a hash.
+var stateLayout = map[string]string{
+	algorithms.GCRA:          "s",
+	algorithms.TokenBucket:   "s",
+	algorithms.LeakyBucket:   "s",
+	algorithms.FixedWindow:   "s",
+	algorithms.SlidingWindow: "s",
 }
 
 // Modes of a script call (ARGV[1]), boxed once.

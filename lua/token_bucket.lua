@@ -2,29 +2,23 @@
 -- integer model there. Per tier a bucket of `level` sub-units, refilled at
 -- `rate` sub-units per microsecond up to `cap`; a unit is `scale` sub-units.
 --
--- KEYS[1]  hash: t = latest instant seen (µs), "1".."n" = level per tier
+-- KEYS[1]  state: "<t> <level_1> ... <level_n>": the latest instant seen
+--          (µs) and the level per tier (see load_state)
 -- ARGV[8..] per tier: rate, scale, cap, burst, window_us (from
 --           algorithms.BucketParams, so both twins use the same constants)
 local key = KEYS[1]
 local P = {}
-local fields = {'t'}
 for i = 1, N do
   local o = 7 + (i - 1) * 5
   P[i] = {rate = tonumber(ARGV[o + 1]), scale = tonumber(ARGV[o + 2]), cap = tonumber(ARGV[o + 3]),
           burst = tonumber(ARGV[o + 4]), window = tonumber(ARGV[o + 5])}
-  fields[i + 1] = tostring(i)
 end
 
-local st = redis.call('HMGET', key, unpack(fields))
-local last = 0
+local st, exists = load_state(key)
+local last = st[1] or 0
 local level = {}
-local exists = st[1] ~= false
-if exists then
-  last = tonumber(st[1])
-end
 for i = 1, N do
-  local v = st[i + 1]
-  if exists and v then level[i] = tonumber(v) else level[i] = P[i].cap end
+  level[i] = st[i + 1] or P[i].cap
 end
 
 local function fill(lv, dt, p)
@@ -45,16 +39,14 @@ else
 end
 
 local function save()
-  local args = {key, 't', str(last)}
+  local v = {last}
   local horizon = 0
   for i = 1, N do
-    args[#args + 1] = tostring(i)
-    args[#args + 1] = str(level[i])
+    v[i + 1] = level[i]
     local full = cdiv(P[i].cap - level[i], P[i].rate)
     if full > horizon then horizon = full end
   end
-  redis.call('HSET', unpack(args))
-  redis.call('PEXPIRE', key, ttl_ms(horizon))
+  save_state(key, v, horizon)
 end
 
 if MODE == '1' then
