@@ -45,13 +45,31 @@ cd "$repo"
 # ---------------------------------------------------------------------------
 # Scenarios.
 
-ALL_SCENARIOS=(plain pass deny deny_handle_errors error_handle_errors redis_pass redis_deny redis_sync_pass)
+ALL_SCENARIOS=(plain headers_reference pass deny deny_handle_errors error_handle_errors redis_pass redis_deny redis_sync_pass)
 declare -A EXPECT=() TARGET=()
 
 # plain: Caddy alone, the baseline every ratio is taken against.
 EXPECT[plain]=ok
 site_plain() {
 	cat <<-'SITE'
+		respond "ok"
+	SITE
+}
+
+# headers_reference: no rate_limit; plain Caddy writing, with its own
+# `header` handler, the five headers the pass scenario writes (the default
+# `headers both`): what those response headers cost any handler, the
+# reference for pass.
+EXPECT[headers_reference]=ok
+site_headers_reference() {
+	cat <<-'SITE'
+		header {
+			RateLimit-Policy "\"pass\";q=1000000;w=1"
+			RateLimit "\"pass\";r=999999;t=1"
+			X-RateLimit-Limit 1000000
+			X-RateLimit-Remaining 999999
+			X-RateLimit-Reset 1
+		}
 		respond "ok"
 	SITE
 }
