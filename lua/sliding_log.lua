@@ -3,8 +3,8 @@
 -- member per logged Take, scored by its timestamp (µs); the member is
 -- "<unique id>:<units>", so a Take of any cost is one member (a cost of a
 -- million is not a million members) and the tier's live units are the sum
--- of the runs' units, kept in the hash KEYS[1] so that a Take never sums the
--- whole set. ZREMRANGEBYSCORE drops the runs older than the window (their
+-- of the runs' units, kept in the state KEYS[1] so that a Take never sums
+-- the whole set. ZREMRANGEBYSCORE drops the runs older than the window (their
 -- units subtracted first), ZADD logs.
 --
 -- Members are unique even within one microsecond: ARGV[5] is
@@ -12,32 +12,29 @@
 -- id, per-store atomic counter, base 36); a run cut in two by count_rejected
 -- keeps its id with the units left.
 --
--- KEYS[1]       hash: t = latest instant seen (µs), c<i> = units in tier i
+-- KEYS[1]       state: "<t> <c_1> ... <c_n>": the latest instant seen (µs)
+--               and the units in each tier (see load_state)
 -- KEYS[1 + i]   sorted set of tier i's runs
 -- ARGV[8..]     per tier: events, window_us
 local mkey = KEYS[1]
 local P = {}
-local fields = {'t'}
 for i = 1, N do
   local o = 7 + (i - 1) * 2
   P[i] = {E = tonumber(ARGV[o + 1]), W = tonumber(ARGV[o + 2]), key = KEYS[1 + i]}
-  fields[i + 1] = 'c' .. i
 end
 
 local function units(member)
   return tonumber(string.match(member, ':(%d+)$')) or 0
 end
 
-local st = redis.call('HMGET', mkey, unpack(fields))
-local exists = st[1] ~= false
+local st, exists = load_state(mkey)
 local count = {}
 local t = NOW
 if exists then
-  local last = tonumber(st[1])
-  if t < last then t = last end
-  for i = 1, N do count[i] = tonumber(st[i + 1]) or 0 end
+  if t < st[1] then t = st[1] end
+  for i = 1, N do count[i] = st[i + 1] or 0 end
 else
-  -- No state, or only the runs survived (the hash was evicted): count them.
+  -- No state, or only the runs survived (the state was evicted): count them.
   for i = 1, N do
     local n = 0
     for _, m in ipairs(redis.call('ZRANGE', P[i].key, 0, -1)) do n = n + units(m) end
@@ -58,17 +55,15 @@ end
 -- looked up when nil), plus the margin.
 local function save(newest_ts)
   local horizon = 0
-  local args = {mkey, 't', str(t)}
+  local v = {t}
   for i = 1, N do
-    args[#args + 1] = 'c' .. i
-    args[#args + 1] = str(count[i])
+    v[i + 1] = count[i]
     local ts = newest_ts and newest_ts[i]
     if ts == nil then ts = newest(P[i]) end
     if ts and ts + P[i].W - t > horizon then horizon = ts + P[i].W - t end
   end
+  save_state(mkey, v, horizon)
   local ttl = ttl_ms(horizon)
-  redis.call('HSET', unpack(args))
-  redis.call('PEXPIRE', mkey, ttl)
   for i = 1, N do redis.call('PEXPIRE', P[i].key, ttl) end
 end
 

@@ -39,7 +39,7 @@
 //
 // Keys per zone key and algorithm:
 //
-//	sliding_log     <...>:sl:<d>:m      hash: latest instant seen, units per tier
+//	sliding_log     <...>:sl:<d>:m      string: latest instant seen, units per tier
 //	                <...>:sl:<d>:<i>    sorted set of tier i's runs (one per Take)
 //	sliding_window  <...>:sw:<d>        string: per tier window start and counts
 //	fixed_window    <...>:fw:<d>        string: per tier window start and count
@@ -330,6 +330,7 @@ var stateLayout = map[string]string{
 	algorithms.LeakyBucket:   "s",
 	algorithms.FixedWindow:   "s",
 	algorithms.SlidingWindow: "s",
+	algorithms.SlidingLog:    "s", // the :m key; the runs are still sorted sets
 }
 
 // Modes of a script call (ARGV[1]), boxed once.

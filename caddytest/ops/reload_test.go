@@ -171,13 +171,17 @@ http://other.test:%d {
 			reloads, got, want, limit, admitted, got-want)
 	}
 	if rdb != nil {
-		// The sliding log keeps the units of its tier in the hash
-		// <prefix><zone>:{<key>}:sl:<digest>:m, field c1.
+		// The sliding log keeps the units of its tier in the state
+		// <prefix><zone>:{<key>}:sl:<digest>:m, "<latest instant> <units>".
 		keys, err := rdb.Keys(context.Background(), "rl:"+zoneName+":{static}:sl:*:m").Result()
 		if err != nil || len(keys) != 1 {
-			t.Fatalf("the zone's hash in Redis: %v %v", keys, err)
+			t.Fatalf("the zone's state in Redis: %v %v", keys, err)
 		}
-		c, err := rdb.HGet(context.Background(), keys[0], "c1").Int64()
+		state, err := rdb.Get(context.Background(), keys[0]).Result()
+		var last, c int64
+		if err == nil {
+			_, err = fmt.Sscan(state, &last, &c)
+		}
 		if err != nil || c != admitted {
 			t.Fatalf("Redis count %d (%v), want the %d admitted", c, err, admitted)
 		}
