@@ -1,0 +1,205 @@
+#!/usr/bin/env bash
+# Instructions per request, counted by valgrind's callgrind: a measure of
+# CPU cost that other load on the machine does not move (throughput, in
+# bench/e2e.sh, varies by 20 % from round to round on a shared VM).
+#
+#   bash bench/instructions.sh          # both parts
+#   bash bench/instructions.sh caddy    # Caddy's user-space instructions per request, per site
+#   bash bench/instructions.sh lua      # redis-server's instructions per EVALSHA, per algorithm
+#
+# caddy: one ./cmd/caddy under callgrind (GODEBUG=asyncpreemptoff=1: callgrind
+# asserts on Go's preemption signal) serving the sites of e2e.sh's memory
+# scenarios; for each, a warm-up, then wrk for DURATION (default 8s, 4
+# connections), with the counters zeroed before and dumped after. User space
+# only (the kernel's share of a request is not counted), and garbage
+# collection falls where it falls: repeat a run to see the spread (about
+# 10 % here).
+#
+# lua: one redis-server under callgrind; for each algorithm's script (lib.lua
+# then the algorithm's file, as the store sends it) N EVALSHAs (default
+# 2000, one connection, 1,000 keys) with one tier whose limit is never
+# reached, counters zeroed before and dumped after. Exact to a few
+# instructions from run to run.
+#
+# Results are written to bench/results/ (gitignored).
+set -euo pipefail
+
+DURATION=${DURATION:-8s}
+N=${N:-2000}
+
+if ! command -v go >/dev/null 2>&1; then
+	export PATH="$PATH:/usr/local/go/bin"
+fi
+repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+cd "$repo"
+
+die() {
+	echo "instructions: $*" >&2
+	exit 1
+}
+
+need() {
+	command -v "$1" >/dev/null 2>&1 && return 0
+	echo "instructions: $1 is missing; installing Debian package $2"
+	local sudo=
+	[ "$(id -u)" -eq 0 ] || sudo=sudo
+	$sudo apt-get update && DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y "$2"
+	command -v "$1" >/dev/null 2>&1 || die "$1 is required"
+}
+
+# free_port: a loopback TCP port nothing listens on.
+free_port() {
+	local p
+	for _ in $(seq 200); do
+		p=$((20000 + RANDOM % 30000))
+		if ! (exec 3<>"/dev/tcp/127.0.0.1/$p") 2>/dev/null; then
+			echo "$p"
+			return 0
+		fi
+	done
+	die "no free port found"
+}
+
+wait_port() {
+	local i
+	for ((i = 0; i < 600; i++)); do
+		(exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null && return 0
+		sleep 0.2
+	done
+	return 1
+}
+
+PIDS=()
+cleanup() {
+	local p
+	for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
+	wait 2>/dev/null || true
+	rm -rf "$workdir"
+}
+workdir=$(mktemp -d "${TMPDIR:-/tmp}/instructions.XXXXXX")
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+need valgrind valgrind
+need callgrind_control valgrind
+
+# dump_total OUT: dump the counters of the callgrind writing OUT.* and print
+# the instructions since they were last zeroed.
+dump_total() {
+	local before after last
+	before=$(ls "$1".* 2>/dev/null | wc -l)
+	callgrind_control -d "$2" >/dev/null 2>&1
+	for _ in $(seq 100); do
+		after=$(ls "$1".* 2>/dev/null | wc -l)
+		[ "$after" -gt "$before" ] && break
+		sleep 0.1
+	done
+	sleep 0.3
+	last=$(ls -t "$1".* | head -1)
+	awk '/^(summary|totals):/ { print $2; exit }' "$last"
+}
+
+mkdir -p bench/results
+result=bench/results/instructions-$(date -u +%Y%m%dT%H%M%SZ).txt
+{
+	echo "# bench/instructions.sh $(date -u +%Y%m%dT%H%M%SZ) commit $(git rev-parse --short HEAD 2>/dev/null || echo unknown)"
+	echo "# $(go version | cut -d' ' -f3-), valgrind $(valgrind --version)"
+} >"$result"
+
+run_caddy() {
+	need wrk wrk
+	local sites=(plain headers_reference pass pass_headers_off deny deny_handle_errors error_handle_errors)
+	declare -A port=()
+	go build -o "$workdir/caddy" ./cmd/caddy
+	{
+		printf '{\n\tadmin off\n\tauto_https off\n\tpersist_config off\n\tskip_install_trust\n}\n'
+		for s in "${sites[@]}"; do
+			port[$s]=$(free_port)
+			printf '\nhttp://127.0.0.1:%s {\n\tbind 127.0.0.1\n' "${port[$s]}"
+			case $s in
+			headers_reference)
+				printf '\theader {\n\t\tRateLimit-Policy "\\"pass\\";q=1000000;w=1"\n\t\tRateLimit "\\"pass\\";r=999999;t=1"\n'
+				printf '\t\tX-RateLimit-Limit 1000000\n\t\tX-RateLimit-Remaining 999999\n\t\tX-RateLimit-Reset 1\n\t}\n' ;;
+			pass | pass_headers_off)
+				printf '\trate_limit {\n\t\tzone pass {\n\t\t\tkey {http.request.remote.host}\n\t\t\tlimit 1000000 1s\n\t\t}\n'
+				[ "$s" = pass ] || printf '\t\theaders off\n'
+				printf '\t}\n' ;;
+			deny | deny_handle_errors)
+				printf '\trate_limit {\n\t\tzone deny {\n\t\t\tkey {http.request.remote.host}\n\t\t\tlimit 1 1h\n\t\t}\n\t}\n' ;;
+			error_handle_errors)
+				printf '\terror 429\n' ;;
+			esac
+			[ "$s" = error_handle_errors ] || printf '\trespond "ok"\n'
+			case $s in *handle_errors) printf '\thandle_errors {\n\t\trespond "rate limited" {err.status_code}\n\t}\n' ;; esac
+			printf '}\n'
+		done
+	} >"$workdir/Caddyfile"
+	"$workdir/caddy" adapt --config "$workdir/Caddyfile" --adapter caddyfile >/dev/null 2>"$workdir/adapt.log" ||
+		{ cat "$workdir/Caddyfile" "$workdir/adapt.log" >&2; die "the Caddyfile does not adapt"; }
+
+	local out="$workdir/caddy.cg"
+	GODEBUG=asyncpreemptoff=1 taskset -c 0 valgrind --tool=callgrind --callgrind-out-file="$out" \
+		"$workdir/caddy" run --config "$workdir/Caddyfile" --adapter caddyfile >"$workdir/caddy.log" 2>&1 &
+	local pid=$!
+	PIDS+=("$pid")
+	for s in "${sites[@]}"; do
+		wait_port "${port[$s]}" || { tail -20 "$workdir/caddy.log" >&2; die "Caddy did not listen on ${port[$s]}"; }
+	done
+	echo "instructions: Caddy under callgrind (pid $pid); $DURATION of wrk -c4 per site"
+	local plain=0 s n ir per
+	printf '%-22s %10s %14s %8s\n' site requests instr/request ratio | tee -a "$result"
+	for s in "${sites[@]}"; do
+		taskset -c 1 wrk -t1 -c4 -d2s "http://127.0.0.1:${port[$s]}/" >/dev/null
+		callgrind_control -z "$pid" >/dev/null 2>&1
+		n=$(taskset -c 1 wrk -t1 -c4 -d"$DURATION" "http://127.0.0.1:${port[$s]}/" | awk '/requests in/ { print $1 }')
+		ir=$(dump_total "$out" "$pid")
+		per=$((ir / n))
+		[ "$s" = plain ] && plain=$per
+		printf '%-22s %10d %14d %8s\n' "$s" "$n" "$per" "$(awk -v p="$plain" -v x="$per" 'BEGIN { printf "%.3f", p / x }')" | tee -a "$result"
+	done
+	kill "$pid" 2>/dev/null || true
+}
+
+run_lua() {
+	need redis-server redis-server
+	need redis-benchmark redis-tools
+	local port out pid
+	port=$(free_port)
+	out="$workdir/redis.cg"
+	taskset -c 1 valgrind --tool=callgrind --callgrind-out-file="$out" redis-server --bind 127.0.0.1 \
+		--port "$port" --save "" --appendonly no --dir "$workdir" >"$workdir/redis.log" 2>&1 &
+	pid=$!
+	PIDS+=("$pid")
+	wait_port "$port" || { tail -20 "$workdir/redis.log" >&2; die "redis-server did not start"; }
+	echo "instructions: redis-server under callgrind (pid $pid); $N EVALSHAs per script"
+	printf '%-16s %14s\n' script instr/call | tee -a "$result"
+	local alg keys tier sha ir
+	for alg in sliding_log sliding_window fixed_window token_bucket leaky_bucket gcra concurrency; do
+		# One tier whose limit is never reached; the per-tier constants
+		# are those lua.NewStore passes (see its switch).
+		case $alg in
+		gcra) tier="1 1000000 1000000 1000000" ;;
+		token_bucket | leaky_bucket) tier="1 1 1000000 1000000 1000000" ;;
+		*) tier="1000000000 60000000" ;;
+		esac
+		keys=(1 "rl:$alg:{__rand_int__}:s")
+		case $alg in sliding_log | concurrency) keys=(2 "rl:$alg:{__rand_int__}:s" "rl:$alg:{__rand_int__}:l") ;; esac
+		sha=$( (cat lua/lib.lua; echo; cat "lua/$alg.lua") | redis-cli -p "$port" -x SCRIPT LOAD)
+		# shellcheck disable=SC2086
+		redis-benchmark -p "$port" -n 200 -c 1 -r 1000 -q evalsha "$sha" "${keys[@]}" 0 "" 1 0 "m-__rand_int__" 1000 1 $tier >/dev/null 2>&1
+		callgrind_control -z "$pid" >/dev/null 2>&1
+		# shellcheck disable=SC2086
+		redis-benchmark -p "$port" -n "$N" -c 1 -r 1000 -q evalsha "$sha" "${keys[@]}" 0 "" 1 0 "m-__rand_int__" 1000 1 $tier >/dev/null 2>&1
+		ir=$(dump_total "$out" "$pid")
+		printf '%-16s %14d\n' "$alg" "$((ir / N))" | tee -a "$result"
+	done
+	redis-cli -p "$port" shutdown nosave >/dev/null 2>&1 || true
+}
+
+case ${1:-all} in
+caddy) run_caddy ;;
+lua) run_lua ;;
+all) run_lua; run_caddy ;;
+*) die "usage: bash bench/instructions.sh [caddy|lua|all]" ;;
+esac
+echo "instructions: written to $result"
