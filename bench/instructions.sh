@@ -9,7 +9,7 @@
 #
 # caddy: one ./cmd/caddy under callgrind (GODEBUG=asyncpreemptoff=1: callgrind
 # asserts on Go's preemption signal) serving the sites of e2e.sh's memory
-# scenarios; for each, a warm-up, then wrk for DURATION (default 8s, 4
+# scenarios and redis_pass (its redis-server runs natively); for each, a warm-up, then wrk for DURATION (default 8s, 4
 # connections), with the counters zeroed before and dumped after. User space
 # only (the kernel's share of a request is not counted), and garbage
 # collection falls where it falls: repeat a run to see the spread (about
@@ -108,9 +108,17 @@ result=bench/results/instructions-$(date -u +%Y%m%dT%H%M%SZ).txt
 
 run_caddy() {
 	need wrk wrk
-	local sites=(plain headers_reference pass pass_headers_off deny deny_handle_errors error_handle_errors)
+	need redis-server redis-server
+	local sites=(plain headers_reference pass pass_headers_off deny deny_handle_errors error_handle_errors redis_pass)
 	declare -A port=()
 	go build -o "$workdir/caddy" ./cmd/caddy
+	# redis_pass's Redis runs natively, on wrk's core: only Caddy is counted.
+	local rport
+	rport=$(free_port)
+	taskset -c 1 redis-server --bind 127.0.0.1 --port "$rport" --save "" --appendonly no \
+		--dir "$workdir" >"$workdir/redis-native.log" 2>&1 &
+	PIDS+=("$!")
+	wait_port "$rport" || die "redis-server did not start"
 	{
 		printf '{\n\tadmin off\n\tauto_https off\n\tpersist_config off\n\tskip_install_trust\n}\n'
 		for s in "${sites[@]}"; do
@@ -124,6 +132,9 @@ run_caddy() {
 				printf '\trate_limit {\n\t\tzone pass {\n\t\t\tkey {http.request.remote.host}\n\t\t\tlimit 1000000 1s\n\t\t}\n'
 				[ "$s" = pass ] || printf '\t\theaders off\n'
 				printf '\t}\n' ;;
+			redis_pass)
+				printf '\trate_limit {\n\t\tzone rpass {\n\t\t\tkey {http.request.remote.host}\n\t\t\talgorithm gcra\n'
+				printf '\t\t\tlimit 1000000 1s\n\t\t}\n\t\tstore redis\n\t\tredis 127.0.0.1:%s\n\t}\n' "$rport" ;;
 			deny | deny_handle_errors)
 				printf '\trate_limit {\n\t\tzone deny {\n\t\t\tkey {http.request.remote.host}\n\t\t\tlimit 1 1h\n\t\t}\n\t}\n' ;;
 			error_handle_errors)
