@@ -87,10 +87,10 @@ need callgrind_control valgrind
 # the instructions since they were last zeroed.
 dump_total() {
 	local before after last
-	before=$(ls "$1".* 2>/dev/null | wc -l)
+	before=$( (ls "$1".* 2>/dev/null || true) | wc -l)
 	callgrind_control -d "$2" >/dev/null 2>&1
 	for _ in $(seq 100); do
-		after=$(ls "$1".* 2>/dev/null | wc -l)
+		after=$( (ls "$1".* 2>/dev/null || true) | wc -l)
 		[ "$after" -gt "$before" ] && break
 		sleep 0.1
 	done
