@@ -33,52 +33,11 @@ fi
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$repo"
 
-die() {
-	echo "instructions: $*" >&2
-	exit 1
-}
-
-need() {
-	command -v "$1" >/dev/null 2>&1 && return 0
-	echo "instructions: $1 is missing; installing Debian package $2"
-	local sudo=
-	[ "$(id -u)" -eq 0 ] || sudo=sudo
-	$sudo apt-get update && DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y "$2"
-	command -v "$1" >/dev/null 2>&1 || die "$1 is required"
-}
-
-# free_port: a loopback TCP port nothing listens on.
-free_port() {
-	local p
-	for _ in $(seq 200); do
-		p=$((20000 + RANDOM % 30000))
-		if ! (exec 3<>"/dev/tcp/127.0.0.1/$p") 2>/dev/null; then
-			echo "$p"
-			return 0
-		fi
-	done
-	die "no free port found"
-}
-
-wait_port() {
-	local i
-	for ((i = 0; i < 600; i++)); do
-		(exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null && return 0
-		sleep 0.2
-	done
-	return 1
-}
-
-PIDS=()
-cleanup() {
-	local p
-	for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
-	wait 2>/dev/null || true
-	rm -rf "$workdir"
-}
+BENCH=instructions
+# shellcheck source=bench/lib.sh
+. "$repo/bench/lib.sh"
 workdir=$(mktemp -d "${TMPDIR:-/tmp}/instructions.XXXXXX")
-trap cleanup EXIT
-trap 'exit 130' INT TERM
+on_exit "rm -rf '$workdir'"
 
 need valgrind valgrind
 need callgrind_control valgrind
@@ -108,40 +67,22 @@ result=bench/results/instructions-$(date -u +%Y%m%dT%H%M%SZ).txt
 
 run_caddy() {
 	need wrk wrk
-	need redis-server redis-server
+	# e2e.sh's sites (bench/lib.sh), and pass with headers off.
 	local sites=(plain headers_reference pass pass_headers_off deny deny_handle_errors error_handle_errors redis_pass)
 	declare -A port=()
 	go build -o "$workdir/caddy" ./cmd/caddy
-	# redis_pass's Redis runs natively, on wrk's core: only Caddy is counted.
-	local rport
-	rport=$(free_port)
-	taskset -c 1 redis-server --bind 127.0.0.1 --port "$rport" --save "" --appendonly no \
-		--dir "$workdir" >"$workdir/redis-native.log" 2>&1 &
-	PIDS+=("$!")
-	wait_port "$rport" || die "redis-server did not start"
+	local s
+	for s in "${sites[@]}"; do
+		# redis_pass's redis-server runs natively, on wrk's core: only
+		# Caddy is counted.
+		if declare -F "setup_$s" >/dev/null; then "setup_$s"; fi
+	done
 	{
 		printf '{\n\tadmin off\n\tauto_https off\n\tpersist_config off\n\tskip_install_trust\n}\n'
 		for s in "${sites[@]}"; do
 			port[$s]=$(free_port)
 			printf '\nhttp://127.0.0.1:%s {\n\tbind 127.0.0.1\n' "${port[$s]}"
-			case $s in
-			headers_reference)
-				printf '\theader {\n\t\tRateLimit-Policy "\\"pass\\";q=1000000;w=1"\n\t\tRateLimit "\\"pass\\";r=999999;t=1"\n'
-				printf '\t\tX-RateLimit-Limit 1000000\n\t\tX-RateLimit-Remaining 999999\n\t\tX-RateLimit-Reset 1\n\t}\n' ;;
-			pass | pass_headers_off)
-				printf '\trate_limit {\n\t\tzone pass {\n\t\t\tkey {http.request.remote.host}\n\t\t\tlimit 1000000 1s\n\t\t}\n'
-				[ "$s" = pass ] || printf '\t\theaders off\n'
-				printf '\t}\n' ;;
-			redis_pass)
-				printf '\trate_limit {\n\t\tzone rpass {\n\t\t\tkey {http.request.remote.host}\n\t\t\talgorithm gcra\n'
-				printf '\t\t\tlimit 1000000 1s\n\t\t}\n\t\tstore redis\n\t\tredis 127.0.0.1:%s\n\t}\n' "$rport" ;;
-			deny | deny_handle_errors)
-				printf '\trate_limit {\n\t\tzone deny {\n\t\t\tkey {http.request.remote.host}\n\t\t\tlimit 1 1h\n\t\t}\n\t}\n' ;;
-			error_handle_errors)
-				printf '\terror 429\n' ;;
-			esac
-			[ "$s" = error_handle_errors ] || printf '\trespond "ok"\n'
-			case $s in *handle_errors) printf '\thandle_errors {\n\t\trespond "rate limited" {err.status_code}\n\t}\n' ;; esac
+			"site_$s" "$s" | sed 's/^/\t/'
 			printf '}\n'
 		done
 	} >"$workdir/Caddyfile"
@@ -149,26 +90,25 @@ run_caddy() {
 		{ cat "$workdir/Caddyfile" "$workdir/adapt.log" >&2; die "the Caddyfile does not adapt"; }
 
 	local out="$workdir/caddy.cg"
-	GODEBUG=asyncpreemptoff=1 taskset -c 0 valgrind --tool=callgrind --callgrind-out-file="$out" \
+	GODEBUG=asyncpreemptoff=1 taskset -c "$CADDY_CPU" valgrind --tool=callgrind --callgrind-out-file="$out" \
 		"$workdir/caddy" run --config "$workdir/Caddyfile" --adapter caddyfile >"$workdir/caddy.log" 2>&1 &
 	local pid=$!
-	PIDS+=("$pid")
+	on_exit "kill $pid 2>/dev/null; wait $pid 2>/dev/null"
 	for s in "${sites[@]}"; do
-		wait_port "${port[$s]}" || { tail -20 "$workdir/caddy.log" >&2; die "Caddy did not listen on ${port[$s]}"; }
+		wait_port "${port[$s]}" 120 || { tail -20 "$workdir/caddy.log" >&2; die "Caddy did not listen on ${port[$s]}"; }
 	done
 	echo "instructions: Caddy under callgrind (pid $pid); $DURATION of wrk -c4 per site"
-	local plain=0 s n ir per
+	local plain=0 n ir per
 	printf '%-22s %10s %14s %8s\n' site requests instr/request ratio | tee -a "$result"
 	for s in "${sites[@]}"; do
-		taskset -c 1 wrk -t1 -c4 -d2s "http://127.0.0.1:${port[$s]}/" >/dev/null
+		taskset -c "$WRK_CPU" wrk -t1 -c4 -d2s "http://127.0.0.1:${port[$s]}/" >/dev/null
 		callgrind_control -z "$pid" >/dev/null 2>&1
-		n=$(taskset -c 1 wrk -t1 -c4 -d"$DURATION" "http://127.0.0.1:${port[$s]}/" | awk '/requests in/ { print $1 }')
+		n=$(taskset -c "$WRK_CPU" wrk -t1 -c4 -d"$DURATION" "http://127.0.0.1:${port[$s]}/" | awk '/requests in/ { print $1 }')
 		ir=$(dump_total "$out" "$pid")
 		per=$((ir / n))
 		[ "$s" = plain ] && plain=$per
 		printf '%-22s %10d %14d %8s\n' "$s" "$n" "$per" "$(awk -v p="$plain" -v x="$per" 'BEGIN { printf "%.3f", p / x }')" | tee -a "$result"
 	done
-	kill "$pid" 2>/dev/null || true
 }
 
 run_lua() {
@@ -177,11 +117,11 @@ run_lua() {
 	local port out pid
 	port=$(free_port)
 	out="$workdir/redis.cg"
-	taskset -c 1 valgrind --tool=callgrind --callgrind-out-file="$out" redis-server --bind 127.0.0.1 \
+	taskset -c "$REDIS_CPU" valgrind --tool=callgrind --callgrind-out-file="$out" redis-server --bind 127.0.0.1 \
 		--port "$port" --save "" --appendonly no --dir "$workdir" >"$workdir/redis.log" 2>&1 &
 	pid=$!
-	PIDS+=("$pid")
-	wait_port "$port" || { tail -20 "$workdir/redis.log" >&2; die "redis-server did not start"; }
+	on_exit "kill $pid 2>/dev/null; wait $pid 2>/dev/null"
+	wait_port "$port" 60 || { tail -20 "$workdir/redis.log" >&2; die "redis-server did not start"; }
 	echo "instructions: redis-server under callgrind (pid $pid); $N EVALSHAs per script"
 	printf '%-16s %14s\n' script instr/call | tee -a "$result"
 	local alg keys tier sha ir
