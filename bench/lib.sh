@@ -44,70 +44,45 @@ site_headers_reference() {
 # pass: rate_limit in front, per client address, with a limit never reached.
 EXPECT[pass]=ok
 TARGET[pass]=0.97
-site_pass() {
-	cat <<-SITE
-		rate_limit {
-			zone $1 {
-				key {http.request.remote.host}
-				algorithm $ALGORITHM
-				limit 1000000 1s
-			}
-		}
-		respond "ok"
-	SITE
-}
+site_pass() { memory_site "$1" "1000000 1s"; }
 
 # pass_headers_off: pass with `headers off`: the decision without the
 # response headers (bench/instructions.sh; not in ALL_SCENARIOS).
 EXPECT[pass_headers_off]=ok
-site_pass_headers_off() {
-	cat <<-SITE
-		rate_limit {
-			zone $1 {
-				key {http.request.remote.host}
-				algorithm $ALGORITHM
-				limit 1000000 1s
-			}
-			headers off
-		}
-		respond "ok"
-	SITE
-}
+site_pass_headers_off() { memory_site "$1" "1000000 1s" "headers off"; }
 
 # deny: a limit of 1 per hour, so (after the first) every request is denied;
 # the site has no handle_errors, so the handler writes the 429 itself.
 EXPECT[deny]=deny
 TARGET[deny]=0.97
-site_deny() {
-	cat <<-SITE
-		rate_limit {
-			zone $1 {
-				key {http.request.remote.host}
-				algorithm $ALGORITHM
-				limit 1 1h
-			}
-		}
-		respond "ok"
-	SITE
-}
+site_deny() { memory_site "$1" "1 1h"; }
 
 # deny_handle_errors: the same, but the site renders rejections through a
 # handle_errors route (Caddy's error path).
 EXPECT[deny_handle_errors]=deny
 TARGET[deny_handle_errors]=0.72
 site_deny_handle_errors() {
+	memory_site "$1" "1 1h"
+	cat <<-'SITE'
+		handle_errors {
+			respond "rate limited" {err.status_code}
+		}
+	SITE
+}
+
+# memory_site ZONE "EVENTS WINDOW" [HANDLER OPTION]: a site limiting per
+# client address with ALGORITHM in the memory store.
+memory_site() {
 	cat <<-SITE
 		rate_limit {
 			zone $1 {
 				key {http.request.remote.host}
 				algorithm $ALGORITHM
-				limit 1 1h
+				limit $2
 			}
+			${3:-}
 		}
 		respond "ok"
-		handle_errors {
-			respond "rate limited" {err.status_code}
-		}
 	SITE
 }
 
