@@ -65,11 +65,11 @@ local function ttl_ms(us)
   return str(cdiv(us, 1000) + MARGIN_MS)
 end
 
--- State keys. The state of gcra, the buckets and the window counters is one
--- string key holding decimal integers separated by spaces: it is read with
--- one GET and written, with its TTL, by one SET PX. Each redis.call costs
--- the script about as much as its own logic, and a hash would need HMGET,
--- HSET and PEXPIRE.
+-- State keys. The state of gcra, the buckets, the window counters and the
+-- sliding log's counts is one string key holding decimal integers separated
+-- by spaces: it is read with one GET and written, with its TTL, by one SET
+-- PX. Each redis.call costs the script about as much as its own logic, and
+-- a hash would need HMGET, HSET and PEXPIRE.
 --
 -- load_state returns the integers key holds and true, or an empty table and
 -- false when the key does not exist.
@@ -85,9 +85,11 @@ local function load_state(key)
 end
 
 -- save_state writes the integers of v to key, to expire in us microseconds
--- (see ttl_ms).
+-- (see ttl_ms), and returns that TTL for the script's other keys.
 local function save_state(key, v, us)
-  redis.call('SET', key, string.format(string.rep('%d ', #v), unpack(v)), 'PX', ttl_ms(us))
+  local ttl = ttl_ms(us)
+  redis.call('SET', key, string.format(string.rep('%d ', #v), unpack(v)), 'PX', ttl)
+  return ttl
 end
 
 -- pick: the tier a Decision describes. Denied: one whose cost can never

@@ -62,8 +62,7 @@ local function save(newest_ts)
     if ts == nil then ts = newest(P[i]) end
     if ts and ts + P[i].W - t > horizon then horizon = ts + P[i].W - t end
   end
-  save_state(mkey, v, horizon)
-  local ttl = ttl_ms(horizon)
+  local ttl = save_state(mkey, v, horizon)
   for i = 1, N do redis.call('PEXPIRE', P[i].key, ttl) end
 end
 
