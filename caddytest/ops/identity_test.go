@@ -172,3 +172,49 @@ http://:%d {
 	expectCode(t, get(t, "/default"), 429, "default: keyless 2 (one shared count)")
 	expectCode(t, get(t, "/default", "X-Tenant", "t1"), 200, "default: t1")
 }
+
+// Behind a load balancer that appends the address it saw to
+// X-Forwarded-For (as most do), a client can write any leftmost entries it
+// likes. With trusted_proxies_strict, Caddy reads the header right to left
+// and takes the first address that is not a trusted proxy: the one the load
+// balancer appended. Forged leftmost entries, different on every request,
+// neither change the key nor escape the limit. (Without strict, Caddy
+// takes the leftmost entry: the forgery.)
+func TestForgedLeftmostForwardedForBehindProxy(t *testing.T) {
+	load(t, globals(`	servers {
+		trusted_proxies static 127.0.0.1/32
+		trusted_proxies_strict
+		client_ip_headers X-Forwarded-For
+	}`)+fmt.Sprintf(`
+http://:%d {
+	rate_limit {
+		zone ops_xff_strict {
+			key {client_ip}
+			limit 3 1h
+		}
+	}
+	respond "{http.rate_limit.key}"
+}
+`, httpPort))
+	const client = "198.51.100.23" // what the load balancer (127.0.0.1) appends
+	rnd := rand.New(rand.NewPCG(3, 4))
+	forged := func() []string {
+		return []string{"X-Forwarded-For", randomIP(rnd) + ", " + randomIP(rnd) + ", " + client}
+	}
+	for i := 1; i <= 3; i++ {
+		r := get(t, "/", forged()...)
+		expectCode(t, r, 200, fmt.Sprintf("request %d with forged leftmost entries", i))
+		if r.body != client {
+			t.Fatalf("request %d: key %q, want %s (the entry the trusted proxy appended)", i, r.body, client)
+		}
+		if remaining(t, r) != 3-i {
+			t.Fatalf("request %d: remaining %q, want %d", i, r.hdr.Get("X-RateLimit-Remaining"), 3-i)
+		}
+	}
+	for i := 0; i < 5; i++ {
+		expectCode(t, get(t, "/", forged()...), 429, "forged leftmost entries after the limit")
+	}
+	// Another client behind the same load balancer has its own count.
+	r := get(t, "/", "X-Forwarded-For", randomIP(rnd)+", 198.51.100.24")
+	expectCode(t, r, 200, "another client behind the proxy")
+}
