@@ -20,9 +20,16 @@ fi
 
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
-echo "run.sh: building ./cmd/caddy into bin/caddy"
+# The first build downloads Caddy's modules and compiles about 600
+# packages: a few minutes on 2 cores. go build -v names each package as it
+# is compiled; a line every 25 shows that it progresses.
+echo "run.sh: building ./cmd/caddy into bin/caddy (the first build takes a few minutes; later ones seconds)"
 mkdir -p bin
-go build -o bin/caddy ./cmd/caddy
+go build -v -o bin/caddy ./cmd/caddy 2>&1 | awk '
+	/^go: downloading/ { print "run.sh: " $0; fflush(); next }
+	/^[a-z0-9.-]+(\/[^ ]*)?$/ { n++; if (n % 25 == 0) { printf "run.sh: compiled %d packages...\n", n; fflush() } next }
+	{ print }'
+echo "run.sh: built bin/caddy"
 
 echo "run.sh: bin/caddy run --config Caddyfile.example --adapter caddyfile $*"
 exec bin/caddy run --config Caddyfile.example --adapter caddyfile "$@"

@@ -10,8 +10,11 @@
 #   5. test       go test -race -count=1 ./...
 #   6. fuzz       every Fuzz target in the repo, briefly (FUZZTIME executions
 #                 each, default 20000x)
-#   7. xcaddy     scripts/xcaddy-check.sh: the README's xcaddy line builds a
-#                 Caddy that lists http.handlers.rate_limit
+#   7. xcaddy     scripts/xcaddy-check.sh: the README's xcaddy line, run as
+#                 written, builds a Caddy that lists http.handlers.rate_limit
+#   8. example    scripts/example-check.sh: the README's quick start to the
+#                 letter: scripts/run.sh serves Caddyfile.example, and every
+#                 recipe command in its comments prints what it should
 #
 # CI=true is exported (unless CI is already set), so a Redis test that cannot
 # start Redis fails instead of skipping.
@@ -87,6 +90,9 @@ install_deps() {
 	if ! command -v redis-server >/dev/null 2>&1 || ! command -v redis-cli >/dev/null 2>&1; then
 		pkgs+=(redis-server redis-tools)
 	fi
+	if ! command -v curl >/dev/null 2>&1; then
+		pkgs+=(curl)
+	fi
 	if ! command -v "$(go env CC 2>/dev/null || echo gcc)" >/dev/null 2>&1 && ! command -v gcc >/dev/null 2>&1; then
 		pkgs+=(gcc libc6-dev)
 	fi
@@ -159,6 +165,7 @@ step staticcheck run_staticcheck
 step test run_tests
 step fuzz run_fuzz
 step xcaddy bash scripts/xcaddy-check.sh
+step example bash scripts/example-check.sh
 
 echo
 echo "=== summary ($((SECONDS - start_all))s in all)"

@@ -1,17 +1,16 @@
 #!/usr/bin/env bash
-# Proves the README's user line works:
-#   xcaddy build --with github.com/zonelimit/caddy-ratelimit
-# by building Caddy with xcaddy against this checkout and checking that the
-# resulting binary lists the http.handlers.rate_limit module.
+# Proves the README's xcaddy line for a local checkout works as written: it
+# takes the `xcaddy build ... =.` line from README.md, runs it verbatim in
+# this checkout with xcaddy on PATH, and checks that the Caddy it builds lists
+# the http.handlers.rate_limit module.
 #
-# xcaddy is pinned to v0.4.7 (the module proxy here refuses newer ones) and
-# installed as a `go tool` in a throwaway module, so nothing is installed
-# globally and the project's go.mod is untouched.
+# xcaddy is pinned to v0.4.7 and installed as a `go tool` in a throwaway
+# module (the module proxy here refuses `go install` of xcaddy: it cannot
+# list its versions), so nothing is installed globally and the project's
+# go.mod is untouched.
 set -euo pipefail
 
 XCADDY_VERSION=${XCADDY_VERSION:-v0.4.7}
-CADDY_VERSION=${CADDY_VERSION:-v2.11.9}
-MODULE=github.com/zonelimit/caddy-ratelimit
 
 if ! command -v go >/dev/null 2>&1; then
 	export PATH="$PATH:/usr/local/go/bin"
@@ -41,15 +40,24 @@ mkdir -p "$tmp/tools"
 	quiet go tool xcaddy version
 )
 
-echo "xcaddy-check: xcaddy build $CADDY_VERSION --with $MODULE=$repo"
-# A replacement needs a version on the left of '='; the zero pseudo-version
-# is what `go` itself writes for a module that has none.
+line=$(grep -E '^xcaddy build v[^ ]+ --with github\.com/zonelimit/caddy-ratelimit@[^ ]+=\.$' "$repo/README.md" | head -n 1)
+if [ -z "$line" ]; then
+	echo "xcaddy-check: FAIL: no 'xcaddy build ... --with ...=.' line in README.md" >&2
+	exit 1
+fi
+mkdir -p "$tmp/bin"
+(cd "$tmp/tools" && quiet go build -o "$tmp/bin/xcaddy" github.com/caddyserver/xcaddy/cmd/xcaddy)
+
+echo "xcaddy-check: in the checkout, as README.md says: $line"
+if [ -e "$repo/caddy" ]; then
+	mv "$repo/caddy" "$tmp/caddy.saved"
+	trap 'mv "$tmp/caddy.saved" "$repo/caddy"; cleanup' EXIT
+fi
 (
-	cd "$tmp/tools"
-	quiet go tool xcaddy build "$CADDY_VERSION" \
-		--with "$MODULE@v0.0.0-00010101000000-000000000000=$repo" \
-		--output "$tmp/caddy"
+	cd "$repo"
+	PATH="$tmp/bin:$PATH" quiet bash -c "$line"
 )
+mv "$repo/caddy" "$tmp/caddy"
 "$tmp/caddy" version
 
 echo "xcaddy-check: checking the module is listed"
