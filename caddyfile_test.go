@@ -246,6 +246,8 @@ func TestCaddyfileErrors(t *testing.T) {
 		{"limit bad window", zone("\t\t\tkey k\n\t\t\tlimit 10 1fortnight"), []string{"Caddyfile:5", `window: bad duration "1fortnight"`}},
 		{"limit negative window", zone("\t\t\tkey k\n\t\t\tlimit 10 -1s"), []string{"Caddyfile:5", "window must be at least 1ms, got -1s"}},
 		{"limit window under 1ms", zone("\t\t\tkey k\n\t\t\tlimit 10 500us"), []string{"Caddyfile:5", "window must be at least 1ms, got 500µs"}},
+		{"limit window above bound", zone("\t\t\tkey k\n\t\t\talgorithm sliding_window\n\t\t\tlimit 1 104300d"), []string{"Caddyfile:6", "window must be at most 3650d (about 10 years), got 2503200h0m0s"}},
+		{"window above bound", zone("\t\t\tkey k\n\t\t\tevents 1\n\t\t\twindow 3651d"), []string{"Caddyfile:6", "window must be at most 3650d"}},
 		{"limit zero window", zone("\t\t\tkey k\n\t\t\tlimit 10 0"), []string{"Caddyfile:5", "window must be at least 1ms, got 0s"}},
 
 		// events/window shorthand.

@@ -33,10 +33,12 @@ const (
 	minWindow     = time.Millisecond
 	maxZoneName   = 128
 
-	// maxCount bounds events, burst and a constant cost: far above any
-	// real limit, and low enough that the algorithms' arithmetic (and the
-	// doubles of the Redis store's Lua scripts) stays exact.
-	maxCount = int64(1) << 50
+	// maxCount bounds events, burst and a constant cost, and maxWindow a
+	// window: far above any real limit, and low enough that the
+	// algorithms' arithmetic (and the doubles of the Redis store's Lua
+	// scripts) stays exact.
+	maxCount  = algorithms.MaxCount
+	maxWindow = algorithms.MaxWindow
 )
 
 // Validate checks the configuration as a whole: every zone on its own
@@ -327,6 +329,9 @@ func checkEvents(n int64) error {
 func checkWindow(w time.Duration) error {
 	if w < minWindow {
 		return fmt.Errorf("window must be at least %s, got %s", minWindow, w)
+	}
+	if w > maxWindow {
+		return fmt.Errorf("window must be at most %dd (about 10 years), got %s", maxWindow/(24*time.Hour), w)
 	}
 	return nil
 }

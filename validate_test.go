@@ -208,6 +208,9 @@ func TestValidateJSON(t *testing.T) {
 		{"empty object", `{}`, "no zones"},
 		{"duplicate zone names", `{"zones":[{"name":"a","key":"k","limits":[{"events":1,"window":"1s"}]},{"name":"a","key":"k","limits":[{"events":1,"window":"1s"}]}]}`, `duplicate zone name "a"`},
 		{"burst above bound", `{"zones":[{"name":"a","key":"k","algorithm":"token_bucket","burst":9007199254740991,"limits":[{"events":7,"window":"8760h"}]}]}`, "burst must be at most 1125899906842624"},
+		{"longest window", `{"zones":[{"name":"a","key":"k","algorithm":"sliding_window","limits":[{"events":1125899906842624,"window":"3650d"}]}]}`, ""},
+		{"window above bound", `{"zones":[{"name":"a","key":"k","algorithm":"sliding_window","limits":[{"events":1,"window":315360000000001000}]}]}`, "limit 1: window must be at most 3650d (about 10 years), got 87600h0m0.000001s"},
+		{"window past 2^53 microseconds", `{"zones":[{"name":"a","key":"k","algorithm":"sliding_window","limits":[{"events":1,"window":"104300d"}]}]}`, "window must be at most 3650d"},
 		{"events above bound", `{"zones":[{"name":"a","key":"k","limits":[{"events":1125899906842625,"window":"1s"}]}]}`, "limit 1: events must be at most 1125899906842624"},
 		{"bucket numbers too large for the algorithm", `{"zones":[{"name":"a","key":"k","algorithm":"token_bucket","burst":1125899906842624,"limits":[{"events":7,"window":"8760h"}]}]}`, "burst"},
 	}

@@ -148,6 +148,20 @@ func New(name string, cfg Config) (Limiter, error) {
 	return nil, fmt.Errorf("unknown algorithm %q (want one of %v)", name, Names)
 }
 
+// Bounds within which every algorithm's numbers stay exact in a double
+// (below 2^53), as the Redis store's Lua twins compute them: counts (events,
+// burst, cost) up to MaxCount, windows up to MaxWindow, instants until
+// about the year 2112 (2^52µs). The Go twins compute in int64 and accept
+// more; the configuration (the module's Validate) and the Redis store
+// refuse more.
+const (
+	// MaxCount bounds events and burst (2^50, about 1.1e15).
+	MaxCount = int64(1) << 50
+
+	// MaxWindow bounds a window: 3650 days (about 10 years, below 2^49µs).
+	MaxWindow = 3650 * 24 * time.Hour
+)
+
 // UsesBurst reports whether the algorithm named has a bucket capacity.
 func UsesBurst(name string) bool {
 	return name == TokenBucket || name == LeakyBucket || name == GCRA

@@ -23,7 +23,10 @@ package algorithms
 //	             expiry of the oldest lease whose expiry frees enough slots
 //	             for cost (requests usually end long before their lease
 //	             expires, and we cannot know when, so a client is told to
-//	             retry within a second); Window when cost > Events
+//	             retry within a second); Window when cost > Events.
+//	             Only the ccMaxScan (64) oldest leases are looked at (a
+//	             denial costs O(1) whatever the cost): 1s when enough
+//	             slots are not freed by them
 //	undo: drop the lease whose token is d.Token (unknown or expired: no-op)
 //	idle: no lease with expiry > t
 //
@@ -58,6 +61,9 @@ func newConcurrency(cfg Config) (Limiter, error) {
 
 func (l *concurrency) Name() string   { return Concurrency }
 func (l *concurrency) Config() Config { return l.cfg }
+
+// ccMaxScan bounds the leases a denial looks at for its retryAfter.
+const ccMaxScan = 64
 
 // ccMaxPrealloc bounds the leases a fresh state preallocates room for:
 // most keys hold few requests in flight, and append grows the rest.
@@ -129,7 +135,10 @@ func (s *concurrencyState) Take(now time.Time, cost int64) Decision {
 		// The oldest lease whose expiry frees enough slots.
 		free := l.events - s.held
 		wait := int64(time.Second / time.Microsecond)
-		for _, ls := range s.leases {
+		for k, ls := range s.leases {
+			if k == ccMaxScan {
+				break
+			}
 			free += ls.cost
 			if free >= cost {
 				if w := ls.expiry - t; w < wait {

@@ -38,9 +38,10 @@ package algorithms
 //	  where first(P, C, lo) is the smallest x in [lo, W) with fits(P, C, x)
 //	  (fits is monotone in x). It is found from the closed form
 //	      x0 = ceil(float64(W) - float64(a) * float64(W) / float64(P))
-//	  clamped to [lo+1, W-1] (after checking fits at lo: no, at W-1: yes),
-//	  then x0 += 1 while !fits(x0), then x0 -= 1 while x0-1 > lo and
-//	  fits(x0-1): the result is exact for the model, never early.
+//	  tried first (with x0-1), after checking fits at lo: no, at W-1: yes;
+//	  then a bisection of what is left of (lo, W-1] (at most log2(W)
+//	  rounds, whatever the rounding): the result is exact for the model,
+//	  never early.
 //	decision:
 //	  allowed: the tier with the smallest remaining (ties: lowest index),
 //	           RetryAfter 0
@@ -55,8 +56,8 @@ package algorithms
 //	Idle: for every tier at max(now, last), after a (virtual) roll,
 //	  prev == 0 and cur == 0
 //
-// Values are exact while counts and windows stay below 2^53 (Events up to
-// about 9e15, windows up to about 285 years).
+// Every integer stays below 2^53 (exact in the Lua twin's doubles) within
+// MaxCount and MaxWindow: start + 2W is the largest.
 
 import (
 	"math"
@@ -139,19 +140,31 @@ func (tr *swTier) first(P, C, lo, cost int64) int64 {
 	if !tr.fits(P, C, W-1, cost) {
 		return -1
 	}
-	// Here P > 0 and lo < W-1.
+	// Here P > 0 and lo < W-1: the answer is in (lo, W-1]. fits is
+	// monotone in x (rounding is), so a bisection finds it; the closed form
+	// is almost always exact, so it is tried first.
 	f := math.Ceil(float64(W) - float64(a)*float64(W)/float64(P))
-	x := W - 1
-	if f < float64(W-1) {
-		x = int64(max(f, float64(lo+1)))
+	bad, good := lo, W-1 // !fits(bad), fits(good)
+	if f > float64(bad) && f < float64(good) {
+		x := int64(f)
+		if tr.fits(P, C, x, cost) {
+			good = x
+			if x-1 > bad && !tr.fits(P, C, x-1, cost) {
+				bad = x - 1
+			}
+		} else {
+			bad = x
+		}
 	}
-	for !tr.fits(P, C, x, cost) {
-		x++
+	for good-bad > 1 { // at most log2(W) < 50 rounds
+		m := bad + (good-bad)/2
+		if tr.fits(P, C, m, cost) {
+			good = m
+		} else {
+			bad = m
+		}
 	}
-	for x-1 > lo && tr.fits(P, C, x-1, cost) {
-		x--
-	}
-	return x
+	return good
 }
 
 // wait is how long after t a request of cost fits, the tier's state being

@@ -87,10 +87,12 @@ elseif COST > events then
   retry = window
 else
   -- The oldest lease whose expiry frees enough units (at most a second:
-  -- requests usually end long before their lease expires).
+  -- requests usually end long before their lease expires), among the 64
+  -- oldest only (ccMaxScan), so that a denial costs O(log n).
   local free = events - held
   local wait = 1000000
   local need = COST - free -- >= 1; every lease holds at least one unit
+  if need > 64 then need = 64 end
   local leases = redis.call('ZRANGE', zkey, 0, need - 1, 'WITHSCORES')
   for j = 1, #leases, 2 do
     free = free + lease_cost(leases[j])

@@ -1,19 +1,34 @@
 -- sliding_log.lua: the Redis twin of algorithms/sliding_log.go; read the
 -- model there. An exact rolling window: per tier a sorted set of runs, one
--- member per logged Take, scored by its timestamp (µs); the member is
--- "<unique id>:<units>", so a Take of any cost is one member (a cost of a
--- million is not a million members) and the tier's live units are the sum
--- of the runs' units, kept in the state KEYS[1] so that a Take never sums
--- the whole set. ZREMRANGEBYSCORE drops the runs older than the window (their
--- units subtracted first), ZADD logs.
+-- member per logged Take, whatever its cost (a cost of a million is one
+-- member, not a million).
 --
--- Members are unique even within one microsecond: ARGV[5] is
+-- Offsets: the units ever logged into a tier are numbered 1, 2, 3, ...; C
+-- (kept in the state) is the number of the newest. A run is scored by its
+-- end offset (the number of its newest unit) and its member is
+-- "<ts>:<units>:<unique id>". Runs are logged in time order (t never goes
+-- back), so scores and timestamps grow together, and the live units are
+-- the offsets (C - count, C]: every member of the set is a live run, and
+-- the newest has score C. So that no call costs more than O(log n) in the
+-- runs of a key, whatever the cost:
+--   - the k-th oldest live unit is in the first run scored >= C - count + k
+--     (one ZRANGEBYSCORE ... LIMIT 0 1);
+--   - dropping the oldest units (count_rejected) or the newest (undo) is a
+--     ZREMRANGEBYSCORE of the whole runs, and the one run cut in two is
+--     rewritten;
+--   - expiry looks at the 16 oldest runs, and bisects the ranks beyond
+--     them (run timestamps grow with rank); each run is removed once;
+--   - when C would pass 2^52 every score is lowered by C - count (each run
+--     is rewritten at most once: all its units were logged since the last
+--     time), so scores stay exact doubles.
+--
+-- Members are unique even within one microsecond: the id, ARGV[5], is
 -- "<instance id>-<store id>-<counter>" from the Go side (per-process random
--- id, per-store atomic counter, base 36); a run cut in two by count_rejected
--- keeps its id with the units left.
+-- id, per-store atomic counter, base 36).
 --
--- KEYS[1]       state: "<t> <c_1> ... <c_n>": the latest instant seen (µs)
---               and the units in each tier (see load_state)
+-- KEYS[1]       state: "<t> <count_1> <C_1> ... <count_n> <C_n>": the
+--               latest instant seen (µs), per tier the live units and the
+--               newest offset (see load_state)
 -- KEYS[1 + i]   sorted set of tier i's runs
 -- ARGV[8..]     per tier: events, window_us
 local mkey = KEYS[1]
@@ -23,41 +38,62 @@ for i = 1, N do
   P[i] = {E = tonumber(ARGV[o + 1]), W = tonumber(ARGV[o + 2]), key = KEYS[1 + i]}
 end
 
-local function units(member)
-  return tonumber(string.match(member, ':(%d+)$')) or 0
+-- REBASE bounds the offsets: a run's end plus a cost (at most 2^51) stays
+-- below 2^53.
+local REBASE = 4503599627370496 -- 2^52
+
+-- run returns a member's timestamp, units and id.
+local function run(m)
+  local ts, n, id = string.match(m, '^(%d+):(%d+):(.*)$')
+  return tonumber(ts), tonumber(n), id
+end
+
+local function member(ts, n, id)
+  return str(ts) .. ':' .. str(n) .. ':' .. id
 end
 
 local st, exists = load_state(mkey)
-local count = {}
+local count, C = {}, {}
 local t = NOW
 if exists then
   if t < st[1] then t = st[1] end
-  for i = 1, N do count[i] = st[i + 1] or 0 end
-else
-  -- No state, or only the runs survived (the state was evicted): count them.
   for i = 1, N do
-    local n = 0
-    for _, m in ipairs(redis.call('ZRANGE', P[i].key, 0, -1)) do n = n + units(m) end
-    count[i] = n
-    if n > 0 then exists = true end
+    count[i] = st[2 * i] or 0
+    C[i] = st[2 * i + 1] or 0
+  end
+else
+  -- No state, or only the runs survived (the state was evicted): the live
+  -- units run from the oldest run's first to the newest run's end.
+  for i = 1, N do
+    count[i], C[i] = 0, 0
+    local first = redis.call('ZRANGE', P[i].key, 0, 0, 'WITHSCORES')
+    if #first == 2 then
+      local last = redis.call('ZRANGE', P[i].key, -1, -1, 'WITHSCORES')
+      local _, n = run(first[1])
+      C[i] = tonumber(last[2])
+      count[i] = C[i] - (tonumber(first[2]) - n)
+      exists = true
+    end
   end
 end
 
 -- newest returns the timestamp of tier p's newest run, or false.
 local function newest(p)
-  local r = redis.call('ZRANGE', p.key, -1, -1, 'WITHSCORES')
-  if #r == 2 then return tonumber(r[2]) end
+  local r = redis.call('ZRANGE', p.key, -1, -1)
+  if #r == 1 then return (run(r[1])) end
   return false
 end
 
--- save writes the latest instant and the counts and sets every key's TTL:
--- how long the newest run of any tier stays in its window (newest_ts[i],
--- looked up when nil), plus the margin.
+-- save writes the latest instant, the counts and offsets, and sets every
+-- key's TTL: how long the newest run of any tier stays in its window
+-- (newest_ts[i], looked up when nil), plus the margin.
 local function save(newest_ts)
   local horizon = 0
   local v = {t}
   for i = 1, N do
-    v[i + 1] = count[i]
+    if count[i] <= 0 then count[i], C[i] = 0, 0 end -- the set is empty
+    v[2 * i] = count[i]
+    v[2 * i + 1] = C[i]
     local ts = newest_ts and newest_ts[i]
     if ts == nil then ts = newest(P[i]) end
     if ts and ts + P[i].W - t > horizon then horizon = ts + P[i].W - t end
@@ -66,61 +102,126 @@ local function save(newest_ts)
   for i = 1, N do redis.call('PEXPIRE', P[i].key, ttl) end
 end
 
--- drop removes c units from tier i, newest runs first (newest = true) or
--- oldest first, cutting the last run touched.
-local function drop(i, c, newest_first)
-  local key = P[i].key
-  while c > 0 and count[i] > 0 do
-    local r
-    if newest_first then
-      r = redis.call('ZRANGE', key, -1, -1, 'WITHSCORES')
-    else
-      r = redis.call('ZRANGE', key, 0, 0, 'WITHSCORES')
-    end
-    if #r < 2 then break end
-    local m, ts = r[1], r[2]
-    local n = units(m)
-    redis.call('ZREM', key, m)
-    if n > c then
-      local id = string.match(m, '^(.*):%d+$')
-      redis.call('ZADD', key, ts, id .. ':' .. str(n - c))
-      count[i] = count[i] - c
-      c = 0
-    else
-      count[i] = count[i] - n
-      c = c - n
-    end
+-- cut_oldest rewrites tier i's oldest run when some of its units are no
+-- longer live (count_rejected dropped them).
+local function cut_oldest(i)
+  if count[i] <= 0 then return end
+  local r = redis.call('ZRANGE', P[i].key, 0, 0, 'WITHSCORES')
+  if #r < 2 then return end
+  local ts, n, id = run(r[1])
+  local live = tonumber(r[2]) - (C[i] - count[i])
+  if live < n then
+    redis.call('ZREM', P[i].key, r[1])
+    redis.call('ZADD', P[i].key, r[2], member(ts, live, id))
   end
+end
+
+-- drop_newest removes the c newest units of tier i: the runs scored above
+-- C - c, the oldest of them cut back to end there if it starts below.
+local function drop_newest(i, c)
+  if c > count[i] then c = count[i] end
+  if c <= 0 then return end
+  local key = P[i].key
+  local top = C[i] - c
+  local above = '(' .. str(top)
+  local r = redis.call('ZRANGEBYSCORE', key, above, '+inf', 'WITHSCORES', 'LIMIT', 0, 1)
+  redis.call('ZREMRANGEBYSCORE', key, above, '+inf')
+  count[i], C[i] = count[i] - c, top
+  if #r == 2 and count[i] > 0 then
+    local ts, n, id = run(r[1])
+    local from = tonumber(r[2]) - n -- the offset before the run's first unit
+    if from < top then redis.call('ZADD', key, str(top), member(ts, top - from, id)) end
+  end
+end
+
+-- drop_oldest removes the c oldest units of tier i.
+local function drop_oldest(i, c)
+  if c > count[i] then c = count[i] end
+  if c <= 0 then return end
+  count[i] = count[i] - c
+  redis.call('ZREMRANGEBYSCORE', P[i].key, '-inf', str(C[i] - count[i]))
+  cut_oldest(i)
+end
+
+-- expire drops tier i's runs stamped t - W or earlier.
+local function expire(i)
+  if count[i] <= 0 then return end
+  local p = P[i]
+  local key = p.key
+  local cut = t - p.W
+  local r = redis.call('ZRANGE', key, 0, 15, 'WITHSCORES')
+  if #r == 0 then
+    count[i] = 0 -- the runs were lost (evicted): nothing left to count
+    return
+  end
+  local k, score = 0, nil -- runs expired, the score of the newest of them
+  while 2 * k < #r and run(r[2 * k + 1]) <= cut do
+    score = r[2 * k + 2]
+    k = k + 1
+  end
+  if k == 16 then
+    local last = redis.call('ZRANGE', key, -1, -1, 'WITHSCORES')
+    if run(last[1]) <= cut then
+      redis.call('DEL', key)
+      count[i] = 0
+      return
+    end
+    -- Bisect the ranks: lo expired, hi not (at most log2(n) rounds).
+    local lo, hi = 15, redis.call('ZCARD', key) - 1
+    while hi - lo > 1 do
+      local m = lo + idiv(hi - lo, 2)
+      local x = redis.call('ZRANGE', key, m, m, 'WITHSCORES')
+      if run(x[1]) <= cut then lo, score = m, x[2] else hi = m end
+    end
+    k = lo + 1
+  end
+  if k > 0 then
+    redis.call('ZREMRANGEBYRANK', key, 0, k - 1)
+    count[i] = C[i] - tonumber(score)
+  end
+end
+
+-- rebase lowers every score of tier i by C - count, so that C = count.
+local function rebase(i)
+  local key = P[i].key
+  local base = C[i] - count[i]
+  local n = redis.call('ZCARD', key)
+  for from = 0, n - 1, 128 do
+    local r = redis.call('ZRANGE', key, from, from + 127, 'WITHSCORES')
+    local args = {}
+    for j = 1, #r, 2 do
+      args[j] = str(tonumber(r[j + 1]) - base)
+      args[j + 1] = r[j]
+    end
+    if #args > 0 then redis.call('ZADD', key, 'XX', unpack(args)) end
+  end
+  C[i] = count[i]
 end
 
 if MODE == '1' then
   -- Undo: the cost newest units of every tier (no expiry first, as in Go).
   if not exists then return 0 end
   if COST > 0 then
-    for i = 1, N do drop(i, COST, true) end
+    for i = 1, N do drop_newest(i, COST) end
   end
   save(nil)
   return 0
 end
 
-local member = ARGV[5]
+local id = ARGV[5]
 
 -- log adds a run of c units stamped t to tier i.
 local function log(i, c)
   if c <= 0 then return end
-  redis.call('ZADD', P[i].key, str(t), member .. ':' .. str(c))
-  count[i] = count[i] + c
+  if C[i] + c > REBASE then rebase(i) end
+  C[i], count[i] = C[i] + c, count[i] + c
+  redis.call('ZADD', P[i].key, str(C[i]), member(t, c, id))
 end
 
 local ok = true
 for i = 1, N do
   local p = P[i]
-  local cut = str(t - p.W)
-  local old = redis.call('ZRANGEBYSCORE', p.key, '-inf', cut)
-  if #old > 0 then
-    for _, m in ipairs(old) do count[i] = count[i] - units(m) end
-    redis.call('ZREMRANGEBYSCORE', p.key, '-inf', cut)
-  end
+  expire(i)
   if COST > p.E or count[i] > p.E - COST then ok = false end
 end
 if ok then
@@ -131,10 +232,10 @@ elseif COUNT_REJECTED and COST > 0 then
     local p = P[i]
     if COST >= p.E then
       redis.call('DEL', p.key)
-      count[i] = 0
+      count[i], C[i] = 0, 0
       log(i, p.E)
     else
-      drop(i, count[i] - (p.E - COST), false)
+      drop_oldest(i, count[i] - (p.E - COST))
       log(i, COST)
     end
   end
@@ -154,20 +255,12 @@ for i = 1, N do
 end
 save(newest_ts)
 
--- kth returns the timestamp of tier p's k-th oldest unit (1 <= k <= count),
--- reading the runs oldest first, 64 at a time.
-local function kth(p, k)
-  local from = 0
-  while true do
-    local r = redis.call('ZRANGE', p.key, from, from + 63, 'WITHSCORES')
-    if #r == 0 then return t end -- unreachable while the counts are right
-    for j = 1, #r, 2 do
-      local n = units(r[j])
-      if k <= n then return tonumber(r[j + 1]) end
-      k = k - n
-    end
-    from = from + 64
-  end
+-- kth returns the timestamp of tier i's k-th oldest live unit
+-- (1 <= k <= count): the first run ending at or after its offset.
+local function kth(i, k)
+  local r = redis.call('ZRANGEBYSCORE', P[i].key, str(C[i] - count[i] + k), '+inf', 'LIMIT', 0, 1)
+  if #r == 0 then return t end -- unreachable while the counts are right
+  return (run(r[1]))
 end
 
 local pick = win_pick(ok)
@@ -179,7 +272,7 @@ for i = 1, N do
     if COST > p.E then
       wait = p.W
     elseif count[i] > p.E - COST then
-      wait = kth(p, count[i] + COST - p.E) + p.W - t
+      wait = kth(i, count[i] + COST - p.E) + p.W - t
     end
   end
   pick.offer(i - 1, p.E, p.E - count[i], reset, wait)

@@ -73,15 +73,24 @@ local function first(p, pc, cc, lo)
   if fits(p, pc, cc, lo) then return lo end
   local W = p.W
   if not fits(p, pc, cc, W - 1) then return -1 end
+  -- The answer is in (lo, W-1]; fits is monotone in x: the closed form
+  -- first (almost always exact), then a bisection, at most log2(W) < 50
+  -- rounds whatever the rounding.
   local f = math.ceil(W - a * W / pc)
-  local x = W - 1
-  if f < W - 1 then
-    x = f
-    if lo + 1 > x then x = lo + 1 end
+  local bad, good = lo, W - 1
+  if f > bad and f < good then
+    if fits(p, pc, cc, f) then
+      good = f
+      if f - 1 > bad and not fits(p, pc, cc, f - 1) then bad = f - 1 end
+    else
+      bad = f
+    end
   end
-  while not fits(p, pc, cc, x) do x = x + 1 end
-  while x - 1 > lo and fits(p, pc, cc, x - 1) do x = x - 1 end
-  return x
+  while good - bad > 1 do
+    local m = bad + idiv(good - bad, 2)
+    if fits(p, pc, cc, m) then good = m else bad = m end
+  end
+  return good
 end
 
 local function wait_of(i)

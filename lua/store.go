@@ -39,8 +39,10 @@
 //
 // Keys per zone key and algorithm:
 //
-//	sliding_log     <...>:sl:<d>:m      string: latest instant seen, units per tier
-//	                <...>:sl:<d>:<i>    sorted set of tier i's runs (one per Take)
+//	sliding_log     <...>:sl:<d>:m      string: latest instant seen, per tier the
+//	                                    live units and the newest unit's offset
+//	                <...>:sl:<d>:<i>    sorted set of tier i's runs (one per Take),
+//	                                    scored by the offset of their newest unit
 //	sliding_window  <...>:sw:<d>        string: per tier window start and counts
 //	fixed_window    <...>:fw:<d>        string: per tier window start and count
 //	token_bucket    <...>:tb:<d>        string: last instant, level per tier
@@ -75,9 +77,10 @@
 //
 // Sorted-set members are unique even for requests in the same microsecond:
 // a sliding_log run (one per logged Take, whatever its cost) is
-// "<instance id>-<store id>-<counter>:<units>" (a random per-process id, a
-// per-process store number and a per-store atomic counter, in base 36,
-// passed in by the Store; the score holds the µs); a
+// "<µs>:<units>:<instance id>-<store id>-<counter>" (the id: a random
+// per-process id, a per-process store number and a per-store atomic
+// counter, in base 36, passed in by the Store; see sliding_log.lua for the
+// score); a
 // concurrency lease is "<token>:<cost>", where the token is drawn inside
 // the script exactly as the Go twin draws it (max(last token + 1, now µs)),
 // so Decision.Token maps to its lease deterministically.
@@ -172,6 +175,7 @@ type Store struct {
 	static  []any    // ARGV after the common arguments
 	cr      any      // count_rejected: "1" or "0"
 	member  bool     // the script wants a unique member in ARGV[5]
+	maxCost int64    // costs above it decide as it does (see Take)
 	counter atomic.Uint64
 	idHead  string // "<instance id>-<store id>-"
 	pipe    *Pipeliner
@@ -198,14 +202,32 @@ func NewStore(c redis.UniversalClient, l algorithms.Limiter, o Options) (*Store,
 		return nil, fmt.Errorf("redis store: no Lua script for algorithm %q", name)
 	}
 	cfg := l.Config()
+	// Twice the largest capacity: a cost above every tier's capacity is
+	// refused by every tier, and with count_rejected a bucket counts at
+	// most twice its capacity, so a larger cost decides exactly as this
+	// one, which keeps the scripts' doubles exact (a cost comes from a
+	// request and may be up to 2^63-1).
+	var maxCap int64
+	for _, t := range cfg.Tiers {
+		c := t.Events
+		if cfg.Burst > 0 && algorithms.UsesBurst(name) {
+			c = cfg.Burst
+		}
+		if t.Events > algorithms.MaxCount || c > algorithms.MaxCount || t.Window > algorithms.MaxWindow {
+			return nil, fmt.Errorf("redis store: limit %d per %s (burst %d) is beyond the bounds the scripts compute exactly within (%d units, %s)",
+				t.Events, t.Window, cfg.Burst, algorithms.MaxCount, algorithms.MaxWindow)
+		}
+		maxCap = max(maxCap, c)
+	}
 	s := &Store{
-		c:      c,
-		l:      l,
-		script: sc,
-		head:   o.KeyPrefix + EscapeKey(o.Zone) + ":{",
-		cr:     any("0"),
-		idHead: instanceID + "-" + strconv.FormatUint(storeSeq.Add(1), 36) + "-",
-		pipe:   o.Pipeliner,
+		maxCost: 2 * maxCap,
+		c:       c,
+		l:       l,
+		script:  sc,
+		head:    o.KeyPrefix + EscapeKey(o.Zone) + ":{",
+		cr:      any("0"),
+		idHead:  instanceID + "-" + strconv.FormatUint(storeSeq.Add(1), 36) + "-",
+		pipe:    o.Pipeliner,
 	}
 	if cfg.CountRejected {
 		s.cr = any("1")
@@ -323,14 +345,15 @@ func (s *Store) Keys(key string) []string {
 // config digest): instances of the old and the new version then never read
 // each other's state (a WRONGTYPE, or a misread count) while an upgrade
 // rolls out. "s": one string of integers (load_state in lib.lua), which
-// replaced a hash.
+// replaced a hash. "o": sliding_log's runs scored by offset (the k-th unit
+// in O(log n)), which replaced runs scored by timestamp.
 var stateLayout = map[string]string{
 	algorithms.GCRA:          "s",
 	algorithms.TokenBucket:   "s",
 	algorithms.LeakyBucket:   "s",
 	algorithms.FixedWindow:   "s",
 	algorithms.SlidingWindow: "s",
-	algorithms.SlidingLog:    "s", // the :m key; the runs are still sorted sets
+	algorithms.SlidingLog:    "o", // runs scored by offset, the :m key with the offsets
 }
 
 // Modes of a script call (ARGV[1]), boxed once.
@@ -356,6 +379,7 @@ func (s *Store) args(mode any, now time.Time, cost int64, extra string) []any {
 // Take decides whether key may consume cost units at now (Redis TIME when
 // now is zero) with one EVALSHA.
 func (s *Store) Take(ctx context.Context, key string, now time.Time, cost int64) (algorithms.Decision, error) {
+	cost = min(cost, s.maxCost)
 	extra := ""
 	if s.member {
 		extra = s.idHead + strconv.FormatUint(s.counter.Add(1), 36)
@@ -392,6 +416,7 @@ func (s *Store) Undo(ctx context.Context, key string, now time.Time, cost int64,
 	} else if cost <= 0 {
 		return nil
 	}
+	cost = min(cost, s.maxCost)
 	extra := strconv.FormatUint(d.Token, 10)
 	err := s.call(ctx, s.Keys(key), s.args(modeUndo, now, cost, extra)).Err()
 	if err != nil && !errors.Is(err, redis.Nil) {
