@@ -13,7 +13,14 @@ import (
 
 // Defaults of MemoryOptions.
 const (
-	DefaultMaxKeys       = 1_000_000
+	// DefaultMaxKeys bounds what a flood of distinct keys costs a zone to
+	// a few tens of MB of resident memory: about 20 MB for sliding_log
+	// with 16-byte keys, 45 MB with 256-byte ones, GC headroom included
+	// (BenchmarkMemoryBytesPerKey), where a million keys took 0.7-1 GB. It
+	// is still more keys than most sites see within a window on one
+	// instance, and beyond it the least recently used go first, not the
+	// busy keys that reach their limits.
+	DefaultMaxKeys       = 50_000
 	DefaultSweepInterval = time.Minute
 )
 
