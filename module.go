@@ -87,7 +87,8 @@ type Handler struct {
 
 	// MaxKeys is the most keys the memory store holds per zone; beyond it
 	// the least recently used key is evicted, so a flood of distinct keys
-	// cannot exhaust memory. Default: 1000000.
+	// cannot exhaust memory. A key costs about 250-1,000 bytes of resident
+	// memory, by algorithm and key length (README). Default: 50000.
 	MaxKeys int `json:"max_keys,omitempty"`
 
 	rt handlerRuntime // set up by Provision (provision.go)

@@ -31,7 +31,7 @@ const (
 	defaultOnLimit       = "reject"
 	defaultEmptyKey      = "global"
 	defaultSweepInterval = time.Minute
-	defaultMaxKeys       = 1_000_000
+	defaultMaxKeys       = store.DefaultMaxKeys // a flood of keys costs a zone tens of MB
 	defaultIPv4Prefix    = 32
 	defaultIPv6Prefix    = 128
 )

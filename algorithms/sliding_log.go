@@ -65,7 +65,10 @@ func (l *slidingLog) Name() string   { return SlidingLog }
 func (l *slidingLog) Config() Config { return l.cfg }
 
 // slInitRuns is the initial ring capacity of a tier (capped at Events).
-const slInitRuns = 8
+// One run: most keys a memory store holds (and all the keys of a flood of
+// distinct ones) see one request per window, and a key with more traffic
+// doubles its ring a few times, once.
+const slInitRuns = 1
 
 func (l *slidingLog) NewState() State {
 	s := &slidingLogState{

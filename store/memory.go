@@ -13,7 +13,14 @@ import (
 
 // Defaults of MemoryOptions.
 const (
-	DefaultMaxKeys       = 1_000_000
+	// DefaultMaxKeys bounds what a flood of distinct keys costs a zone to
+	// a few tens of MB of resident memory: about 20 MB for sliding_log
+	// with 16-byte keys, 45 MB with 256-byte ones, GC headroom included
+	// (BenchmarkMemoryBytesPerKey), where a million keys took 0.7-1 GB. It
+	// is still more keys than most sites see within a window on one
+	// instance, and beyond it the least recently used go first, not the
+	// busy keys that reach their limits.
+	DefaultMaxKeys       = 50_000
 	DefaultSweepInterval = time.Minute
 )
 
@@ -23,9 +30,13 @@ const (
 	// than MaxKeys) so that the bound holds exactly.
 	maxShards = 64
 
-	// sweepBatch is how many entries Sweep examines before it lets go of a
-	// shard's lock for a moment, so that Take never waits long behind it.
-	sweepBatch = 256
+	// sweepBatch is the most entries a sweep examines under one hold of a
+	// shard's lock: it then lets go for a moment, so that a Take waits
+	// behind at most that many, however many idle keys the shard holds.
+	// Dropping a key of a large store costs about a microsecond (its
+	// entry, state, LRU neighbours and map slot are cache misses), so a
+	// Take waits 0.1 ms at most.
+	sweepBatch = 128
 
 	cacheLine = 128
 )
@@ -64,6 +75,9 @@ type Memory struct {
 	mask    uint64
 	shards  []shard
 	sweeper *sweeper
+	// sweepBatch is the constant sweepBatch, a field so that a benchmark
+	// can compare a sweep that holds a shard's lock throughout.
+	sweepBatch int
 }
 
 // sweeper is the goroutine that sweeps a Memory. It does not refer to the
@@ -77,7 +91,7 @@ type sweeper struct {
 
 func (sw *sweeper) halt() { sw.stopOnce.Do(func() { close(sw.stop) }) }
 
-func (sw *sweeper) run(shards []shard, now func() time.Time, interval time.Duration) {
+func (sw *sweeper) run(shards []shard, now func() time.Time, interval time.Duration, batch int) {
 	defer close(sw.done)
 	t := time.NewTicker(interval)
 	defer t.Stop()
@@ -86,7 +100,7 @@ func (sw *sweeper) run(shards []shard, now func() time.Time, interval time.Durat
 		case <-sw.stop:
 			return
 		case <-t.C:
-			sweepShards(shards, now())
+			sweepShards(shards, now(), batch)
 		}
 	}
 }
@@ -107,6 +121,10 @@ type shardData struct {
 	// most recently used entry, lru.prev the least.
 	lru    entry
 	budget int // most entries this shard holds
+
+	// What sweeps did to mu, for tests: how many times they held it, and
+	// the most entries one hold examined.
+	sweepHolds, sweepHeldMax int
 }
 
 // shard is padded to a multiple of a cache line so that two shards' locks
@@ -143,6 +161,8 @@ func NewMemory(l algorithms.Limiter, opts MemoryOptions) *Memory {
 		mask:    uint64(n - 1),
 		shards:  make([]shard, n),
 		sweeper: &sweeper{stop: make(chan struct{}), done: make(chan struct{})},
+
+		sweepBatch: sweepBatch,
 	}
 	// Spread maxKeys over the shards exactly: the first maxKeys%n shards
 	// hold one more, so that the budgets add up to maxKeys.
@@ -157,7 +177,7 @@ func NewMemory(l algorithms.Limiter, opts MemoryOptions) *Memory {
 		}
 	}
 
-	go m.sweeper.run(m.shards, now, interval)
+	go m.sweeper.run(m.shards, now, interval, m.sweepBatch)
 	// A store dropped without Destruct must not leave its sweeper behind.
 	runtime.AddCleanup(m, (*sweeper).halt, m.sweeper)
 	return m
@@ -214,19 +234,21 @@ func (m *Memory) Len() int {
 }
 
 // Sweep drops the keys whose state is idle at now and returns how many it
-// dropped. It goes shard by shard and lets go of a shard's lock every few
-// hundred entries, so concurrent Takes wait at most that long.
+// dropped. It goes shard by shard and lets go of a shard's lock every
+// sweepBatch entries, so concurrent Takes wait at most that long. Every key
+// held throughout a Sweep is examined once; a key added during it may be
+// left to the next.
 func (m *Memory) Sweep(now time.Time) int {
 	if now.IsZero() {
 		now = m.now()
 	}
-	return sweepShards(m.shards, now)
+	return sweepShards(m.shards, now, m.sweepBatch)
 }
 
-func sweepShards(shards []shard, now time.Time) int {
+func sweepShards(shards []shard, now time.Time, batch int) int {
 	dropped := 0
 	for i := range shards {
-		dropped += shards[i].sweep(now)
+		dropped += shards[i].sweep(now, batch)
 	}
 	return dropped
 }
@@ -282,25 +304,38 @@ func (s *shard) pushFront(e *entry) {
 	s.lru.next = e
 }
 
-func (s *shard) sweep(now time.Time) int {
-	dropped, seen := 0, 0
+// sweep drops the entries of s that are idle at now, examining at most
+// batch of them under one hold of s.mu, and returns how many it dropped.
+func (s *shard) sweep(now time.Time, batch int) int {
+	dropped, held := 0, 0
 	s.mu.Lock()
 	// Ranging over a map that changes between iterations is well defined:
 	// an entry deleted before it is reached is not produced, one added may
-	// or may not be. Every access to the map is under s.mu.
+	// or may not be, every other one is produced once. Every access to the
+	// map is under s.mu, and the lock is let go only between iterations:
+	// an entry produced is examined before anyone can evict (and reuse) it.
 	for key, e := range s.entries {
 		if e.state.Idle(now) {
 			s.unlink(e)
 			delete(s.entries, key)
 			dropped++
 		}
-		seen++
-		if seen%sweepBatch == 0 {
+		if held++; held >= batch {
+			s.noteSweepHold(held)
 			s.mu.Unlock()
-			runtime.Gosched()
+			runtime.Gosched() // let the Takes waiting for s.mu in
 			s.mu.Lock()
+			held = 0
 		}
 	}
+	s.noteSweepHold(held)
 	s.mu.Unlock()
 	return dropped
+}
+
+// noteSweepHold records that a sweep examined n entries under one hold of
+// s.mu. s.mu is held.
+func (s *shard) noteSweepHold(n int) {
+	s.sweepHolds++
+	s.sweepHeldMax = max(s.sweepHeldMax, n)
 }

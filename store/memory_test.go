@@ -558,3 +558,75 @@ func TestMemoryRealAlgorithms(t *testing.T) {
 		})
 	}
 }
+
+// TestMemorySweepBoundedHolds sweeps 150,000 idle keys while another
+// goroutine keeps adding keys: no hold of a shard's lock examines more than
+// sweepBatch entries (and holds of that many happen: the shards hold more),
+// every idle key is dropped in that one sweep, and no active key is, neither
+// those held before the sweep nor those added during it.
+func TestMemorySweepBoundedHolds(t *testing.T) {
+	const idle, active, fresh = 150_000, 1000, 20_000
+	m := newTestMemory(t, fakeLimiter{limit: 5, window: time.Minute}, MemoryOptions{MaxKeys: 1 << 18})
+	later := t0.Add(time.Minute) // the idle keys' window is over
+	for i := range idle {
+		take(t, m, fmt.Sprint("idle-", i), t0)
+	}
+	for i := range active {
+		take(t, m, fmt.Sprint("active-", i), later)
+	}
+
+	var added atomic.Int64
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		for i := range fresh {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			take(t, m, fmt.Sprint("fresh-", i), later)
+			added.Add(1)
+		}
+	})
+	dropped := m.Sweep(later)
+	close(stop)
+	wg.Wait()
+
+	if dropped != idle {
+		t.Errorf("Sweep dropped %d keys, want the %d idle ones", dropped, idle)
+	}
+	if got, want := m.Len(), active+int(added.Load()); got != want {
+		t.Errorf("Len = %d after the sweep, want %d (the active keys and the %d added during it)", got, want, added.Load())
+	}
+	holds, heldMax := 0, 0
+	for i := range m.shards {
+		s := &m.shards[i]
+		s.mu.Lock()
+		holds += s.sweepHolds
+		heldMax = max(heldMax, s.sweepHeldMax)
+		s.mu.Unlock()
+	}
+	if heldMax != sweepBatch {
+		t.Errorf("the most entries examined under one hold of a shard's lock: %d, want %d", heldMax, sweepBatch)
+	}
+	if minHolds := idle / sweepBatch; holds < minHolds {
+		t.Errorf("the sweep held shard locks %d times, want at least %d", holds, minHolds)
+	}
+	// The active keys kept their state: this is their second request.
+	for i := range active {
+		if d := take(t, m, fmt.Sprint("active-", i), later); d.Remaining != 3 {
+			t.Fatalf("active-%d: remaining %d, want 3 (state kept)", i, d.Remaining)
+		}
+	}
+	for i := range int(added.Load()) {
+		if d := take(t, m, fmt.Sprint("fresh-", i), later); d.Remaining != 3 {
+			t.Fatalf("fresh-%d: remaining %d, want 3 (state kept)", i, d.Remaining)
+		}
+	}
+	for _, k := range []string{"idle-0", fmt.Sprint("idle-", idle-1)} {
+		if d := take(t, m, k, later); d.Remaining != 4 {
+			t.Fatalf("%s: remaining %d, want 4 (dropped, fresh)", k, d.Remaining)
+		}
+	}
+}
