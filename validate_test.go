@@ -361,3 +361,22 @@ func TestValidateDoesNotModify(t *testing.T) {
 		t.Fatalf("Validate changed the config:\n%s\n%s", before, after)
 	}
 }
+
+// TestValidateAfterProvision checks that what Provision fills in passes
+// Validate, which Caddy runs after Provision: the options refused when
+// written (a memory option with store redis, on_error with sync_interval,
+// prefixes without a key) have defaults that must not be.
+func TestValidateAfterProvision(t *testing.T) {
+	for _, cfg := range []string{
+		`{"zones":[{"name":"a","limits":[{"events":1,"window":"1s"}]}]}`,
+		`{"zones":[{"name":"a","key":"{http.request.remote.host}","limits":[{"events":1,"window":"1s"}]}],"jitter":2}`,
+		`{"store":"redis","redis":{"addresses":["127.0.0.1:1"]},"zones":[{"name":"a","limits":[{"events":1,"window":"1s"}]}]}`,
+		`{"store":"redis","redis":{"addresses":["127.0.0.1:1"]},"sync_interval":"1s","max_keys":10,
+			"zones":[{"name":"a","key":"k","algorithm":"fixed_window","limits":[{"events":1,"window":"1s"}]}]}`,
+	} {
+		h := provision(t, cfg, nil)
+		if err := h.Validate(); err != nil {
+			t.Errorf("%s: Validate after Provision: %v", cfg, err)
+		}
+	}
+}
