@@ -322,7 +322,10 @@ func TestCaddyfileErrors(t *testing.T) {
 		{"ipv6_prefix negative", zone("\t\t\tkey k\n\t\t\tlimit 5 1s\n\t\t\tipv6_prefix -64"), []string{"Caddyfile:6", "got -64"}},
 		{"ipv4_prefix without key", zone("\t\t\tlimit 5 1s\n\t\t\tipv4_prefix 24"), []string{"Caddyfile:5", "ipv4_prefix groups the addresses of a key template; this zone has no key"}},
 		{"ipv6_prefix without key", zone("\t\t\tipv6_prefix 64\n\t\t\tlimit 5 1s"), []string{"Caddyfile:4", "ipv6_prefix groups the addresses of a key template"}},
-		{"empty_key without key", zone("\t\t\tlimit 5 1s\n\t\t\tempty_key deny"), []string{"Caddyfile:5", "empty_key deny needs a key"}},
+		{"empty_key without key", zone("\t\t\tlimit 5 1s\n\t\t\tempty_key deny"), []string{"Caddyfile:5", "empty_key deny applies to a key that evaluates to nothing; this zone has no key"}},
+		{"empty_key with a static key", zone("\t\t\tkey login\n\t\t\tlimit 5 1s\n\t\t\tempty_key allow"), []string{"Caddyfile:6", `empty_key allow applies to a key that evaluates to nothing; this zone has the static key "login"`}},
+		{"ipv4_prefix with a static key", zone("\t\t\tkey 192.0.2.1\n\t\t\tlimit 5 1s\n\t\t\tipv4_prefix 24"), []string{"Caddyfile:6", `ipv4_prefix groups the addresses of a key template; this zone has the static key "192.0.2.1"`}},
+		{"window below a microsecond", zone("\t\t\tkey k\n\t\t\tlimit 5 1000500ns"), []string{"Caddyfile:5", "window must be a whole number of microseconds, got 1.0005ms"}},
 		{"ipv6_prefix missing", zone("\t\t\tkey k\n\t\t\tlimit 5 1s\n\t\t\tipv6_prefix"), []string{"Caddyfile:6", "ipv6_prefix takes exactly one argument"}},
 
 		// empty_key.

@@ -169,8 +169,8 @@ type Zone struct {
 
 	// IPv4Prefix groups IPv4 client addresses in the key by this many
 	// leading bits (e.g. 24 counts a /24 as one client). Applies to key
-	// values that are an IP address. 0 means not set. Default: 32 (each
-	// address alone).
+	// values that are an IP address; only with a Key with placeholders. 0
+	// means not set. Default: 32 (each address alone).
 	IPv4Prefix int `json:"ipv4_prefix,omitempty"`
 
 	// IPv6Prefix groups IPv6 client addresses in the key by this many
@@ -181,7 +181,7 @@ type Zone struct {
 	// EmptyKey is what a request whose key evaluates to the empty string
 	// gets: "global" (the default: all such requests share one key),
 	// "allow" (not limited by this zone) or "deny" (rejected). Only global
-	// in a zone without a key.
+	// in a zone whose key has no placeholder (or no key).
 	EmptyKey string `json:"empty_key,omitempty"`
 }
 
@@ -192,7 +192,8 @@ type Limit struct {
 	Events int64 `json:"events"`
 
 	// Window is the length of the window (nanoseconds in JSON, or a
-	// duration string such as "1m"). Required, at least 1ms.
+	// duration string such as "1m"). Required, at least 1ms, a whole number
+	// of microseconds.
 	Window caddy.Duration `json:"window"`
 }
 

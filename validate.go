@@ -223,6 +223,10 @@ func (z *Zone) validate() error {
 		if err := checkWindow(time.Duration(l.Window)); err != nil {
 			return zoneErrf("limit", "limit %d: %v%s", i+1, err, jsonHint(time.Duration(l.Window)))
 		}
+		if w := time.Duration(l.Window); w%time.Microsecond != 0 {
+			// The algorithms count in microseconds.
+			return zoneErrf("limit", "limit %d: window must be a whole number of microseconds, got %s", i+1, w)
+		}
 	}
 	if alg == algorithms.Concurrency && len(z.Limits) > 1 {
 		return zoneErrf("limit", "algorithm concurrency takes exactly one limit (requests in flight, lease lifetime), got %d", len(z.Limits))
@@ -283,14 +287,18 @@ func (z *Zone) validate() error {
 			return &zoneError{option: "empty_key", err: err}
 		}
 	}
-	if z.Key == "" {
+	if !strings.Contains(z.Key, "{") {
 		// Prefixes group the addresses a key template evaluates to, and
-		// a zone without a key has one count for all its requests: the
-		// options would be ignored. (0, the full length and global are
-		// the defaults Provision fills in.)
+		// empty_key applies to a key that evaluates to nothing: with a
+		// key_resolver, or a key without placeholders (one count for all
+		// the zone's requests), they would be ignored. (0, the full
+		// length and global are the defaults Provision fills in.)
 		what := "no key (one count for all its requests)"
-		if len(z.KeyResolverRaw) > 0 {
+		switch {
+		case len(z.KeyResolverRaw) > 0:
 			what = "a key_resolver"
+		case z.Key != "":
+			what = fmt.Sprintf("the static key %q (one count for all its requests)", z.Key)
 		}
 		for _, p := range []struct {
 			option    string
@@ -301,7 +309,7 @@ func (z *Zone) validate() error {
 			}
 		}
 		if len(z.KeyResolverRaw) == 0 && z.EmptyKey != "" && z.EmptyKey != defaultEmptyKey {
-			return zoneErrf("empty_key", "empty_key %s needs a key: without one every request of the zone shares one count", z.EmptyKey)
+			return zoneErrf("empty_key", "empty_key %s applies to a key that evaluates to nothing; this zone has %s", z.EmptyKey, what)
 		}
 	}
 	// Last, the algorithm's own view of the tiers (e.g. numbers it cannot

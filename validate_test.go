@@ -192,7 +192,10 @@ func TestValidateInvalid(t *testing.T) {
 		{"ipv6_prefix with key_resolver", one(func(z *Zone) {
 			z.Key, z.KeyResolverRaw, z.IPv6Prefix = "", json.RawMessage(`{"resolver":"x"}`), 64
 		}), "ipv6_prefix groups the addresses of a key template; this zone has a key_resolver"},
-		{"empty_key without key", one(func(z *Zone) { z.Key = ""; z.EmptyKey = "allow" }), "empty_key allow needs a key"},
+		{"empty_key without key", one(func(z *Zone) { z.Key = ""; z.EmptyKey = "allow" }), "empty_key allow applies to a key that evaluates to nothing; this zone has no key"},
+		{"empty_key with a static key", one(func(z *Zone) { z.Key = "login"; z.EmptyKey = "deny" }), `this zone has the static key "login"`},
+		{"ipv6_prefix with a static key", one(func(z *Zone) { z.Key = "2001:db8::1"; z.IPv6Prefix = 64 }), `ipv6_prefix groups the addresses of a key template; this zone has the static key "2001:db8::1"`},
+		{"window with nanoseconds", one(func(z *Zone) { z.Limits[0].Window = caddy.Duration(time.Second + 1) }), "limit 1: window must be a whole number of microseconds, got 1.000000001s"},
 		{"key and resolver", one(func(z *Zone) { z.KeyResolverRaw = json.RawMessage(`{"resolver":"x"}`) }), "mutually exclusive"},
 		{"unknown algorithm", one(func(z *Zone) { z.Algorithm = "leaky" }), `unknown algorithm "leaky" (want one of sliding_log, sliding_window, fixed_window, token_bucket, leaky_bucket, gcra, concurrency)`},
 		{"no limits", one(func(z *Zone) { z.Limits = nil }), `zone "z": no limit`},
