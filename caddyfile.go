@@ -30,7 +30,7 @@ func parseCaddyfile(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler, error)
 // Subdirectives of a rate_limit block and of a zone block, for error
 // messages.
 var (
-	handlerSubdirectives = []string{"zone", "store", "redis", "sync_interval", "on_error", "headers", "status", "dry_run", "jitter", "sweep_interval", "max_keys", "log_keys"}
+	handlerSubdirectives = []string{"zone", "store", "redis", "sync_interval", "on_error", "headers", "status", "dry_run", "jitter", "sweep_interval", "max_keys", "log_keys", "disable_metrics"}
 	zoneSubdirectives    = []string{"match", "key", "algorithm", "limit", "events", "window", "burst", "cost", "on_limit", "count_rejected", "ipv4_prefix", "ipv6_prefix", "empty_key"}
 )
 
@@ -39,7 +39,7 @@ var (
 //	rate_limit [<matcher>] {
 //	    zone <name> {
 //	        match { <request matchers> }
-//	        key       <placeholder template>
+//	        key       <placeholder template>    (none: one count for all requests)
 //	        algorithm sliding_log | sliding_window | fixed_window | token_bucket | leaky_bucket | gcra | concurrency
 //	        limit     <events> <window>
 //	        events    <n>
@@ -77,6 +77,7 @@ var (
 //	    jitter         <fraction>
 //	    sweep_interval <duration>
 //	    max_keys       <n>
+//	    disable_metrics
 //	}
 //
 // limit may be repeated for several tiers; events and window are the
@@ -121,8 +122,8 @@ func (h *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 		case "sync_interval":
 			var dur time.Duration
 			if dur, err = durationArg(d, "sync_interval"); err == nil {
-				if dur < minWindow {
-					err = d.Errf("sync_interval must be at least %s, got %s", minWindow, dur)
+				if e := checkAtLeast("sync_interval", dur, minSyncInterval); e != nil {
+					err = d.WrapErr(e)
 				}
 				h.SyncInterval = caddy.Duration(dur)
 			}
@@ -170,7 +171,7 @@ func (h *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 			if v, err = oneArg(d, "jitter", "<fraction>"); err == nil {
 				var f float64
 				if f, err = strconv.ParseFloat(v, 64); err != nil {
-					err = d.Errf("jitter must be a fraction between 0 and 1, got %q", v)
+					err = d.Errf("jitter must be a non-negative fraction (e.g. 0.2: up to 20%% more), got %q", v)
 				} else if err = checkJitter(f); err != nil {
 					err = d.WrapErr(err)
 				}
@@ -180,8 +181,8 @@ func (h *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 		case "sweep_interval":
 			var dur time.Duration
 			if dur, err = durationArg(d, "sweep_interval"); err == nil {
-				if dur <= 0 {
-					err = d.Errf("sweep_interval must be positive, got %s", dur)
+				if e := checkAtLeast("sweep_interval", dur, minSweepInterval); e != nil {
+					err = d.WrapErr(e)
 				}
 				h.SweepInterval = caddy.Duration(dur)
 			}
@@ -194,6 +195,10 @@ func (h *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 				}
 				h.MaxKeys = int(n)
 			}
+
+		case "disable_metrics":
+			err = noArgs(d, "disable_metrics")
+			h.DisableMetrics = true
 
 		case "distributed", "storage":
 			err = d.Errf("%s (from mholt/caddy-ratelimit) is not supported: this module shares counts between instances with its own store (see store)", sub)
@@ -368,8 +373,8 @@ func (h *Handler) unmarshalZone(d *caddyfile.Dispenser, zoneLines map[string]int
 				if err != nil {
 					return d.Errf("zone %q: on_limit wait: bad duration %q: %v", name, args[1], err)
 				}
-				if w <= 0 {
-					return d.Errf("zone %q: on_limit wait: max_wait must be positive, got %s", name, w)
+				if err := checkAtLeast("max_wait", w, minMaxWait); err != nil {
+					return d.Errf("zone %q: on_limit wait: %v", name, err)
 				}
 				z.MaxWait = caddy.Duration(w)
 			case len(args) == 0:
@@ -401,7 +406,7 @@ func (h *Handler) unmarshalZone(d *caddyfile.Dispenser, zoneLines map[string]int
 			}
 			bits, err := strconv.Atoi(v)
 			if err != nil {
-				return d.Errf("zone %q: %s must be a number of bits between 1 and %d, got %q", name, sub, max, v)
+				return d.Errf("zone %q: %s must be a number of bits between 1 and %d (or 0: not set), got %q", name, sub, max, v)
 			}
 			if err := checkPrefix(sub, bits, max); err != nil {
 				return zerr(err)

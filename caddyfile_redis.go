@@ -62,6 +62,9 @@ func unmarshalRedis(d *caddyfile.Dispenser) (*RedisConfig, error) {
 			if !strings.Contains(v, "{") && !strings.HasPrefix(v, "redis://") && !strings.HasPrefix(v, "rediss://") {
 				return nil, d.Errf("redis: url must start with redis:// or rediss://, got %q", v)
 			}
+			if err := checkRedisURL(v, 0); err != nil {
+				return nil, d.WrapErr(err)
+			}
 			rc.URL = v
 		case "sentinel":
 			args := d.RemainingArgs()
@@ -135,8 +138,8 @@ func unmarshalRedis(d *caddyfile.Dispenser) (*RedisConfig, error) {
 			if err != nil {
 				return nil, err
 			}
-			if dur <= 0 {
-				return nil, d.Errf("redis: %s must be positive, got %s", sub, dur)
+			if err := checkAtLeast(sub, dur, minRedisTimeout); err != nil {
+				return nil, d.Errf("redis: %v", err)
 			}
 			v := caddy.Duration(dur)
 			switch sub {
@@ -152,8 +155,8 @@ func unmarshalRedis(d *caddyfile.Dispenser) (*RedisConfig, error) {
 			if err != nil {
 				return nil, err
 			}
-			if n > 1<<20 {
-				return nil, d.Errf("redis: pool_size is too large: %d", n)
+			if n > maxPoolSize {
+				return nil, d.Errf("redis: pool_size must be at most %d, got %d", maxPoolSize, n)
 			}
 			rc.PoolSize = int(n)
 		default:

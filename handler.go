@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"math/rand/v2"
+	"net"
 	"net/http"
 	"strconv"
 	"strings"
@@ -116,7 +117,7 @@ func (h *Handler) admit(w http.ResponseWriter, r *http.Request) (leases []taken,
 				applied = append(applied, z)
 				if rt.dryRun {
 					z.m.dryRun.Inc()
-					h.logDenial(z, key, &d, true)
+					h.logDenial(r, z, key, &d, true)
 					if !repDenied {
 						rep, reported, repDenied = taken{z: z, key: key, d: d}, true, true
 					}
@@ -151,7 +152,7 @@ func (h *Handler) admit(w http.ResponseWriter, r *http.Request) (leases []taken,
 		if !d.Allowed {
 			if rt.dryRun {
 				z.m.dryRun.Inc()
-				h.logDenial(z, key, &d, true)
+				h.logDenial(r, z, key, &d, true)
 				if !repDenied {
 					rep, reported, repDenied = taken{z: z, st: st, key: key, cost: cost, d: d}, true, true
 				}
@@ -212,7 +213,7 @@ func (h *Handler) reject(w http.ResponseWriter, r *http.Request, z *zone, key st
 	h.setHeaders(w.Header(), z, d, policy, retry)
 	setPlaceholders(r, z, key, d, retry, true)
 	z.m.denied.Inc()
-	h.logDenial(z, key, d, false)
+	h.logDenial(r, z, key, d, false)
 	if h.useErrorRoutes(r) {
 		return z.rejection(rt.status)
 	}
@@ -237,21 +238,33 @@ func (h *Handler) useErrorRoutes(r *http.Request) bool {
 	return ok && srv != nil && srv.Errors != nil && len(srv.Errors.Routes) > 0
 }
 
-// logDenial logs a denial at debug level only: a limiter under attack must
-// not write a line per request.
-func (h *Handler) logDenial(z *zone, key string, d *algorithms.Decision, dry bool) {
+// logDenial logs a denial. By default at debug level, without the key: a
+// limiter under attack must not write a line per request. With log_keys, at
+// info level with the key and the client's address, as mholt/caddy-ratelimit
+// logs a denial with log_key (same message and fields: zone, wait,
+// remote_ip, key), for tools that ban clients from the log.
+func (h *Handler) logDenial(r *http.Request, z *zone, key string, d *algorithms.Decision, dry bool) {
 	msg := "rate limit exceeded"
 	if dry {
 		msg = "rate limit exceeded (dry run: not rejected)"
 	}
-	if c := h.rt.logger.Check(zapcore.DebugLevel, msg); c != nil {
+	level := zapcore.DebugLevel
+	if h.LogKeys {
+		level = zapcore.InfoLevel
+	}
+	if c := h.rt.logger.Check(level, msg); c != nil {
 		fields := []zap.Field{zap.String("zone", z.name),
 			zap.Int("tier", d.Tier), zap.Int64("limit", d.Limit),
 			zap.Duration("retry_after", d.RetryAfter)}
 		if h.LogKeys {
-			// Keys can be personal data (addresses, user IDs): only
-			// when asked for.
-			fields = append(fields, zap.String("key", key))
+			// Keys and addresses can be personal data: only when
+			// asked for.
+			remoteIP, _, err := net.SplitHostPort(r.RemoteAddr)
+			if err != nil {
+				remoteIP = r.RemoteAddr // a unix socket
+			}
+			fields = append(fields, zap.String("key", key),
+				zap.Duration("wait", d.RetryAfter), zap.String("remote_ip", remoteIP))
 		}
 		c.Write(fields...)
 	}

@@ -81,6 +81,8 @@ func retryAfterSeconds(d time.Duration, jitter float64) int64 {
 		extra := rand.Float64() * jitter * float64(d)
 		if extra < float64(math.MaxInt64-d) {
 			d += time.Duration(extra)
+		} else {
+			d = math.MaxInt64 // a jitter far above 1: saturate, never wrap
 		}
 	}
 	return max(ceilSeconds(d), 1)

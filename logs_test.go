@@ -3,6 +3,7 @@ package ratelimit
 import (
 	"strings"
 	"testing"
+	"time"
 
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
@@ -19,7 +20,10 @@ func observe(h *Handler, level zapcore.Level) *observer.ObservedLogs {
 	return logs
 }
 
-// Denials are logged at debug only, and keys appear only with log_keys.
+// Denials are logged at debug without the key; with log_keys at info, with
+// the key and the client's address, as mholt/caddy-ratelimit logs them with
+// log_key (message "rate limit exceeded"; fields zone, wait, remote_ip,
+// key).
 func TestLogsDenials(t *testing.T) {
 	for _, logKeys := range []bool{false, true} {
 		cfg := `{"zones":[{"name":"z","key":"{http.request.remote.host}","limits":[{"events":1,"window":"1m"}]}]}`
@@ -29,10 +33,21 @@ func TestLogsDenials(t *testing.T) {
 		h := provision(t, cfg, newFakeClock())
 		info := observe(h, zapcore.InfoLevel)
 		for i := 0; i < 5; i++ {
-			serve(h, newReq("192.0.2.77:1"))
+			serve(h, newReq("192.0.2.77:1")) // the first is admitted
 		}
-		if n := info.Len(); n != 0 {
-			t.Errorf("log_keys %v: %d lines at info or above for denials, want 0", logKeys, n)
+		want := 0
+		if logKeys {
+			want = 4
+		}
+		if n := info.Len(); n != want {
+			t.Errorf("log_keys %v: %d lines at info or above for 4 denials, want %d", logKeys, n, want)
+		}
+		for _, e := range info.All() {
+			m := e.ContextMap()
+			if e.Message != "rate limit exceeded" || e.Level != zapcore.InfoLevel ||
+				m["zone"] != "z" || m["key"] != "192.0.2.77" || m["remote_ip"] != "192.0.2.77" || m["wait"] != time.Minute {
+				t.Errorf("log_keys: denial logged as %s %q %v", e.Level, e.Message, m)
+			}
 		}
 		debug := observe(h, zapcore.DebugLevel)
 		serve(h, newReq("192.0.2.77:1"))
@@ -44,6 +59,20 @@ func TestLogsDenials(t *testing.T) {
 		if hasKey != logKeys || strings.Contains(entryText(entries[0]), "192.0.2.77") != logKeys {
 			t.Errorf("log_keys %v: key in the log line: %v (%v)", logKeys, hasKey, entries[0].ContextMap())
 		}
+	}
+}
+
+// With log_keys, a dry run logs what it would have denied at info too.
+func TestLogsDryRunDenialsWithLogKeys(t *testing.T) {
+	h := provision(t, `{"log_keys":true,"dry_run":true,"zones":[{"name":"z","key":"{http.request.header.X-User}",
+		"limits":[{"events":1,"window":"1m"}]}]}`, newFakeClock())
+	info := observe(h, zapcore.InfoLevel)
+	for i := 0; i < 3; i++ {
+		serve(h, newReq("192.0.2.77:1", header("X-User", "ann")))
+	}
+	entries := info.FilterMessage("rate limit exceeded (dry run: not rejected)").All()
+	if len(entries) != 2 || entries[0].ContextMap()["key"] != "ann" {
+		t.Fatalf("%d info lines for 2 dry-run denials (want 2, with key ann): %v", len(entries), info.All())
 	}
 }
 

@@ -108,8 +108,10 @@ func (zm *zoneMetrics) observe(start time.Time) {
 // provisionMetrics finds (or registers) the metrics of ctx's registry.
 func (h *Handler) provisionMetrics(ctx caddy.Context) (*metrics, error) {
 	reg := ctx.GetMetricsRegistry()
-	if reg == nil {
-		reg = prometheus.NewRegistry() // a bare context (tests): unscraped
+	if reg == nil || h.DisableMetrics {
+		// A bare context (tests), or disable_metrics: a registry of this
+		// handler's own, which nothing scrapes.
+		reg = prometheus.NewRegistry()
 	}
 	key := metricsKey{reg}
 	v, _, err := pool.LoadOrNew(key, func() (caddy.Destructor, error) {

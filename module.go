@@ -44,8 +44,9 @@ type Handler struct {
 	// calls; approximate: with N instances, a window admits at most
 	// (N-1) x ceil(events x interval / window) units more than its events.
 	// Only with algorithm fixed_window or sliding_window (nanoseconds in
-	// JSON, or a duration string). Default: 0 (off: every decision is
-	// exact, one Redis call).
+	// JSON, or a duration string; at least 10ms). Not with on_error closed
+	// or local: decisions never wait on Redis. Default: 0 (off: every
+	// decision is exact, one Redis call).
 	SyncInterval caddy.Duration `json:"sync_interval,omitempty"`
 
 	// OnError is what a request gets when the redis store fails (an error,
@@ -57,8 +58,10 @@ type Handler struct {
 	OnError string `json:"on_error,omitempty"`
 
 	// LogKeys writes the key of a request (an address, a tenant ID...) in
-	// the log lines of denials and failures. Default: false (keys can be
-	// personal data; the zone is logged instead).
+	// the log lines of denials and failures, and logs each denial at info
+	// level ("rate limit exceeded", with the key and the client address, as
+	// mholt/caddy-ratelimit's log_key does). Default: false (keys can be
+	// personal data: denials are logged at debug level, without the key).
 	LogKeys bool `json:"log_keys,omitempty"`
 
 	// Headers chooses the rate-limit response headers written on every
@@ -75,21 +78,29 @@ type Handler struct {
 	// DryRun decides, counts, logs and sets headers, but never rejects.
 	DryRun bool `json:"dry_run,omitempty"`
 
-	// Jitter adds a random fraction (0 to 1) of up to this much to
-	// Retry-After, so rejected clients do not all retry at the same
-	// instant. Retry-After is never made shorter. Default: 0.
+	// Jitter adds a random fraction of up to this much of the wait to
+	// Retry-After (0.2: up to 20% more; any non-negative value), so
+	// rejected clients do not all retry at the same instant. Retry-After is
+	// never made shorter. Default: 0.
 	Jitter float64 `json:"jitter,omitempty"`
 
 	// SweepInterval is how often the memory store drops the state of keys
-	// that have gone idle (nanoseconds in JSON, or a duration string).
-	// Default: 1m.
+	// that have gone idle (nanoseconds in JSON, or a duration string; at
+	// least 1s). With store redis only with on_error local. Default: 1m.
 	SweepInterval caddy.Duration `json:"sweep_interval,omitempty"`
 
 	// MaxKeys is the most keys the memory store holds per zone; beyond it
 	// the least recently used key is evicted, so a flood of distinct keys
 	// cannot exhaust memory. A key costs about 250-1,000 bytes of resident
-	// memory, by algorithm and key length (README). Default: 50000.
+	// memory, by algorithm and key length (README). With store redis only
+	// with on_error local or sync_interval. Default: 50000.
 	MaxKeys int `json:"max_keys,omitempty"`
+
+	// DisableMetrics keeps this handler's zones out of Caddy's metrics
+	// (as mholt/caddy-ratelimit's option of that name): their decisions,
+	// store errors, keys and breaker state are not reported. Default:
+	// false.
+	DisableMetrics bool `json:"disable_metrics,omitempty"`
 
 	rt handlerRuntime // set up by Provision (provision.go)
 }
@@ -110,7 +121,9 @@ type Zone struct {
 	// "{http.request.remote.host}" or
 	// "{http.request.header.X-Org-Id}:{http.request.method}". Each distinct
 	// value is limited on its own. A static key limits all matching
-	// requests together. Required unless KeyResolverRaw is set (not both).
+	// requests together, and so does no key (as in mholt/caddy-ratelimit).
+	// Braces must be placeholders (escape a literal one as \{). Not with
+	// KeyResolverRaw. Default: none.
 	Key string `json:"key,omitempty"`
 
 	// KeyResolverRaw is a module from the namespace
@@ -145,7 +158,8 @@ type Zone struct {
 	// evenly (traffic shaping).
 	OnLimit string `json:"on_limit,omitempty"`
 
-	// MaxWait is the longest a request waits with on_limit wait. Required
+	// MaxWait is the longest a request waits with on_limit wait
+	// (nanoseconds in JSON, or a duration string; at least 1ms). Required
 	// with wait, not allowed otherwise.
 	MaxWait caddy.Duration `json:"max_wait,omitempty"`
 
@@ -156,17 +170,19 @@ type Zone struct {
 
 	// IPv4Prefix groups IPv4 client addresses in the key by this many
 	// leading bits (e.g. 24 counts a /24 as one client). Applies to key
-	// values that are an IP address. Default: 32 (each address alone).
+	// values that are an IP address; only with a Key with placeholders. 0
+	// means not set. Default: 32 (each address alone).
 	IPv4Prefix int `json:"ipv4_prefix,omitempty"`
 
 	// IPv6Prefix groups IPv6 client addresses in the key by this many
 	// leading bits (64 counts a /64, one customer's network, as one
-	// client). Default: 128 (each address alone).
+	// client). 0 means not set. Default: 128 (each address alone).
 	IPv6Prefix int `json:"ipv6_prefix,omitempty"`
 
 	// EmptyKey is what a request whose key evaluates to the empty string
 	// gets: "global" (the default: all such requests share one key),
-	// "allow" (not limited by this zone) or "deny" (rejected).
+	// "allow" (not limited by this zone) or "deny" (rejected). Only global
+	// in a zone whose key has no placeholder (or no key).
 	EmptyKey string `json:"empty_key,omitempty"`
 }
 
@@ -177,7 +193,8 @@ type Limit struct {
 	Events int64 `json:"events"`
 
 	// Window is the length of the window (nanoseconds in JSON, or a
-	// duration string such as "1m"). Required, at least 1ms.
+	// duration string such as "1m"). Required, at least 1ms, a whole number
+	// of microseconds.
 	Window caddy.Duration `json:"window"`
 }
 

@@ -7,13 +7,17 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/url"
 	"os"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
 	"github.com/caddyserver/caddy/v2"
 	"github.com/redis/go-redis/v9"
+
+	"github.com/zonelimit/caddy-ratelimit/keyresolver"
 )
 
 // Defaults of the redis block. Short timeouts: a rate limiter that waits
@@ -25,6 +29,10 @@ const (
 	defaultDialTimeout  = time.Second
 	defaultReadTimeout  = 250 * time.Millisecond
 	defaultWriteTimeout = 250 * time.Millisecond
+
+	// maxPoolSize bounds pool_size: far above any useful pool, low enough
+	// that a typo cannot make the client hold a million connections.
+	maxPoolSize = 1 << 20
 )
 
 // RedisConfig is how the Redis store connects: one node, a Redis Cluster
@@ -39,7 +47,8 @@ type RedisConfig struct {
 	Addresses []string `json:"addresses,omitempty"`
 
 	// URL is a redis:// or rediss:// URL (user, password, host, port, db
-	// and TLS in one string), instead of Addresses.
+	// and TLS in one string), instead of Addresses. Username and Password
+	// override the URL's; DB may not be given in both.
 	URL string `json:"url,omitempty"`
 
 	// Cluster makes a single address a Cluster seed. Several addresses
@@ -75,7 +84,7 @@ type RedisConfig struct {
 	KeyPrefix string `json:"key_prefix,omitempty"`
 
 	// DialTimeout bounds connecting to Redis (nanoseconds in JSON, or a
-	// duration string). Default: 1s.
+	// duration string; at least 1ms, as the other timeouts). Default: 1s.
 	DialTimeout caddy.Duration `json:"dial_timeout,omitempty"`
 
 	// ReadTimeout bounds waiting for one reply. A decision that takes
@@ -85,8 +94,8 @@ type RedisConfig struct {
 	// WriteTimeout bounds sending one command. Default: 250ms.
 	WriteTimeout caddy.Duration `json:"write_timeout,omitempty"`
 
-	// PoolSize is the most connections per Redis node. Default: go-redis's,
-	// 10 per CPU.
+	// PoolSize is the most connections per Redis node, at most 1048576.
+	// Default: go-redis's, 10 per CPU.
 	PoolSize int `json:"pool_size,omitempty"`
 }
 
@@ -127,6 +136,16 @@ func (rc *RedisConfig) validate() error {
 			return err
 		}
 	}
+	if rc.URL != "" {
+		if err := checkRedisURL(rc.URL, rc.DB); err != nil {
+			return err
+		}
+	}
+	for name, v := range map[string]string{"sentinel master": rc.SentinelMaster, "tls server_name": tlsServerName(rc.TLS)} {
+		if err := keyresolver.CheckTemplate(v); err != nil {
+			return fmt.Errorf("redis: %s: %v", name, err)
+		}
+	}
 	if rc.DB < 0 {
 		return fmt.Errorf("redis: db must not be negative, got %d", rc.DB)
 	}
@@ -136,25 +155,81 @@ func (rc *RedisConfig) validate() error {
 	if strings.ContainsAny(rc.KeyPrefix, "{}") && !isPlaceholder(rc.KeyPrefix) {
 		return fmt.Errorf("redis: key_prefix %q must not contain a brace ('{' or '}' would change the Cluster hash tag)", rc.KeyPrefix)
 	}
-	for name, d := range map[string]caddy.Duration{"dial_timeout": rc.DialTimeout, "read_timeout": rc.ReadTimeout, "write_timeout": rc.WriteTimeout} {
-		if d < 0 {
-			return fmt.Errorf("redis: %s must be positive, got %s", name, time.Duration(d))
+	for _, t := range []struct {
+		name string
+		d    caddy.Duration
+	}{{"dial_timeout", rc.DialTimeout}, {"read_timeout", rc.ReadTimeout}, {"write_timeout", rc.WriteTimeout}} {
+		// 0 is the default; a few nanoseconds would fail every call.
+		if d := time.Duration(t.d); d != 0 {
+			if err := checkAtLeast(t.name, d, minRedisTimeout); err != nil {
+				return fmt.Errorf("redis: %v%s", err, jsonHint(d))
+			}
 		}
 	}
 	if rc.PoolSize < 0 {
 		return fmt.Errorf("redis: pool_size must be positive, got %d", rc.PoolSize)
 	}
+	if rc.PoolSize > maxPoolSize {
+		return fmt.Errorf("redis: pool_size must be at most %d, got %d", maxPoolSize, rc.PoolSize)
+	}
 	return nil
 }
 
-// checkHostPort accepts host:port, and a placeholder (checked once
-// replaced).
+func tlsServerName(t *RedisTLS) string {
+	if t == nil {
+		return ""
+	}
+	return t.ServerName
+}
+
+// checkHostPort accepts host:port with a port from 1 to 65535, and a value
+// with placeholders (checked once replaced) whose braces are placeholders.
 func checkHostPort(a string) error {
-	if strings.Contains(a, "{") {
+	if strings.ContainsAny(a, "{}") {
+		if err := keyresolver.CheckTemplate(a); err != nil {
+			return fmt.Errorf("redis: address %q: %v", a, err)
+		}
 		return nil
 	}
-	if _, port, err := net.SplitHostPort(a); err != nil || port == "" {
+	_, port, err := net.SplitHostPort(a)
+	if err != nil || port == "" {
 		return fmt.Errorf("redis: address %q is not host:port", a)
+	}
+	return checkPort("address", a, port)
+}
+
+func checkPort(what, value, port string) error {
+	if n, err := strconv.Atoi(port); err != nil || n < 1 || n > 65535 {
+		return fmt.Errorf("redis: %s %q: port %q is not a TCP port (1 to 65535)", what, value, port)
+	}
+	return nil
+}
+
+// checkRedisURL checks what of a redis URL go-redis would not refuse
+// itself but read as something else: a port out of range, and a database
+// that db overrides. A URL with placeholders is checked once replaced.
+func checkRedisURL(v string, db int) error {
+	if strings.ContainsAny(v, "{}") {
+		if err := keyresolver.CheckTemplate(v); err != nil {
+			return fmt.Errorf("redis: url: %v", err)
+		}
+		return nil
+	}
+	u, err := url.Parse(v)
+	if err != nil {
+		// (Not err itself: it quotes the URL, password included.)
+		return errors.New("redis: url is not a URL: want redis[s]://[user:password@]host:port[/db]")
+	}
+	if u.Scheme != "redis" && u.Scheme != "rediss" {
+		return fmt.Errorf("redis: url must start with redis:// or rediss://, got %q", u.Redacted())
+	}
+	if p := u.Port(); p != "" || strings.HasSuffix(u.Host, ":") {
+		if err := checkPort("url", u.Redacted(), p); err != nil {
+			return err
+		}
+	}
+	if path := strings.Trim(u.Path, "/"); path != "" && db != 0 {
+		return fmt.Errorf("redis: db %d and the url's database %q: give the database once (in the url, or db)", db, path)
 	}
 	return nil
 }

@@ -11,6 +11,7 @@ import (
 	"github.com/caddyserver/caddy/v2"
 
 	"github.com/zonelimit/caddy-ratelimit/algorithms"
+	"github.com/zonelimit/caddy-ratelimit/keyresolver"
 )
 
 // Values accepted by the enumerated options, as written in the Caddyfile and
@@ -39,6 +40,17 @@ const (
 	// scripts) stays exact.
 	maxCount  = algorithms.MaxCount
 	maxWindow = algorithms.MaxWindow
+)
+
+// Lower bounds of the durations: below them an option cannot mean what was
+// written. A JSON number is nanoseconds, so "sweep_interval": 60 is 60ns (a
+// sweep loop that never rests), and a max_wait or a Redis timeout of a few
+// nanoseconds silently turns waiting, or Redis, off.
+const (
+	minSweepInterval = time.Second
+	minMaxWait       = time.Millisecond
+	minSyncInterval  = 10 * time.Millisecond // a push per interval and key
+	minRedisTimeout  = time.Millisecond
 )
 
 // Validate checks the configuration as a whole: every zone on its own
@@ -90,8 +102,10 @@ func (h *Handler) validateOptions() error {
 	if err := checkJitter(h.Jitter); err != nil {
 		return err
 	}
-	if h.SweepInterval < 0 {
-		return fmt.Errorf("sweep_interval must not be negative, got %s", time.Duration(h.SweepInterval))
+	if d := time.Duration(h.SweepInterval); d != 0 {
+		if err := checkAtLeast("sweep_interval", d, minSweepInterval); err != nil {
+			return fmt.Errorf("%v%s", err, jsonHint(d))
+		}
 	}
 	if h.MaxKeys < 0 {
 		return fmt.Errorf("max_keys must not be negative, got %d", h.MaxKeys)
@@ -100,7 +114,8 @@ func (h *Handler) validateOptions() error {
 }
 
 // validateRedisOptions checks the options of the redis store: they need
-// store redis, and sync_interval needs counter algorithms.
+// store redis, and sync_interval needs counter algorithms. With store redis
+// it also refuses the options that would be ignored there.
 func (h *Handler) validateRedisOptions() error {
 	redisStore := h.Store == "redis"
 	if !redisStore {
@@ -124,13 +139,15 @@ func (h *Handler) validateRedisOptions() error {
 			return &zoneError{option: "redis", err: err}
 		}
 	}
-	if h.SyncInterval < 0 {
-		return zoneErrf("sync_interval", "sync_interval must be positive, got %s", time.Duration(h.SyncInterval))
+	if d := time.Duration(h.SyncInterval); d != 0 {
+		if err := checkAtLeast("sync_interval", d, minSyncInterval); err != nil {
+			return zoneErrf("sync_interval", "%v%s", err, jsonHint(d))
+		}
+	}
+	if err := h.checkRedisIgnored(); err != nil {
+		return err
 	}
 	if h.SyncInterval > 0 {
-		if time.Duration(h.SyncInterval) < minWindow {
-			return zoneErrf("sync_interval", "sync_interval must be at least %s, got %s", minWindow, time.Duration(h.SyncInterval))
-		}
 		for _, z := range h.Zones {
 			if z.Algorithm != algorithms.FixedWindow && z.Algorithm != algorithms.SlidingWindow {
 				alg := z.Algorithm
@@ -141,6 +158,25 @@ func (h *Handler) validateRedisOptions() error {
 					z.Name, algorithms.FixedWindow, algorithms.SlidingWindow, alg)
 			}
 		}
+	}
+	return nil
+}
+
+// checkRedisIgnored refuses, with store redis, the options that the store
+// would ignore. The values Provision fills in pass: Validate runs again
+// after Provision.
+func (h *Handler) checkRedisIgnored() error {
+	if h.SyncInterval > 0 && (h.OnError == "closed" || h.OnError == "local") {
+		return zoneErrf("on_error", "on_error %s does not apply with sync_interval: decisions are made on local counts and never wait on Redis (a failed push is retried at the next interval)", h.OnError)
+	}
+	// With store redis the memory store is the on_error local fallback,
+	// and (max_keys only) the local counts of sync_interval.
+	local := h.OnError == "local"
+	if h.SweepInterval != 0 && time.Duration(h.SweepInterval) != defaultSweepInterval && !local {
+		return zoneErrf("sweep_interval", "sweep_interval applies to keys held in memory: with store redis only with on_error local")
+	}
+	if h.MaxKeys != 0 && h.MaxKeys != defaultMaxKeys && !local && h.SyncInterval == 0 {
+		return zoneErrf("max_keys", "max_keys applies to keys held in memory: with store redis only with on_error local or sync_interval")
 	}
 	return nil
 }
@@ -166,11 +202,11 @@ func (z *Zone) validate() error {
 	if err := checkZoneName(z.Name); err != nil {
 		return &zoneError{err: err}
 	}
-	if z.Key == "" && len(z.KeyResolverRaw) == 0 {
-		return zoneErrf("key", "no key: add key <template>, e.g. key {http.request.remote.host}")
-	}
 	if z.Key != "" && len(z.KeyResolverRaw) > 0 {
 		return zoneErrf("key", "key and key_resolver are mutually exclusive")
+	}
+	if err := keyresolver.CheckTemplate(z.Key); err != nil {
+		return zoneErrf("key", "key: %v", err)
 	}
 	alg := z.Algorithm
 	if alg == "" {
@@ -187,7 +223,11 @@ func (z *Zone) validate() error {
 			return zoneErrf("limit", "limit %d: %v", i+1, err)
 		}
 		if err := checkWindow(time.Duration(l.Window)); err != nil {
-			return zoneErrf("limit", "limit %d: %v", i+1, err)
+			return zoneErrf("limit", "limit %d: %v%s", i+1, err, jsonHint(time.Duration(l.Window)))
+		}
+		if w := time.Duration(l.Window); w%time.Microsecond != 0 {
+			// The algorithms count in microseconds.
+			return zoneErrf("limit", "limit %d: window must be a whole number of microseconds, got %s", i+1, w)
 		}
 	}
 	if alg == algorithms.Concurrency && len(z.Limits) > 1 {
@@ -228,25 +268,50 @@ func (z *Zone) validate() error {
 		if z.MaxWait <= 0 {
 			return zoneErrf("on_limit", "on_limit wait needs a positive max_wait (on_limit wait <duration>), got %s", time.Duration(z.MaxWait))
 		}
+		if d := time.Duration(z.MaxWait); d < minMaxWait {
+			// A shorter wait never waits: the shortest sleep is 1ms.
+			return zoneErrf("on_limit", "%v%s", checkAtLeast("max_wait", d, minMaxWait), jsonHint(d))
+		}
 	default:
 		return &zoneError{option: "on_limit", err: checkOneOf("on_limit", z.OnLimit, onLimitModes)}
 	}
 	if z.CountRejected && alg == algorithms.Concurrency {
 		return zoneErrf("count_rejected", "count_rejected does not apply to algorithm concurrency (a denied request holds no lease)")
 	}
-	if z.IPv4Prefix != 0 {
-		if err := checkPrefix("ipv4_prefix", z.IPv4Prefix, maxIPv4Prefix); err != nil {
-			return &zoneError{option: "ipv4_prefix", err: err}
-		}
+	if err := checkPrefix("ipv4_prefix", z.IPv4Prefix, maxIPv4Prefix); err != nil {
+		return &zoneError{option: "ipv4_prefix", err: err}
 	}
-	if z.IPv6Prefix != 0 {
-		if err := checkPrefix("ipv6_prefix", z.IPv6Prefix, maxIPv6Prefix); err != nil {
-			return &zoneError{option: "ipv6_prefix", err: err}
-		}
+	if err := checkPrefix("ipv6_prefix", z.IPv6Prefix, maxIPv6Prefix); err != nil {
+		return &zoneError{option: "ipv6_prefix", err: err}
 	}
 	if z.EmptyKey != "" {
 		if err := checkOneOf("empty_key", z.EmptyKey, emptyKeyModes); err != nil {
 			return &zoneError{option: "empty_key", err: err}
+		}
+	}
+	if !strings.Contains(z.Key, "{") {
+		// Prefixes group the addresses a key template evaluates to, and
+		// empty_key applies to a key that evaluates to nothing: with a
+		// key_resolver, or a key without placeholders (one count for all
+		// the zone's requests), they would be ignored. (0, the full
+		// length and global are the defaults Provision fills in.)
+		what := "no key (one count for all its requests)"
+		switch {
+		case len(z.KeyResolverRaw) > 0:
+			what = "a key_resolver"
+		case z.Key != "":
+			what = fmt.Sprintf("the static key %q (one count for all its requests)", z.Key)
+		}
+		for _, p := range []struct {
+			option    string
+			bits, max int
+		}{{"ipv4_prefix", z.IPv4Prefix, maxIPv4Prefix}, {"ipv6_prefix", z.IPv6Prefix, maxIPv6Prefix}} {
+			if p.bits != 0 && p.bits != p.max {
+				return zoneErrf(p.option, "%s groups the addresses of a key template; this zone has %s", p.option, what)
+			}
+		}
+		if len(z.KeyResolverRaw) == 0 && z.EmptyKey != "" && z.EmptyKey != defaultEmptyKey {
+			return zoneErrf("empty_key", "empty_key %s applies to a key that evaluates to nothing; this zone has %s", z.EmptyKey, what)
 		}
 	}
 	// Last, the algorithm's own view of the tiers (e.g. numbers it cannot
@@ -326,6 +391,23 @@ func checkEvents(n int64) error {
 	return nil
 }
 
+// checkAtLeast checks that duration option d is at least min.
+func checkAtLeast(option string, d, min time.Duration) error {
+	if d < min {
+		return fmt.Errorf("%s must be at least %s, got %s", option, min, d)
+	}
+	return nil
+}
+
+// jsonHint explains a duration below a millisecond, most likely a number of
+// seconds written as a bare JSON number (which is nanoseconds).
+func jsonHint(d time.Duration) string {
+	if d <= 0 || d >= time.Millisecond {
+		return ""
+	}
+	return fmt.Sprintf(`: a JSON number is nanoseconds; write a duration string such as "%ds"`, int64(d))
+}
+
 func checkWindow(w time.Duration) error {
 	if w < minWindow {
 		return fmt.Errorf("window must be at least %s, got %s", minWindow, w)
@@ -336,9 +418,11 @@ func checkWindow(w time.Duration) error {
 	return nil
 }
 
+// checkPrefix accepts 0 (not set: the full length, each address alone, as
+// in mholt/caddy-ratelimit) to max bits.
 func checkPrefix(option string, bits, max int) error {
-	if bits < 1 || bits > max {
-		return fmt.Errorf("%s must be between 1 and %d bits, got %d", option, max, bits)
+	if bits < 0 || bits > max {
+		return fmt.Errorf("%s must be between 1 and %d bits (or 0: not set), got %d", option, max, bits)
 	}
 	return nil
 }
@@ -350,9 +434,11 @@ func checkStatus(code int) error {
 	return nil
 }
 
+// checkJitter accepts any non-negative fraction, as mholt/caddy-ratelimit
+// does (0.2: up to 20% more; 2: up to three times the wait).
 func checkJitter(f float64) error {
-	if math.IsNaN(f) || f < 0 || f > 1 {
-		return fmt.Errorf("jitter must be a fraction between 0 and 1, got %v", f)
+	if math.IsNaN(f) || math.IsInf(f, 0) || f < 0 {
+		return fmt.Errorf("jitter must be a non-negative fraction (e.g. 0.2: up to 20%% more), got %v", f)
 	}
 	return nil
 }
@@ -360,9 +446,9 @@ func checkJitter(f float64) error {
 // checkCost accepts a positive integer or a value with a placeholder (which
 // is evaluated per request).
 func checkCost(s string) error {
-	if strings.Contains(s, "{") {
-		if !strings.Contains(s, "}") {
-			return fmt.Errorf("cost %q: unterminated placeholder", s)
+	if strings.ContainsAny(s, "{}") {
+		if err := keyresolver.CheckTemplate(s); err != nil {
+			return fmt.Errorf("cost: %v", err)
 		}
 		return nil
 	}

@@ -71,7 +71,7 @@ func TestValidateValid(t *testing.T) {
 			Headers:       "both",
 			Status:        429,
 			SweepInterval: caddy.Duration(time.Minute),
-			MaxKeys:       1000000,
+			MaxKeys:       defaultMaxKeys,
 		}},
 		{"concurrency", Handler{Zones: []*Zone{{
 			Name: "c", Key: "k", Algorithm: "concurrency",
@@ -91,6 +91,49 @@ func TestValidateValid(t *testing.T) {
 			Limits: []Limit{{Events: 10, Window: caddy.Duration(time.Second)}},
 		}}}},
 		{"zone name with punctuation", Handler{Zones: []*Zone{validZone("api/v1:login-2.x")}}},
+
+		// mholt/caddy-ratelimit accepts these, with the same meaning here.
+		{"no key: one count for the zone", Handler{Zones: []*Zone{{Name: "all", Limits: []Limit{{Events: 5, Window: caddy.Duration(time.Second)}}}}}},
+		{"prefixes 0: not set", Handler{Zones: []*Zone{zoneWith(func(z *Zone) { z.IPv4Prefix, z.IPv6Prefix = 0, 0 })}}},
+		{"jitter above 1", Handler{Zones: []*Zone{validZone("a")}, Jitter: 2.5}},
+		{"disable_metrics", Handler{Zones: []*Zone{validZone("a")}, DisableMetrics: true}},
+
+		// What Provision fills in, in zones without a key template.
+		{"no key, defaults filled in", Handler{Zones: []*Zone{zoneWith(func(z *Zone) {
+			z.Key, z.IPv4Prefix, z.IPv6Prefix, z.EmptyKey = "", 32, 128, "global"
+		})}}},
+		{"key_resolver, defaults filled in", Handler{Zones: []*Zone{zoneWith(func(z *Zone) {
+			z.Key, z.KeyResolverRaw, z.IPv4Prefix, z.IPv6Prefix, z.EmptyKey = "", json.RawMessage(`{"resolver":"x"}`), 32, 128, "deny"
+		})}}},
+		{"escaped braces in key", Handler{Zones: []*Zone{zoneWith(func(z *Zone) { z.Key = `\{literal\}:{http.request.method}` })}}},
+
+		// Lower bounds of the durations, exactly.
+		{"durations at their lower bounds", Handler{
+			Zones: []*Zone{zoneWith(func(z *Zone) {
+				z.Algorithm = "fixed_window"
+				z.OnLimit, z.MaxWait = "wait", caddy.Duration(time.Millisecond)
+				z.Limits[0].Window = caddy.Duration(time.Millisecond)
+			})},
+			Store:        "redis",
+			SyncInterval: caddy.Duration(10 * time.Millisecond),
+			MaxKeys:      10, // the local counts of sync_interval
+			Redis: &RedisConfig{DialTimeout: caddy.Duration(time.Millisecond),
+				ReadTimeout: caddy.Duration(time.Millisecond), WriteTimeout: caddy.Duration(time.Millisecond)},
+		}},
+		{"sweep_interval at its lower bound", Handler{Zones: []*Zone{validZone("a")}, SweepInterval: caddy.Duration(time.Second)}},
+		{"store redis, on_error local with memory options", Handler{Zones: []*Zone{validZone("a")},
+			Store: "redis", OnError: "local", SweepInterval: caddy.Duration(10 * time.Second), MaxKeys: 10}},
+		// Provision fills in the memory options' defaults, and on_error
+		// open, whatever the store.
+		{"store redis, defaults filled in", Handler{Zones: []*Zone{zoneWith(func(z *Zone) { z.Algorithm = "sliding_window" })},
+			Store: "redis", OnError: "open", SyncInterval: caddy.Duration(time.Second),
+			SweepInterval: caddy.Duration(time.Minute), MaxKeys: defaultMaxKeys}},
+		{"redis ports at the ends of the range", Handler{Zones: []*Zone{validZone("a")}, Store: "redis",
+			Redis: &RedisConfig{Addresses: []string{"10.0.0.1:1", "[2001:db8::1]:65535"}}}},
+		{"redis url with a db", Handler{Zones: []*Zone{validZone("a")}, Store: "redis",
+			Redis: &RedisConfig{URL: "rediss://u:p@redis.internal:6380/3"}}},
+		{"redis url and db", Handler{Zones: []*Zone{validZone("a")}, Store: "redis",
+			Redis: &RedisConfig{URL: "redis://redis.internal:6379", DB: 2}}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -99,6 +142,13 @@ func TestValidateValid(t *testing.T) {
 			}
 		})
 	}
+}
+
+// zoneWith returns a valid zone named "z" changed by f.
+func zoneWith(f func(z *Zone)) *Zone {
+	z := validZone("z")
+	f(z)
+	return z
 }
 
 func TestValidateInvalid(t *testing.T) {
@@ -110,6 +160,13 @@ func TestValidateInvalid(t *testing.T) {
 	one := func(f func(z *Zone)) Handler { return Handler{Zones: []*Zone{zone(f)}} }
 	opts := func(f func(h *Handler)) Handler {
 		h := Handler{Zones: []*Zone{validZone("z")}}
+		f(&h)
+		return h
+	}
+	// redisOpts is opts with store redis and a zone of a counter
+	// algorithm (for sync_interval).
+	redisOpts := func(f func(h *Handler)) Handler {
+		h := Handler{Zones: []*Zone{zone(func(z *Zone) { z.Algorithm = "fixed_window" })}, Store: "redis"}
 		f(&h)
 		return h
 	}
@@ -127,7 +184,18 @@ func TestValidateInvalid(t *testing.T) {
 		{"name not ASCII", one(func(z *Zone) { z.Name = "zoné" }), "zone name"},
 		{"name too long", one(func(z *Zone) { z.Name = strings.Repeat("a", 129) }), "longer than 128"},
 		{"duplicate names", Handler{Zones: []*Zone{validZone("a"), validZone("b"), validZone("a")}}, `duplicate zone name "a" (zones 1 and 3)`},
-		{"no key", one(func(z *Zone) { z.Key = "" }), `zone "z": no key`},
+		{"key unclosed placeholder", one(func(z *Zone) { z.Key = "{http.request.header.X-Api-Key" }), `zone "z": key: unclosed placeholder "{http.request.header.X-Api-Key"`},
+		{"key stray brace", one(func(z *Zone) { z.Key = "{http.request.method}}" }), "'}' closes no placeholder"},
+		{"key nested placeholder", one(func(z *Zone) { z.Key = "{a{b}}" }), "placeholders do not nest"},
+		{"key empty placeholder", one(func(z *Zone) { z.Key = "{}" }), "empty placeholder {}"},
+		{"ipv4_prefix without key", one(func(z *Zone) { z.Key = ""; z.IPv4Prefix = 24 }), "ipv4_prefix groups the addresses of a key template; this zone has no key"},
+		{"ipv6_prefix with key_resolver", one(func(z *Zone) {
+			z.Key, z.KeyResolverRaw, z.IPv6Prefix = "", json.RawMessage(`{"resolver":"x"}`), 64
+		}), "ipv6_prefix groups the addresses of a key template; this zone has a key_resolver"},
+		{"empty_key without key", one(func(z *Zone) { z.Key = ""; z.EmptyKey = "allow" }), "empty_key allow applies to a key that evaluates to nothing; this zone has no key"},
+		{"empty_key with a static key", one(func(z *Zone) { z.Key = "login"; z.EmptyKey = "deny" }), `this zone has the static key "login"`},
+		{"ipv6_prefix with a static key", one(func(z *Zone) { z.Key = "2001:db8::1"; z.IPv6Prefix = 64 }), `ipv6_prefix groups the addresses of a key template; this zone has the static key "2001:db8::1"`},
+		{"window with nanoseconds", one(func(z *Zone) { z.Limits[0].Window = caddy.Duration(time.Second + 1) }), "limit 1: window must be a whole number of microseconds, got 1.000000001s"},
 		{"key and resolver", one(func(z *Zone) { z.KeyResolverRaw = json.RawMessage(`{"resolver":"x"}`) }), "mutually exclusive"},
 		{"unknown algorithm", one(func(z *Zone) { z.Algorithm = "leaky" }), `unknown algorithm "leaky" (want one of sliding_log, sliding_window, fixed_window, token_bucket, leaky_bucket, gcra, concurrency)`},
 		{"no limits", one(func(z *Zone) { z.Limits = nil }), `zone "z": no limit`},
@@ -150,18 +218,22 @@ func TestValidateInvalid(t *testing.T) {
 		{"cost word", one(func(z *Zone) { z.Cost = "heavy" }), `cost must be a positive integer or a placeholder, got "heavy"`},
 		{"cost zero", one(func(z *Zone) { z.Cost = "0" }), "cost must be positive, got 0"},
 		{"cost negative", one(func(z *Zone) { z.Cost = "-3" }), "cost must be positive, got -3"},
-		{"cost unterminated placeholder", one(func(z *Zone) { z.Cost = "{http.request.header.X" }), "unterminated placeholder"},
+		{"cost unclosed placeholder", one(func(z *Zone) { z.Cost = "{http.request.header.X" }), `cost: unclosed placeholder "{http.request.header.X"`},
+		{"cost stray brace", one(func(z *Zone) { z.Cost = "http.request.header.X}" }), "'}' closes no placeholder"},
 		{"cost above bound", one(func(z *Zone) { z.Cost = "1125899906842625" }), "cost must be at most 1125899906842624"},
 		{"cost above events", one(func(z *Zone) { z.Cost = "11" }), "cost 11 exceeds limit 1 (10 events)"},
 		{"cost above burst", one(func(z *Zone) { z.Algorithm = "token_bucket"; z.Burst = 3; z.Cost = "4" }), "cost 4 exceeds limit 1 (3 burst)"},
 		{"on_limit unknown", one(func(z *Zone) { z.OnLimit = "queue" }), `unknown on_limit value "queue" (want one of reject, wait)`},
 		{"wait without max_wait", one(func(z *Zone) { z.OnLimit = "wait" }), "on_limit wait needs a positive max_wait"},
 		{"wait negative max_wait", one(func(z *Zone) { z.OnLimit = "wait"; z.MaxWait = caddy.Duration(-time.Second) }), "needs a positive max_wait"},
+		{"max_wait in nanoseconds", one(func(z *Zone) { z.OnLimit = "wait"; z.MaxWait = 5 }),
+			`max_wait must be at least 1ms, got 5ns: a JSON number is nanoseconds; write a duration string such as "5s"`},
+		{"max_wait under 1ms", one(func(z *Zone) { z.OnLimit = "wait"; z.MaxWait = caddy.Duration(999 * time.Microsecond) }), "max_wait must be at least 1ms, got 999µs"},
 		{"max_wait without wait", one(func(z *Zone) { z.MaxWait = caddy.Duration(time.Second) }), "max_wait applies only with on_limit wait"},
 		{"max_wait with reject", one(func(z *Zone) { z.OnLimit = "reject"; z.MaxWait = caddy.Duration(time.Second) }), "max_wait applies only with on_limit wait"},
-		{"ipv4_prefix 33", one(func(z *Zone) { z.IPv4Prefix = 33 }), "ipv4_prefix must be between 1 and 32 bits, got 33"},
-		{"ipv4_prefix negative", one(func(z *Zone) { z.IPv4Prefix = -1 }), "ipv4_prefix must be between 1 and 32 bits, got -1"},
-		{"ipv6_prefix 129", one(func(z *Zone) { z.IPv6Prefix = 129 }), "ipv6_prefix must be between 1 and 128 bits, got 129"},
+		{"ipv4_prefix 33", one(func(z *Zone) { z.IPv4Prefix = 33 }), "ipv4_prefix must be between 1 and 32 bits (or 0: not set), got 33"},
+		{"ipv4_prefix negative", one(func(z *Zone) { z.IPv4Prefix = -1 }), "ipv4_prefix must be between 1 and 32 bits (or 0: not set), got -1"},
+		{"ipv6_prefix 129", one(func(z *Zone) { z.IPv6Prefix = 129 }), "ipv6_prefix must be between 1 and 128 bits (or 0: not set), got 129"},
 		{"empty_key unknown", one(func(z *Zone) { z.EmptyKey = "skip" }), `unknown empty_key value "skip" (want one of allow, deny, global)`},
 		{"store unknown", opts(func(h *Handler) { h.Store = "disk" }), `unknown store "disk" (want one of memory, redis)`},
 		{"headers unknown", opts(func(h *Handler) { h.Headers = "all" }), `unknown headers value "all" (want one of ietf, legacy, both, off)`},
@@ -169,11 +241,47 @@ func TestValidateInvalid(t *testing.T) {
 		{"status 399", opts(func(h *Handler) { h.Status = 399 }), "got 399"},
 		{"status 600", opts(func(h *Handler) { h.Status = 600 }), "got 600"},
 		{"status negative", opts(func(h *Handler) { h.Status = -429 }), "got -429"},
-		{"jitter above 1", opts(func(h *Handler) { h.Jitter = 1.01 }), "jitter must be a fraction between 0 and 1, got 1.01"},
-		{"jitter negative", opts(func(h *Handler) { h.Jitter = -0.5 }), "got -0.5"},
+		{"jitter negative", opts(func(h *Handler) { h.Jitter = -0.5 }), "jitter must be a non-negative fraction (e.g. 0.2: up to 20% more), got -0.5"},
 		{"jitter NaN", opts(func(h *Handler) { h.Jitter = math.NaN() }), "got NaN"},
 		{"jitter infinite", opts(func(h *Handler) { h.Jitter = math.Inf(1) }), "got +Inf"},
-		{"sweep_interval negative", opts(func(h *Handler) { h.SweepInterval = caddy.Duration(-time.Second) }), "sweep_interval must not be negative, got -1s"},
+		{"sweep_interval negative", opts(func(h *Handler) { h.SweepInterval = caddy.Duration(-time.Second) }), "sweep_interval must be at least 1s, got -1s"},
+		{"sweep_interval in nanoseconds", opts(func(h *Handler) { h.SweepInterval = 60 }),
+			`sweep_interval must be at least 1s, got 60ns: a JSON number is nanoseconds; write a duration string such as "60s"`},
+		{"sweep_interval under 1s", opts(func(h *Handler) { h.SweepInterval = caddy.Duration(999 * time.Millisecond) }), "sweep_interval must be at least 1s, got 999ms"},
+		{"sync_interval in nanoseconds", redisOpts(func(h *Handler) { h.SyncInterval = 1000 }),
+			`sync_interval must be at least 10ms, got 1µs: a JSON number is nanoseconds; write a duration string such as "1000s"`},
+		{"sync_interval under 10ms", redisOpts(func(h *Handler) { h.SyncInterval = caddy.Duration(9 * time.Millisecond) }), "sync_interval must be at least 10ms, got 9ms"},
+		{"read_timeout in nanoseconds", redisOpts(func(h *Handler) { h.Redis = &RedisConfig{ReadTimeout: 250} }),
+			`redis: read_timeout must be at least 1ms, got 250ns: a JSON number is nanoseconds`},
+		{"dial_timeout negative", redisOpts(func(h *Handler) { h.Redis = &RedisConfig{DialTimeout: caddy.Duration(-time.Second)} }), "redis: dial_timeout must be at least 1ms, got -1s"},
+		{"write_timeout under 1ms", redisOpts(func(h *Handler) { h.Redis = &RedisConfig{WriteTimeout: caddy.Duration(time.Microsecond)} }), "redis: write_timeout must be at least 1ms, got 1µs"},
+		{"redis address port 0", redisOpts(func(h *Handler) { h.Redis = &RedisConfig{Addresses: []string{"10.0.0.1:0"}} }), `address "10.0.0.1:0": port "0" is not a TCP port (1 to 65535)`},
+		{"redis address port 65536", redisOpts(func(h *Handler) { h.Redis = &RedisConfig{Addresses: []string{"10.0.0.1:65536"}} }), `port "65536" is not a TCP port`},
+		{"redis address port word", redisOpts(func(h *Handler) { h.Redis = &RedisConfig{Addresses: []string{"10.0.0.1:redis"}} }), `port "redis" is not a TCP port`},
+		{"redis cluster address port", redisOpts(func(h *Handler) {
+			h.Redis = &RedisConfig{Addresses: []string{"10.0.0.1:7000", "10.0.0.2:-7000"}}
+		}), `address "10.0.0.2:-7000": port "-7000" is not a TCP port`},
+		{"redis sentinel address port", redisOpts(func(h *Handler) {
+			h.Redis = &RedisConfig{SentinelMaster: "m", SentinelAddresses: []string{"10.0.0.1:263790"}}
+		}), `port "263790" is not a TCP port`},
+		{"redis url port", redisOpts(func(h *Handler) { h.Redis = &RedisConfig{URL: "redis://:pw@10.0.0.1:0/1"} }), `url "redis://:xxxxx@10.0.0.1:0/1": port "0" is not a TCP port`},
+		{"redis url empty port", redisOpts(func(h *Handler) { h.Redis = &RedisConfig{URL: "redis://10.0.0.1:"} }), `port "" is not a TCP port`},
+		{"redis url scheme", redisOpts(func(h *Handler) { h.Redis = &RedisConfig{URL: "http://10.0.0.1:6379"} }), "url must start with redis:// or rediss://"},
+		{"redis url db and db", redisOpts(func(h *Handler) { h.Redis = &RedisConfig{URL: "redis://10.0.0.1:6379/3", DB: 4} }), `db 4 and the url's database "3"`},
+		{"redis address unclosed placeholder", redisOpts(func(h *Handler) { h.Redis = &RedisConfig{Addresses: []string{"{env.REDIS_ADDR"}} }), `unclosed placeholder "{env.REDIS_ADDR"`},
+		{"redis url unclosed placeholder", redisOpts(func(h *Handler) { h.Redis = &RedisConfig{URL: "redis://{env.REDIS_HOST:6379"} }), `redis: url: unclosed placeholder`},
+		{"redis sentinel master stray brace", redisOpts(func(h *Handler) {
+			h.Redis = &RedisConfig{SentinelMaster: "env.MASTER}", SentinelAddresses: []string{"10.0.0.1:26379"}}
+		}), "redis: sentinel master: '}' closes no placeholder"},
+		{"redis pool_size above bound", redisOpts(func(h *Handler) { h.Redis = &RedisConfig{PoolSize: 1<<20 + 1} }), "pool_size must be at most 1048576"},
+		{"on_error closed with sync_interval", redisOpts(func(h *Handler) { h.SyncInterval = caddy.Duration(time.Second); h.OnError = "closed" }), "on_error closed does not apply with sync_interval"},
+		{"on_error local with sync_interval", redisOpts(func(h *Handler) { h.SyncInterval = caddy.Duration(time.Second); h.OnError = "local" }), "on_error local does not apply with sync_interval"},
+		{"sweep_interval with store redis", redisOpts(func(h *Handler) { h.SweepInterval = caddy.Duration(30 * time.Second) }), "sweep_interval applies to keys held in memory: with store redis only with on_error local"},
+		{"sweep_interval with store redis and sync_interval", redisOpts(func(h *Handler) {
+			h.SyncInterval = caddy.Duration(time.Second)
+			h.SweepInterval = caddy.Duration(30 * time.Second)
+		}), "sweep_interval applies to keys held in memory"},
+		{"max_keys with store redis", redisOpts(func(h *Handler) { h.MaxKeys = 10; h.OnError = "closed" }), "max_keys applies to keys held in memory: with store redis only with on_error local or sync_interval"},
 		{"max_keys negative", opts(func(h *Handler) { h.MaxKeys = -1 }), "max_keys must not be negative, got -1"},
 		{"second zone named in error", Handler{Zones: []*Zone{validZone("ok"), zone(func(z *Zone) { z.Name = "bad"; z.Limits = nil })}}, `zone "bad": no limit`},
 	}
@@ -202,6 +310,17 @@ func TestValidateJSON(t *testing.T) {
 		{"duration strings", `{"zones":[{"name":"a","key":"k","limits":[{"events":10,"window":"1m"}],"on_limit":"wait","max_wait":"500ms"}],"sweep_interval":"30s"}`, ""},
 		{"window in days", `{"zones":[{"name":"a","key":"k","limits":[{"events":10,"window":"1d"}]}]}`, ""},
 		{"window as bare number", `{"zones":[{"name":"a","key":"k","limits":[{"events":10,"window":1000}]}]}`, "window must be at least 1ms, got 1µs"},
+		{"window as seconds", `{"zones":[{"name":"a","key":"k","limits":[{"events":10,"window":60}]}]}`,
+			`limit 1: window must be at least 1ms, got 60ns: a JSON number is nanoseconds; write a duration string such as "60s"`},
+		{"sweep_interval as seconds", `{"zones":[{"name":"a","key":"k","limits":[{"events":10,"window":"1m"}]}],"sweep_interval":60}`,
+			`sweep_interval must be at least 1s, got 60ns: a JSON number is nanoseconds; write a duration string such as "60s"`},
+		{"max_wait as seconds", `{"zones":[{"name":"a","key":"k","on_limit":"wait","max_wait":2,"limits":[{"events":10,"window":"1m"}]}]}`,
+			"max_wait must be at least 1ms, got 2ns"},
+		{"read_timeout as milliseconds", `{"zones":[{"name":"a","key":"k","limits":[{"events":10,"window":"1m"}]}],"store":"redis","redis":{"read_timeout":250}}`,
+			"redis: read_timeout must be at least 1ms, got 250ns"},
+		{"key unclosed placeholder", `{"zones":[{"name":"a","key":"{http.request.header.X-Api-Key","limits":[{"events":10,"window":"1m"}]}]}`,
+			`zone "a": key: unclosed placeholder "{http.request.header.X-Api-Key"`},
+		{"mholt/caddy-ratelimit options", `{"zones":[{"name":"a","limits":[{"events":10,"window":"1m"}]},{"name":"b","key":"{http.request.remote.host}","ipv4_prefix":0,"ipv6_prefix":0,"limits":[{"events":1,"window":"1s"}]}],"jitter":3,"log_keys":true,"disable_metrics":true}`, ""},
 		{"events missing", `{"zones":[{"name":"a","key":"k","limits":[{"window":"1s"}]}]}`, "events must be positive, got 0"},
 		{"limits empty", `{"zones":[{"name":"a","key":"k","limits":[]}]}`, "no limit"},
 		{"zones empty", `{"zones":[]}`, "no zones"},
@@ -246,5 +365,24 @@ func TestValidateDoesNotModify(t *testing.T) {
 	after, _ := json.Marshal(h)
 	if string(before) != string(after) {
 		t.Fatalf("Validate changed the config:\n%s\n%s", before, after)
+	}
+}
+
+// TestValidateAfterProvision checks that what Provision fills in passes
+// Validate, which Caddy runs after Provision: the options refused when
+// written (a memory option with store redis, on_error with sync_interval,
+// prefixes without a key) have defaults that must not be.
+func TestValidateAfterProvision(t *testing.T) {
+	for _, cfg := range []string{
+		`{"zones":[{"name":"a","limits":[{"events":1,"window":"1s"}]}]}`,
+		`{"zones":[{"name":"a","key":"{http.request.remote.host}","limits":[{"events":1,"window":"1s"}]}],"jitter":2}`,
+		`{"store":"redis","redis":{"addresses":["127.0.0.1:1"]},"zones":[{"name":"a","limits":[{"events":1,"window":"1s"}]}]}`,
+		`{"store":"redis","redis":{"addresses":["127.0.0.1:1"]},"sync_interval":"1s","max_keys":10,
+			"zones":[{"name":"a","key":"k","algorithm":"fixed_window","limits":[{"events":1,"window":"1s"}]}]}`,
+	} {
+		h := provision(t, cfg, nil)
+		if err := h.Validate(); err != nil {
+			t.Errorf("%s: Validate after Provision: %v", cfg, err)
+		}
 	}
 }

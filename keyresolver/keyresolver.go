@@ -68,8 +68,13 @@ const (
 
 // NewTemplate returns the template resolver for tmpl, grouping IPv4
 // addresses by ipv4Prefix bits (1..32; 0 means 32) and IPv6 addresses by
-// ipv6Prefix bits (1..128; 0 means 128).
+// ipv6Prefix bits (1..128; 0 means 128). A template whose braces are not
+// placeholders is refused (see CheckTemplate). The empty template is the
+// static empty key.
 func NewTemplate(tmpl string, ipv4Prefix, ipv6Prefix int) (*Template, error) {
+	if err := CheckTemplate(tmpl); err != nil {
+		return nil, fmt.Errorf("key: %v", err)
+	}
 	if ipv4Prefix == 0 {
 		ipv4Prefix = 32
 	}
