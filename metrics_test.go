@@ -151,3 +151,29 @@ func TestMetricsDryRunAndRedis(t *testing.T) {
 		t.Errorf("decisions observed = %v, want %d", v, 2+breakerFailures)
 	}
 }
+
+// The counters keep counting across a reload: the new config's registry
+// reports what was counted under the previous one, as long as a config
+// with the handler stays loaded.
+func TestMetricsAcrossReload(t *testing.T) {
+	const cfg = `{"zones":[{"name":"m_reload","key":"k","limits":[{"events":1,"window":"1h"}]}]}`
+	hs1, reg1 := provisionCtx(t, cfg)
+	serve(hs1[0], newReq("192.0.2.1:1"))
+	serve(hs1[0], newReq("192.0.2.1:1"))
+	if v, _ := metricValue(t, reg1, "caddy_http_rate_limit_requests_total", "zone=m_reload", "result=denied"); v != 1 {
+		t.Fatalf("denied = %v before the reload, want 1", v)
+	}
+	// The reload: the new config is provisioned, then the old one
+	// cleaned up.
+	hs2, reg2 := provisionCtx(t, cfg)
+	hs1[0].Cleanup()
+	serve(hs2[0], newReq("192.0.2.1:1"))
+	for result, want := range map[string]float64{"denied": 2, "allowed": 1} {
+		if v, _ := metricValue(t, reg2, "caddy_http_rate_limit_requests_total", "zone=m_reload", "result="+result); v != want {
+			t.Errorf("%s = %v after the reload, want %v", result, v, want)
+		}
+	}
+	if v, _ := metricValue(t, reg2, "caddy_http_rate_limit_decision_seconds", "store=memory"); v != 3 {
+		t.Errorf("decisions observed = %v after the reload, want 3", v)
+	}
+}

@@ -450,8 +450,21 @@ type zoneIdentity struct {
 	Store         string          `json:"store"`
 	MaxKeys       int             `json:"max_keys"`
 	SweepInterval caddy.Duration  `json:"sweep_interval"`
-	Redis         *RedisConfig    `json:"redis,omitempty"`
+	Redis         *redisLocation  `json:"redis,omitempty"`
 	SyncInterval  caddy.Duration  `json:"sync_interval,omitempty"`
+}
+
+// redisLocation is which Redis database and keys hold a zone's counts (the
+// resolved settings that choose them): handlers whose clients differ only
+// in how they connect (timeouts, pool size, TLS, credentials) share the
+// counts.
+type redisLocation struct {
+	Addresses         []string `json:"addresses,omitempty"`
+	URL               string   `json:"url,omitempty"`
+	SentinelMaster    string   `json:"sentinel_master,omitempty"`
+	SentinelAddresses []string `json:"sentinel_addresses,omitempty"`
+	DB                int      `json:"db,omitempty"`
+	KeyPrefix         string   `json:"key_prefix"`
 }
 
 // storeIdentity returns the JSON of zc's zoneIdentity.
@@ -462,11 +475,14 @@ func (h *Handler) storeIdentity(zc *Zone) (string, error) {
 		IPv4Prefix: zc.IPv4Prefix, IPv6Prefix: zc.IPv6Prefix,
 		Store: h.Store, MaxKeys: h.MaxKeys, SweepInterval: h.SweepInterval,
 	}
-	if h.Store == "redis" {
-		// Another Redis, key prefix or mode is another count. The
-		// resolved settings: the client and two-layer stores are
-		// pooled by them too.
-		id.Redis, id.SyncInterval = h.rt.redisConf, h.SyncInterval
+	if rc := h.rt.redisConf; h.Store == "redis" && rc != nil {
+		// Another Redis, key prefix or mode is another count.
+		id.Redis = &redisLocation{
+			Addresses: rc.Addresses, URL: rc.URL,
+			SentinelMaster: rc.SentinelMaster, SentinelAddresses: rc.SentinelAddresses,
+			DB: rc.DB, KeyPrefix: rc.KeyPrefix,
+		}
+		id.SyncInterval = h.SyncInterval
 	}
 	b, err := json.Marshal(id)
 	return string(b), err

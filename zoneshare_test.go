@@ -205,3 +205,27 @@ func TestSiteOf(t *testing.T) {
 		t.Fatalf("site %q", got)
 	}
 }
+
+// With store redis, the Redis database and key prefix are part of a zone's
+// identity; how the client connects is not (the counts are the same).
+func TestZoneRedisLocation(t *testing.T) {
+	redisZone := func(redis string) string {
+		return `{"store":"redis","redis":` + redis + `,"zones":[{"name":"shared_redis","key":"k","limits":[{"events":5,"window":"1h"}]}]}`
+	}
+	ctx := testContext(t)
+	a, err := provisionInLoad(t, ctx, redisZone(`{"addresses":["127.0.0.1:1"]}`), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cleanupAll(t, a)
+	b, err := provisionInLoad(t, ctx, redisZone(`{"addresses":["127.0.0.1:1"],"read_timeout":"2s","pool_size":3}`), nil)
+	if err != nil {
+		t.Fatalf("other client settings, same Redis: %v", err)
+	}
+	defer cleanupAll(t, b)
+	for _, other := range []string{`{"addresses":["127.0.0.1:1"],"key_prefix":"x:"}`, `{"addresses":["127.0.0.1:2"]}`, `{"addresses":["127.0.0.1:1"],"db":1}`} {
+		if _, err := provisionInLoad(t, ctx, redisZone(other), nil); err == nil || !strings.Contains(err.Error(), "differ in redis)") {
+			t.Errorf("redis %s: error %v, want one saying they differ in redis", other, err)
+		}
+	}
+}

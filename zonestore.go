@@ -166,9 +166,13 @@ func (h *Handler) zoneStores(z *zone, lim algorithms.Limiter, key storeKey) erro
 	opts := lua.Options{KeyPrefix: h.rt.redisConf.KeyPrefix, Zone: z.name}
 	if h.SyncInterval > 0 {
 		// Two-layer: decisions are local (no Redis call, no breaker);
-		// the store pushes its counts every interval. The identity
-		// holds the Redis settings and the interval.
-		key.config += "\x00sync"
+		// the store pushes its counts every interval, through the
+		// handler's client: one store per client.
+		redisKey, err := h.rt.redisConf.poolKey()
+		if err != nil {
+			return err
+		}
+		key.config += "\x00sync\x00" + string(redisKey)
 		st, err := h.syncStore(lim, z.name, opts, key)
 		if err != nil {
 			return err
