@@ -262,14 +262,14 @@ func TestMholtJSONConfig(t *testing.T) {
 	expectCode(t, get(t, tc, "/", "X-Client", "c"), 429, "4th GET (it_parity_static: 3 per minute)")
 
 	// Its distributed mode is refused, with the Caddyfile's message.
-	caddytest.AssertLoadError(t, fmt.Sprintf(`{
+	caddytest.AssertLoadError(t, `{
 	"admin": {"listen": "localhost:2999"},
 	"apps": {"http": {"servers": {"parity": {"listen": ["127.0.0.1:9080"], "routes": [{"handle": [{
 		"handler": "rate_limit",
 		"rate_limits": {"it_parity_distributed": {"key": "static", "window": "1m", "max_events": 1}},
 		"distributed": {"read_interval": "5s", "write_interval": "5s"}
 	}]}]}}}}
-}`), "json", "distributed (from mholt/caddy-ratelimit) is not supported: this module shares counts between instances with its own store (see store)")
+}`, "json", "distributed (from mholt/caddy-ratelimit) is not supported: this module shares counts between instances with its own store (see store)")
 }
 
 // Each rejection emits rate_limit_exceeded, with mholt/caddy-ratelimit's

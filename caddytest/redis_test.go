@@ -622,14 +622,6 @@ func TestRedisDownUnderLoad(t *testing.T) {
 	}
 }
 
-func sumCodes(m map[int]int) int {
-	n := 0
-	for _, v := range m {
-		n += v
-	}
-	return n
-}
-
 // --- 3. slow Redis --------------------------------------------------------------
 
 // A Redis that hangs (SIGSTOP: connections open, no answer) costs a request
