@@ -214,6 +214,9 @@ func (h *Handler) reject(w http.ResponseWriter, r *http.Request, z *zone, key st
 	setPlaceholders(r, z, key, d, retry, true)
 	z.m.denied.Inc()
 	h.logDenial(r, z, key, d, false)
+	if rt.events != nil {
+		h.emitExceeded(r, z, retry)
+	}
 	if h.useErrorRoutes(r) {
 		return z.rejection(rt.status)
 	}

@@ -796,75 +796,6 @@ func remaining(t *testing.T, h *Handler) string {
 	return res.hdr.Get("X-RateLimit-Remaining")
 }
 
-func TestReloadKeepsState(t *testing.T) {
-	const cfg = `{"zones":[{"name":"reload","key":"{http.request.remote.host}","limits":[{"events":5,"window":"1h"}]}]}`
-	listen := []string{":8080", ":8443"}
-
-	// Load 1: two handlers (two sites) with the same zone in one server.
-	srv1 := &caddyhttp.Server{Listen: listen}
-	a1, b1 := provisionIn(t, cfg, srv1), provisionIn(t, cfg, srv1)
-	for _, want := range []string{"4", "3"} {
-		if got := remaining(t, a1); got != want {
-			t.Fatalf("a1: remaining %s, want %s", got, want)
-		}
-	}
-	if got := remaining(t, b1); got != "4" {
-		t.Fatalf("b1 shares a1's counts: remaining %s", got)
-	}
-
-	// Load 2, the same config (listen addresses in another order): each
-	// handler continues its own count; then load 1 is cleaned up.
-	srv2 := &caddyhttp.Server{Listen: []string{":8443", ":8080"}}
-	a2, b2 := provisionIn(t, cfg, srv2), provisionIn(t, cfg, srv2)
-	if err := a1.Cleanup(); err != nil {
-		t.Fatal(err)
-	}
-	if err := b1.Cleanup(); err != nil {
-		t.Fatal(err)
-	}
-	if got := remaining(t, a2); got != "2" {
-		t.Fatalf("a2: remaining %s, want 2 (count carried over)", got)
-	}
-	if got := remaining(t, b2); got != "3" {
-		t.Fatalf("b2: remaining %s, want 3 (count carried over)", got)
-	}
-
-	// Load 3: a changed limit starts afresh at once; another server too.
-	srv3 := &caddyhttp.Server{Listen: listen}
-	a3 := provisionIn(t, `{"zones":[{"name":"reload","key":"{http.request.remote.host}","limits":[{"events":7,"window":"1h"}]}]}`, srv3)
-	other := provisionIn(t, cfg, &caddyhttp.Server{Listen: []string{":9090"}})
-	if got := remaining(t, a3); got != "6" {
-		t.Fatalf("changed limit: remaining %s, want 6", got)
-	}
-	if got := remaining(t, other); got != "4" {
-		t.Fatalf("other server: remaining %s, want 4", got)
-	}
-	// Settings that only change what is done with a decision keep counts.
-	srv4 := &caddyhttp.Server{Listen: listen}
-	a4 := provisionIn(t, `{"headers":"legacy","dry_run":true,"status":503,"zones":[{"name":"reload","key":"{http.request.remote.host}",
-		"empty_key":"deny","limits":[{"events":5,"window":"1h"}]}]}`, srv4)
-	if got := remaining(t, a4); got != "1" {
-		t.Fatalf("a4: remaining %s, want 1", got)
-	}
-
-	for _, h := range []*Handler{a2, b2, a3, other, a4} {
-		if err := h.Cleanup(); err != nil {
-			t.Fatal(err)
-		}
-	}
-	// Everything released: a new load starts from scratch.
-	a5 := provisionIn(t, cfg, &caddyhttp.Server{Listen: listen})
-	defer a5.Cleanup()
-	if got := remaining(t, a5); got != "4" {
-		t.Fatalf("after all cleanups: remaining %s, want 4", got)
-	}
-	n := 0
-	pool.Range(func(k, v any) bool { n++; return true })
-	if n != 3 { // a5's store, its server's occurrence counter, its registry's metrics
-		t.Errorf("pool holds %d entries, want 3", n)
-	}
-}
-
 type nopHandler struct{}
 
 func (nopHandler) ServeHTTP(http.ResponseWriter, *http.Request) error { return nil }
@@ -982,59 +913,6 @@ func TestWaitForConcurrencySlot(t *testing.T) {
 	if n := len(clock.Slept()); n < 10 {
 		t.Fatalf("polled %d times", n)
 	}
-}
-
-func TestSiteScope(t *testing.T) {
-	raw := []json.RawMessage{json.RawMessage(`{"handler":"rate_limit"}`)}
-	routes := caddyhttp.RouteList{
-		{MatcherSets: caddyhttp.MatcherSets{{caddyhttp.MatchHost{"a.test"}}}, Handlers: []caddyhttp.MiddlewareHandler{nil}},
-		{MatcherSets: caddyhttp.MatcherSets{{caddyhttp.MatchHost{"b.test"}}}, HandlersRaw: raw},
-		{MatcherSets: caddyhttp.MatcherSets{{caddyhttp.MatchHost{"c.test"}}}, HandlersRaw: raw},
-	}
-	got := siteScope(routes)
-	if got != `[caddyhttp.MatchHost=["b.test"];]` {
-		t.Fatalf("site %q", got)
-	}
-	if siteScope(routes[:1]) != "" || siteScope(nil) != "" {
-		t.Fatal("no route being provisioned: want no site")
-	}
-	// A path matcher with the same value is another site.
-	other := caddyhttp.RouteList{{MatcherSets: caddyhttp.MatcherSets{{caddyhttp.MatchPath{"b.test"}}}, HandlersRaw: raw}}
-	if siteScope(other) == got {
-		t.Fatal("host and path matchers render alike")
-	}
-}
-
-// Sites are told apart by their top-level route's matchers: a new site
-// above an existing one, with the same zone, does not take its state.
-func TestReloadNewSiteKeepsOthersState(t *testing.T) {
-	const cfg = `{"zones":[{"name":"sites","key":"{http.request.remote.host}","limits":[{"events":5,"window":"1h"}]}]}`
-	raw := []json.RawMessage{json.RawMessage(`{}`)}
-	route := func(host string) caddyhttp.Route {
-		return caddyhttp.Route{MatcherSets: caddyhttp.MatcherSets{{caddyhttp.MatchHost{host}}}, HandlersRaw: raw}
-	}
-	provisionSite := func(srv *caddyhttp.Server, i int) *Handler {
-		h := provisionIn(t, cfg, srv)
-		srv.Routes[i].Handlers = []caddyhttp.MiddlewareHandler{h} // provisioned
-		return h
-	}
-	srv1 := &caddyhttp.Server{Listen: []string{":80"}, Routes: caddyhttp.RouteList{route("a.test")}}
-	a1 := provisionSite(srv1, 0)
-	remaining(t, a1)
-	if got := remaining(t, a1); got != "3" {
-		t.Fatalf("a1: %s", got)
-	}
-	srv2 := &caddyhttp.Server{Listen: []string{":80"}, Routes: caddyhttp.RouteList{route("new.test"), route("a.test")}}
-	n2, a2 := provisionSite(srv2, 0), provisionSite(srv2, 1)
-	a1.Cleanup()
-	if got := remaining(t, n2); got != "4" {
-		t.Fatalf("new site took another's state: remaining %s", got)
-	}
-	if got := remaining(t, a2); got != "2" {
-		t.Fatalf("a lost its state: remaining %s", got)
-	}
-	n2.Cleanup()
-	a2.Cleanup()
 }
 
 // FuzzHandlerJSON: no JSON configuration makes Provision or a request

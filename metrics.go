@@ -34,14 +34,14 @@ const (
 )
 
 // metrics are the collectors of one registry: Caddy makes a registry per
-// config load, so a reload registers each collector once, in the new
-// registry. They live in the reload pool, keyed by the registry, for the
-// handlers of that load to share.
+// config load, so each load registers the collectors in its own. They live
+// in the reload pool, keyed by the registry, for the handlers of that load
+// to share. The counters and the histogram are the same objects in every
+// load (see counters), so that they keep counting across reloads; the
+// gauges read the load's own zones.
 type metrics struct {
-	requests    *prometheus.CounterVec
-	decision    *prometheus.HistogramVec
-	storeErrors *prometheus.CounterVec
-	zones       *zoneCollector
+	*counters
+	zones *zoneCollector
 }
 
 func (*metrics) Destruct() error { return nil }
@@ -49,12 +49,29 @@ func (*metrics) Destruct() error { return nil }
 // metricsKey is the pool key of a registry's metrics.
 type metricsKey struct{ reg *prometheus.Registry }
 
+// counters are the collectors that accumulate. One set serves every config
+// load while a rate_limit handler is loaded (the pool entry is taken by the
+// handlers of a new config before the old config's release it), so that a
+// reload does not start them from zero again, as Prometheus expects of a
+// counter; they start from zero when a config without rate_limit has been
+// loaded in between.
+type counters struct {
+	requests    *prometheus.CounterVec
+	decision    *prometheus.HistogramVec
+	storeErrors *prometheus.CounterVec
+}
+
+func (*counters) Destruct() error { return nil }
+
+// countersKey is the pool key of the counters.
+type countersKey struct{}
+
 // decisionBuckets span a memory decision (about a microsecond) to a slow
 // Redis round trip, in seconds.
 var decisionBuckets = []float64{.000005, .00001, .000025, .00005, .0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25}
 
-func newMetrics(reg *prometheus.Registry) (*metrics, error) {
-	m := &metrics{
+func newCounters() *counters {
+	return &counters{
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: metricsNamespace, Subsystem: metricsSubsystem,
 			Name: "requests_total",
@@ -71,8 +88,12 @@ func newMetrics(reg *prometheus.Registry) (*metrics, error) {
 			Name: "store_errors_total",
 			Help: "Failed calls of a zone to Redis (errors and timeouts). Requests decided by on_error without a call, while the circuit breaker is open, are not counted here (see requests_total{result=\"error\"}).",
 		}, []string{"zone"}),
-		zones: newZoneCollector(),
 	}
+}
+
+// newMetrics registers c and a new zone collector in reg.
+func newMetrics(reg *prometheus.Registry, c *counters) (*metrics, error) {
+	m := &metrics{counters: c, zones: newZoneCollector()}
 	for _, c := range []prometheus.Collector{m.requests, m.decision, m.storeErrors, m.zones} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
@@ -107,15 +128,28 @@ func (zm *zoneMetrics) observe(start time.Time) {
 
 // provisionMetrics finds (or registers) the metrics of ctx's registry.
 func (h *Handler) provisionMetrics(ctx caddy.Context) (*metrics, error) {
+	if h.DisableMetrics {
+		// Counters and a registry of this handler's own, which nothing
+		// scrapes: the shared counters would carry its zones' series into
+		// the registry of any other handler.
+		return newMetrics(prometheus.NewRegistry(), newCounters())
+	}
 	reg := ctx.GetMetricsRegistry()
-	if reg == nil || h.DisableMetrics {
-		// A bare context (tests), or disable_metrics: a registry of this
-		// handler's own, which nothing scrapes.
+	if reg == nil {
+		// A bare context (tests): a registry nothing scrapes.
 		reg = prometheus.NewRegistry()
 	}
+	v, _, err := pool.LoadOrNew(countersKey{}, func() (caddy.Destructor, error) {
+		return newCounters(), nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	h.rt.poolKeys = append(h.rt.poolKeys, countersKey{})
+	c := v.(*counters)
 	key := metricsKey{reg}
-	v, _, err := pool.LoadOrNew(key, func() (caddy.Destructor, error) {
-		return newMetrics(reg)
+	v, _, err = pool.LoadOrNew(key, func() (caddy.Destructor, error) {
+		return newMetrics(reg, c)
 	})
 	if err != nil {
 		return nil, err
@@ -125,8 +159,9 @@ func (h *Handler) provisionMetrics(ctx caddy.Context) (*metrics, error) {
 }
 
 // zoneCollector reports the gauges read from the zones at scrape time:
-// keys held in memory and the breaker state. Zones of the same name (in
-// different sites) are summed, so that a series is reported once.
+// keys held in memory and the breaker state. The handlers that name one
+// zone share its stores: each store is counted once, so that a series is
+// reported once, with the zone's keys.
 type zoneCollector struct {
 	keysDesc, breakerDesc *prometheus.Desc
 
@@ -166,9 +201,10 @@ func (c *zoneCollector) Describe(ch chan<- *prometheus.Desc) {
 func (c *zoneCollector) Collect(ch chan<- prometheus.Metric) {
 	keys := make(map[string]float64)
 	open := make(map[string]float64)
+	seen := make(map[any]struct{})
 	c.mu.Lock()
 	for z := range c.zones {
-		if n, ok := z.keysHeld(); ok {
+		if n, ok := z.keysHeld(seen); ok {
 			keys[z.name] += float64(n)
 		}
 		if z.breaker != nil {
@@ -189,14 +225,19 @@ func (c *zoneCollector) Collect(ch chan<- prometheus.Metric) {
 }
 
 // keysHeld is how many keys the zone holds in memory, if it has a memory
-// store (or fallback).
-func (z *zone) keysHeld() (int, bool) {
+// store (or fallback), leaving out the stores in seen (counted already
+// through another handler naming the zone), which it adds its own to.
+func (z *zone) keysHeld(seen map[any]struct{}) (int, bool) {
 	type lener interface{ Len() int }
 	n, ok := 0, false
 	for _, s := range []any{z.store, z.fallback} {
 		if l, is := s.(lener); is {
-			n += l.Len()
 			ok = true
+			if _, dup := seen[s]; dup {
+				continue
+			}
+			seen[s] = struct{}{}
+			n += l.Len()
 		}
 	}
 	return n, ok

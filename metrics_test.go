@@ -75,10 +75,11 @@ func provisionCtx(t *testing.T, configs ...string) ([]*Handler, *prometheus.Regi
 
 func TestMetrics(t *testing.T) {
 	// A second handler of the same config load shares the collectors (no
-	// duplicate registration) and its zone of the same name is summed.
+	// duplicate registration) and the zone of the same name: its keys
+	// are reported once.
 	hs, reg := provisionCtx(t,
 		`{"zones":[{"name":"m","key":"{http.request.remote.host}","limits":[{"events":2,"window":"1m"}]}]}`,
-		`{"dry_run":true,"zones":[{"name":"m","key":"k","limits":[{"events":1,"window":"1m"}]}]}`)
+		`{"dry_run":true,"zones":[{"name":"m","key":"{http.request.remote.host}","limits":[{"events":2,"window":"1m"}]}]}`)
 	h, h2 := hs[0], hs[1]
 	for i := 0; i < 3; i++ {
 		serve(h, newReq("192.0.2.1:1"))
@@ -96,7 +97,7 @@ func TestMetrics(t *testing.T) {
 		{"caddy_http_rate_limit_requests_total", []string{"zone=m", "result=denied"}, 1},
 		{"caddy_http_rate_limit_requests_total", []string{"zone=m", "result=dry_run"}, 1},
 		{"caddy_http_rate_limit_decision_seconds", []string{"store=memory"}, 6},
-		{"caddy_http_rate_limit_keys", []string{"zone=m"}, 3}, // 2 + 1, summed
+		{"caddy_http_rate_limit_keys", []string{"zone=m"}, 2}, // one store, counted once
 	}
 	for _, c := range checks {
 		got, ok := metricValue(t, reg, c.name, c.labels...)
@@ -148,5 +149,31 @@ func TestMetricsDryRunAndRedis(t *testing.T) {
 	}
 	if v, _ := metricValue(t, reg, "caddy_http_rate_limit_decision_seconds", "store=redis"); v != 2+breakerFailures {
 		t.Errorf("decisions observed = %v, want %d", v, 2+breakerFailures)
+	}
+}
+
+// The counters keep counting across a reload: the new config's registry
+// reports what was counted under the previous one, as long as a config
+// with the handler stays loaded.
+func TestMetricsAcrossReload(t *testing.T) {
+	const cfg = `{"zones":[{"name":"m_reload","key":"k","limits":[{"events":1,"window":"1h"}]}]}`
+	hs1, reg1 := provisionCtx(t, cfg)
+	serve(hs1[0], newReq("192.0.2.1:1"))
+	serve(hs1[0], newReq("192.0.2.1:1"))
+	if v, _ := metricValue(t, reg1, "caddy_http_rate_limit_requests_total", "zone=m_reload", "result=denied"); v != 1 {
+		t.Fatalf("denied = %v before the reload, want 1", v)
+	}
+	// The reload: the new config is provisioned, then the old one
+	// cleaned up.
+	hs2, reg2 := provisionCtx(t, cfg)
+	hs1[0].Cleanup()
+	serve(hs2[0], newReq("192.0.2.1:1"))
+	for result, want := range map[string]float64{"denied": 2, "allowed": 1} {
+		if v, _ := metricValue(t, reg2, "caddy_http_rate_limit_requests_total", "zone=m_reload", "result="+result); v != want {
+			t.Errorf("%s = %v after the reload, want %v", result, v, want)
+		}
+	}
+	if v, _ := metricValue(t, reg2, "caddy_http_rate_limit_decision_seconds", "store=memory"); v != 3 {
+		t.Errorf("decisions observed = %v after the reload, want 3", v)
 	}
 }

@@ -102,6 +102,22 @@ type Handler struct {
 	// false.
 	DisableMetrics bool `json:"disable_metrics,omitempty"`
 
+	// RateLimits are zones in the shape of mholt/caddy-ratelimit's JSON,
+	// keyed by zone name, so that its configs load unchanged: each becomes
+	// a zone (sliding_log, one tier of max_events per window), after
+	// Zones, in name order. Default: none.
+	RateLimits map[string]*MholtRateLimit `json:"rate_limits,omitempty"`
+
+	// Distributed and StorageRaw are mholt/caddy-ratelimit's periodic
+	// state sharing through Caddy's storage. Not supported: set, they
+	// fail the config with a message pointing at store redis.
+	Distributed json.RawMessage `json:"distributed,omitempty"`
+	StorageRaw  json.RawMessage `json:"storage,omitempty"`
+
+	// LogKey is mholt/caddy-ratelimit's name of LogKeys; either turns it
+	// on. Default: false.
+	LogKey bool `json:"log_key,omitempty"`
+
 	rt handlerRuntime // set up by Provision (provision.go)
 }
 

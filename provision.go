@@ -13,7 +13,9 @@ import (
 	"time"
 
 	"github.com/caddyserver/caddy/v2"
+	"github.com/caddyserver/caddy/v2/modules/caddyevents"
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
+	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
 
 	"github.com/zonelimit/caddy-ratelimit/algorithms"
@@ -37,65 +39,113 @@ const (
 )
 
 // pool holds what outlives a config reload: the store of each zone (keyed
-// by storeKey) and, while a config is loaded, the occurrence counters that
-// tell apart identical zones of different handlers (keyed by
-// occurrenceScope). It is the only package-level mutable state.
+// by storeKey), the metrics' counters, and, while a config is loaded, the
+// zones it defines (keyed by loadKey). It is the only package-level mutable
+// state.
 var pool = caddy.NewUsagePool()
 
-// storeKey identifies a zone's store across config loads.
+// storeKey identifies a zone's store across handlers and config loads: a
+// zone name is one limit in the whole config, so every handler naming it
+// shares its store (its counts), in a site or in another, as they share its
+// Redis keys with store redis.
 //
-// A zone keeps its state across `caddy reload` when its storeKey is
-// unchanged:
+// config is the zone's identity (see zoneIdentity): its name and every
+// setting that gives its counts their meaning or says where they live, as
+// JSON with the defaults filled in, plus a suffix for the stores a zone
+// may have besides its main one (the on_error local fallback). A zone keeps
+// its state across `caddy reload` when its identity is unchanged: the new
+// config's handlers take the store before the old config's release it.
+// Changing any of these settings starts the zone afresh, so a new limit
+// applies at once. Settings that only change what is done with a decision
+// (match, cost, on_limit, max_wait, empty_key, headers, status, dry_run,
+// jitter, on_error) keep the counts, and may differ between the handlers
+// that name the zone: e.g. leaving dry_run keeps what was counted in it.
 //
-//   - server: the listen addresses of the HTTP server the handler is in
-//     (sorted, joined). Two servers never share a listen address, and a
-//     site keeps its addresses across reloads.
-//   - site: the matchers (as JSON) of the server's top-level route that
-//     holds the handler: for a Caddyfile site block, its host matcher
-//     (e.g. [{"host":["a.example"]}]). Empty when the handler is not under
-//     a top-level route being provisioned (error routes, named routes) or
-//     the matchers cannot be rendered.
-//   - config: the zone's name and every setting that gives its counts their
-//     meaning (algorithm, limits, burst, count_rejected, key template or
-//     resolver, prefixes) plus the store settings (store, max_keys,
-//     sweep_interval), as JSON with defaults filled in. Changing any of
-//     these starts the zone afresh, so a new limit applies at once. Settings
-//     that only change what is done with a decision (match, cost, on_limit,
-//     max_wait, empty_key, headers, status, dry_run, jitter) keep the
-//     counts: e.g. leaving dry_run keeps what was counted in it.
-//   - n: among the zones of one config load with the same server, site and
-//     config, the n-th one provisioned (0 for the first). So two handlers
-//     that happen to use one zone name and configuration in one site (e.g.
-//     under different path matchers) never share counts either. Caddy
-//     provisions a server's routes in config order, so an unchanged config
-//     gives every zone the same n on every reload.
-//
-// Adding or removing sites leaves the other sites' zones alone. Within one
-// site, inserting a handler with an identical zone above an existing one
-// shifts n, so the two swap their state once; and handlers with identical
-// zones in different named routes of one server are provisioned in map
-// order, so they may swap on a reload. Distinct zone names avoid both.
+// Two zones of one name whose identities differ in one config load are a
+// configuration error (see loadZones.claim), so a name never means two
+// limits.
 type storeKey struct {
-	server string
-	site   string
 	config string
-	n      int
 }
 
-// occurrenceScope keys the per-load counters behind storeKey.n: one per
-// HTTP server value, and a new server value is made by every config load.
-type occurrenceScope struct {
-	server any
+// loadKey is the pool key of the zones of one config load: Caddy gives
+// each load a metrics registry of its own.
+type loadKey struct {
+	reg *prometheus.Registry
 }
 
-// occurrences counts, in one config load, the zones seen per (site,
-// config) of one server.
-type occurrences struct {
-	mu   sync.Mutex
-	seen map[string]int
+// loadZones is what the rate_limit handlers of one config load have
+// defined so far: each zone name's identity and where it was first
+// defined.
+type loadZones struct {
+	mu       sync.Mutex
+	handlers int // handlers provisioned so far, to number them in errors
+	zones    map[string]zoneDefinition
 }
 
-func (*occurrences) Destruct() error { return nil }
+type zoneDefinition struct {
+	identity string
+	fields   map[string]json.RawMessage // identity by field, to name what differs
+	place    string
+}
+
+func (*loadZones) Destruct() error { return nil }
+
+// next numbers a handler of the load, from 1.
+func (lz *loadZones) next() int {
+	lz.mu.Lock()
+	defer lz.mu.Unlock()
+	lz.handlers++
+	return lz.handlers
+}
+
+// claim records that the zone name with identity is defined at place, or
+// fails when the load already defines that name with another identity.
+func (lz *loadZones) claim(name, identity, place string) error {
+	lz.mu.Lock()
+	defer lz.mu.Unlock()
+	def, ok := lz.zones[name]
+	if !ok {
+		lz.zones[name] = zoneDefinition{identity: identity, fields: identityFields(identity), place: place}
+		return nil
+	}
+	if def.identity == identity {
+		return nil
+	}
+	return fmt.Errorf("defined differently in %s and in %s (they differ in %s): "+
+		"a zone name is one limit in the whole config, shared by every handler that names it, "+
+		"so its limit settings must be the same everywhere; give one of them another name",
+		def.place, place, strings.Join(differingFields(def.fields, identityFields(identity)), ", "))
+}
+
+// identityFields splits an identity's JSON by field.
+func identityFields(identity string) map[string]json.RawMessage {
+	var m map[string]json.RawMessage
+	if err := json.Unmarshal([]byte(identity), &m); err != nil {
+		return nil
+	}
+	return m
+}
+
+// differingFields names, sorted, the fields in which a and b differ.
+func differingFields(a, b map[string]json.RawMessage) []string {
+	var names []string
+	for k, v := range a {
+		if w, ok := b[k]; !ok || string(v) != string(w) {
+			names = append(names, k)
+		}
+	}
+	for k := range b {
+		if _, ok := a[k]; !ok {
+			names = append(names, k)
+		}
+	}
+	slices.Sort(names)
+	if len(names) == 0 {
+		names = []string{"settings"}
+	}
+	return names
+}
 
 // handlerRuntime is what Provision builds from the configuration: all that
 // ServeHTTP reads, never written after Provision.
@@ -128,6 +178,13 @@ type handlerRuntime struct {
 	onError   onErrorMode
 
 	metrics *metrics
+
+	// events, when set, is the events app of the config, which has
+	// subscribers to rate_limit_exceeded: each rejection emits it, with
+	// eventCtx (the handler's provisioning context: the event's origin
+	// is this module). nil when nobody listens.
+	events   *caddyevents.App
+	eventCtx caddy.Context
 
 	// inflight counts the requests in ServeHTTP (with store redis only):
 	// Cleanup runs when a reload starts to shut the old servers down,
@@ -201,6 +258,9 @@ type zone struct {
 // the zones: matchers, key resolvers, algorithms and stores.
 func (h *Handler) Provision(ctx caddy.Context) error {
 	h.rt.logger = ctx.Logger()
+	if err := h.convertMholt(); err != nil {
+		return err
+	}
 	if err := h.Validate(); err != nil {
 		return err
 	}
@@ -232,30 +292,24 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 	if h.rt.metrics, err = h.provisionMetrics(ctx); err != nil {
 		return err
 	}
+	if err := h.provisionEvents(ctx); err != nil {
+		return err
+	}
 	if h.Store == "redis" {
 		if err := h.provisionRedis(); err != nil {
 			return err
 		}
 	}
 
-	server, site := serverScope(ctx)
-	var occ *occurrences
-	if srv := ctx.Context.Value(caddyhttp.ServerCtxKey); srv != nil {
-		scope := occurrenceScope{server: srv}
-		v, _, err := pool.LoadOrNew(scope, func() (caddy.Destructor, error) {
-			return &occurrences{seen: make(map[string]int)}, nil
-		})
-		if err != nil {
-			return err
-		}
-		h.rt.poolKeys = append(h.rt.poolKeys, scope)
-		occ = v.(*occurrences)
+	lz, place, err := h.provisionLoad(ctx)
+	if err != nil {
+		return err
 	}
 
 	h.rt.zones = make([]*zone, 0, len(h.Zones))
 	policies := make([]string, 0, len(h.Zones))
 	for _, zc := range h.Zones {
-		z, err := h.provisionZone(ctx, zc, server, site, occ)
+		z, err := h.provisionZone(ctx, zc, lz, place)
 		if err != nil {
 			return fmt.Errorf("zone %q: %v", zc.Name, err)
 		}
@@ -267,7 +321,7 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 }
 
 // provisionZone fills in the defaults of zc and builds its runtime zone.
-func (h *Handler) provisionZone(ctx caddy.Context, zc *Zone, server, site string, occ *occurrences) (*zone, error) {
+func (h *Handler) provisionZone(ctx caddy.Context, zc *Zone, lz *loadZones, place string) (*zone, error) {
 	if zc.Algorithm == "" {
 		zc.Algorithm = algorithms.SlidingLog
 	}
@@ -320,6 +374,11 @@ func (h *Handler) provisionZone(ctx caddy.Context, zc *Zone, server, site string
 	if err != nil {
 		return nil, err
 	}
+	if lz != nil {
+		if err := lz.claim(zc.Name, identity, place); err != nil {
+			return nil, err
+		}
+	}
 
 	if len(zc.MatcherSetsRaw) > 0 {
 		v, err := ctx.LoadModule(zc, "MatcherSetsRaw")
@@ -364,7 +423,7 @@ func (h *Handler) provisionZone(ctx caddy.Context, zc *Zone, server, site string
 	}
 	z.limiter = lim
 
-	if err := h.zoneStores(z, lim, storeKey{server: server, site: site, config: identity}, occ); err != nil {
+	if err := h.zoneStores(z, lim, storeKey{config: identity}); err != nil {
 		return nil, err
 	}
 
@@ -375,70 +434,125 @@ func (h *Handler) provisionZone(ctx caddy.Context, zc *Zone, server, site string
 	return z, nil
 }
 
-// storeIdentity returns the JSON of what gives a zone's counts their meaning
-// (see storeKey).
+// zoneIdentity is what gives a zone's counts their meaning and says where
+// they live (see storeKey): the zone's limit settings and its handler's
+// store settings, defaults filled in.
+type zoneIdentity struct {
+	Name          string          `json:"name"`
+	Algorithm     string          `json:"algorithm"`
+	Limits        []Limit         `json:"limits"`
+	Burst         int64           `json:"burst"`
+	CountRejected bool            `json:"count_rejected"`
+	Key           string          `json:"key"`
+	KeyResolver   json.RawMessage `json:"key_resolver,omitempty"`
+	IPv4Prefix    int             `json:"ipv4_prefix"`
+	IPv6Prefix    int             `json:"ipv6_prefix"`
+	Store         string          `json:"store"`
+	MaxKeys       int             `json:"max_keys"`
+	SweepInterval caddy.Duration  `json:"sweep_interval"`
+	Redis         *redisLocation  `json:"redis,omitempty"`
+	SyncInterval  caddy.Duration  `json:"sync_interval,omitempty"`
+}
+
+// redisLocation is which Redis database and keys hold a zone's counts (the
+// resolved settings that choose them): handlers whose clients differ only
+// in how they connect (timeouts, pool size, TLS, credentials) share the
+// counts.
+type redisLocation struct {
+	Addresses         []string `json:"addresses,omitempty"`
+	URL               string   `json:"url,omitempty"`
+	SentinelMaster    string   `json:"sentinel_master,omitempty"`
+	SentinelAddresses []string `json:"sentinel_addresses,omitempty"`
+	DB                int      `json:"db,omitempty"`
+	KeyPrefix         string   `json:"key_prefix"`
+}
+
+// storeIdentity returns the JSON of zc's zoneIdentity.
 func (h *Handler) storeIdentity(zc *Zone) (string, error) {
-	b, err := json.Marshal(struct {
-		Name          string          `json:"name"`
-		Algorithm     string          `json:"algorithm"`
-		Limits        []Limit         `json:"limits"`
-		Burst         int64           `json:"burst"`
-		CountRejected bool            `json:"count_rejected"`
-		Key           string          `json:"key"`
-		KeyResolver   json.RawMessage `json:"key_resolver,omitempty"`
-		IPv4Prefix    int             `json:"ipv4_prefix"`
-		IPv6Prefix    int             `json:"ipv6_prefix"`
-		Store         string          `json:"store"`
-		MaxKeys       int             `json:"max_keys"`
-		SweepInterval caddy.Duration  `json:"sweep_interval"`
-	}{
-		zc.Name, zc.Algorithm, zc.Limits, zc.Burst, zc.CountRejected,
-		zc.Key, zc.KeyResolverRaw, zc.IPv4Prefix, zc.IPv6Prefix,
-		h.Store, h.MaxKeys, h.SweepInterval,
-	})
+	id := zoneIdentity{
+		Name: zc.Name, Algorithm: zc.Algorithm, Limits: zc.Limits, Burst: zc.Burst,
+		CountRejected: zc.CountRejected, Key: zc.Key, KeyResolver: zc.KeyResolverRaw,
+		IPv4Prefix: zc.IPv4Prefix, IPv6Prefix: zc.IPv6Prefix,
+		Store: h.Store, MaxKeys: h.MaxKeys, SweepInterval: h.SweepInterval,
+	}
+	if rc := h.rt.redisConf; h.Store == "redis" && rc != nil {
+		// Another Redis, key prefix or mode is another count.
+		id.Redis = &redisLocation{
+			Addresses: rc.Addresses, URL: rc.URL,
+			SentinelMaster: rc.SentinelMaster, SentinelAddresses: rc.SentinelAddresses,
+			DB: rc.DB, KeyPrefix: rc.KeyPrefix,
+		}
+		id.SyncInterval = h.SyncInterval
+	}
+	b, err := json.Marshal(id)
 	return string(b), err
 }
 
-// serverScope names the HTTP server being provisioned by its listen
-// addresses, and the site (top-level route) being provisioned by its
-// matchers; "" outside a server or a top-level route.
-func serverScope(ctx caddy.Context) (server, site string) {
-	srv, ok := ctx.Context.Value(caddyhttp.ServerCtxKey).(*caddyhttp.Server)
-	if !ok || srv == nil {
-		return "", ""
+// provisionLoad takes the handler's share of its config load's zones (nil
+// outside a config load: a bare context has no metrics registry) and
+// describes where the handler is, for errors.
+func (h *Handler) provisionLoad(ctx caddy.Context) (*loadZones, string, error) {
+	reg := ctx.GetMetricsRegistry()
+	if reg == nil {
+		return nil, "", nil
 	}
-	listen := slices.Clone(srv.Listen)
-	slices.Sort(listen)
-	return strings.Join(listen, ","), siteScope(srv.Routes)
+	key := loadKey{reg}
+	v, _, err := pool.LoadOrNew(key, func() (caddy.Destructor, error) {
+		return &loadZones{zones: make(map[string]zoneDefinition)}, nil
+	})
+	if err != nil {
+		return nil, "", err
+	}
+	h.rt.poolKeys = append(h.rt.poolKeys, key)
+	lz := v.(*loadZones)
+	return lz, placeOf(ctx, lz.next()), nil
 }
 
-// siteScope returns the matchers (types and JSON) of the route of routes whose
-// handlers are being provisioned: Caddy provisions the routes in order, and
-// a route's HandlersRaw is consumed (and Handlers set) once all its
-// handlers are provisioned, so it is the first route with raw handlers but
-// no handlers yet. "" if there is none or its matchers do not render.
-func siteScope(routes caddyhttp.RouteList) string {
+// placeOf describes the n-th rate_limit handler of a config load: its
+// order, its server (name and listen addresses) and its site (the matchers
+// of the server's top-level route that holds it, e.g. a Caddyfile site's
+// host matcher).
+func placeOf(ctx caddy.Context, n int) string {
+	place := fmt.Sprintf("rate_limit handler #%d", n)
+	srv, ok := ctx.Context.Value(caddyhttp.ServerCtxKey).(*caddyhttp.Server)
+	if !ok || srv == nil {
+		return place
+	}
+	place += fmt.Sprintf(" (server %q listening on %s", srv.Name(), strings.Join(srv.Listen, " "))
+	if site := siteOf(srv.Routes); site != "" {
+		place += ", site " + site
+	}
+	return place + ")"
+}
+
+// siteOf describes the matchers of the route of routes whose handlers are
+// being provisioned: Caddy provisions the routes in order, and a route's
+// HandlersRaw is consumed (and Handlers set) once all its handlers are
+// provisioned, so it is the first route with raw handlers but no handlers
+// yet. "" if there is none or it has no matchers.
+func siteOf(routes caddyhttp.RouteList) string {
 	for i := range routes {
 		r := &routes[i]
 		if r.Handlers != nil || len(r.HandlersRaw) == 0 {
 			continue
 		}
-		if len(r.MatcherSets) == 0 {
-			return ""
-		}
-		var b strings.Builder
+		var sets []string
 		for _, set := range r.MatcherSets {
-			b.WriteByte('[')
+			var ms []string
 			for _, m := range set {
+				name := fmt.Sprintf("%T", m)
+				if mod, ok := m.(caddy.Module); ok {
+					name = mod.CaddyModule().ID.Name()
+				}
 				j, err := json.Marshal(m)
 				if err != nil {
-					return ""
+					j = []byte("?")
 				}
-				fmt.Fprintf(&b, "%T=%s;", m, j)
+				ms = append(ms, name+" "+string(j))
 			}
-			b.WriteByte(']')
+			sets = append(sets, strings.Join(ms, " "))
 		}
-		return b.String()
+		return strings.Join(sets, " or ")
 	}
 	return ""
 }
@@ -493,7 +607,7 @@ func errorRoutesMayMatch(srv *caddyhttp.Server) bool {
 }
 
 // currentRouteHosts returns the hosts of the top-level route being
-// provisioned (see siteScope), when its matchers are host lists only.
+// provisioned (see siteOf), when its matchers are host lists only.
 func currentRouteHosts(routes caddyhttp.RouteList) (map[string]struct{}, bool) {
 	for i := range routes {
 		r := &routes[i]

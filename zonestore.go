@@ -136,17 +136,11 @@ func (h *Handler) provisionRedis() error {
 }
 
 // zoneStores sets z.store (and z.fallback with on_error local): for
-// store memory a memory store, carried over from the previous config load
-// when the zone is unchanged (see storeKey); for store redis the Lua store
-// on the shared client, or with sync_interval the two-layer store.
-func (h *Handler) zoneStores(z *zone, lim algorithms.Limiter, key storeKey, occ *occurrences) error {
-	if h.rt.clock == nil && occ != nil {
-		id := key.site + "\x00" + key.config
-		occ.mu.Lock()
-		key.n = occ.seen[id]
-		occ.seen[id]++
-		occ.mu.Unlock()
-	}
+// store memory the zone's memory store, shared by the handlers that name
+// the zone and carried over from the previous config load when the zone is
+// unchanged (see storeKey); for store redis the Lua store on the shared
+// client, or with sync_interval the zone's two-layer store.
+func (h *Handler) zoneStores(z *zone, lim algorithms.Limiter, key storeKey) error {
 	switch h.Store {
 	case "memory":
 		m, err := h.memoryStore(lim, z.name, key)
@@ -172,12 +166,13 @@ func (h *Handler) zoneStores(z *zone, lim algorithms.Limiter, key storeKey, occ 
 	opts := lua.Options{KeyPrefix: h.rt.redisConf.KeyPrefix, Zone: z.name}
 	if h.SyncInterval > 0 {
 		// Two-layer: decisions are local (no Redis call, no breaker);
-		// the store pushes its counts every interval.
+		// the store pushes its counts every interval, through the
+		// handler's client: one store per client.
 		redisKey, err := h.rt.redisConf.poolKey()
 		if err != nil {
 			return err
 		}
-		key.config += fmt.Sprintf("\x00sync %s\x00%s", time.Duration(h.SyncInterval), redisKey)
+		key.config += "\x00sync\x00" + string(redisKey)
 		st, err := h.syncStore(lim, z.name, opts, key)
 		if err != nil {
 			return err
@@ -262,8 +257,8 @@ func (h *Handler) pooledStore(name string, key storeKey, newStore func() (caddy.
 	}
 	h.rt.poolKeys = append(h.rt.poolKeys, key)
 	if loaded {
-		h.rt.logger.Debug("zone state carried over from the previous config",
-			zap.String("zone", name), zap.Int("occurrence", key.n))
+		h.rt.logger.Debug("zone state shared with another handler or carried over from the previous config",
+			zap.String("zone", name))
 	}
 	return v.(caddy.Destructor), nil
 }

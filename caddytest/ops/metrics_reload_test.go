@@ -1,0 +1,39 @@
+package ops
+
+import (
+	"fmt"
+	"testing"
+)
+
+// TestMetricsCountAcrossReload: a denial, a reload (the zone unchanged,
+// another response), a denial: the admin endpoint's denied counter reads
+// 2, not 1: the counters are not restarted by a new config's registry.
+func TestMetricsCountAcrossReload(t *testing.T) {
+	cfg := func(body string) string {
+		return globals("") + fmt.Sprintf(`
+http://:%d {
+	rate_limit {
+		zone ops_metrics_reload {
+			match {
+				path /limited
+			}
+			key {http.request.header.X-Client}
+			limit 1 1h
+		}
+	}
+	respond %q
+}
+`, httpPort, body)
+	}
+	load(t, cfg("one"))
+	expectCode(t, get(t, "/limited", "X-Client", "c"), 200, "first")
+	expectCode(t, get(t, "/limited", "X-Client", "c"), 429, "second")
+	expectValue(t, scrape(t), 1, mRequests, "zone", "ops_metrics_reload", "result", "denied")
+
+	load(t, cfg("two"))
+	waitServing(t, "two", "/") // "/" is not in the zone
+	expectCode(t, get(t, "/limited", "X-Client", "c"), 429, "after the reload")
+	fams := scrape(t)
+	expectValue(t, fams, 2, mRequests, "zone", "ops_metrics_reload", "result", "denied")
+	expectValue(t, fams, 1, mRequests, "zone", "ops_metrics_reload", "result", "allowed")
+}

@@ -1,0 +1,80 @@
+package ratelimit
+
+import (
+	"fmt"
+	"slices"
+
+	"github.com/caddyserver/caddy/v2"
+	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
+
+	"github.com/zonelimit/caddy-ratelimit/algorithms"
+)
+
+// MholtRateLimit is a zone in the shape of mholt/caddy-ratelimit's JSON
+// (an entry of rate_limits): at most MaxEvents requests per Window and
+// key, over an exact rolling window (sliding_log).
+type MholtRateLimit struct {
+	// MatcherSetsRaw restricts the zone to the requests that match.
+	// Default: every request the handler sees.
+	MatcherSetsRaw caddyhttp.RawMatcherSets `json:"match,omitempty" caddy:"namespace=http.matchers"`
+
+	// Key is a placeholder template evaluated per request (see Zone.Key).
+	// Required.
+	Key string `json:"key,omitempty"`
+
+	// MaxEvents is how many requests a key may make per window. Required,
+	// positive.
+	MaxEvents int64 `json:"max_events,omitempty"`
+
+	// Window is the length of the rolling window (nanoseconds in JSON, or
+	// a duration string such as "1m"). Required, at least 1ms.
+	Window caddy.Duration `json:"window,omitempty"`
+
+	// IPv4Prefix and IPv6Prefix group client addresses in the key (see
+	// Zone.IPv4Prefix). Default: 32 and 128 (each address alone).
+	IPv4Prefix int `json:"ipv4_prefix,omitempty"`
+	IPv6Prefix int `json:"ipv6_prefix,omitempty"`
+}
+
+// convertMholt turns the options in mholt/caddy-ratelimit's shape into
+// this module's: rate_limits become zones, appended in name order (so that
+// a config gives the same zones, in the same order, on every load), and
+// log_key is log_keys. Its distributed mode and storage have no
+// counterpart: they are refused with the message the Caddyfile gives.
+func (h *Handler) convertMholt() error {
+	for _, opt := range []struct {
+		name string
+		raw  []byte
+	}{{"distributed", h.Distributed}, {"storage", h.StorageRaw}} {
+		if len(opt.raw) > 0 && string(opt.raw) != "null" {
+			return fmt.Errorf("%s (from mholt/caddy-ratelimit) is not supported: this module shares counts between instances with its own store (see store)", opt.name)
+		}
+	}
+	if h.LogKey {
+		h.LogKeys = true
+	}
+	names := make([]string, 0, len(h.RateLimits))
+	for name := range h.RateLimits {
+		names = append(names, name)
+	}
+	slices.Sort(names)
+	for _, name := range names {
+		rl := h.RateLimits[name]
+		if rl == nil {
+			return fmt.Errorf("rate_limits: zone %q is empty (null)", name)
+		}
+		h.Zones = append(h.Zones, &Zone{
+			Name:           name,
+			MatcherSetsRaw: rl.MatcherSetsRaw,
+			Key:            rl.Key,
+			Algorithm:      algorithms.SlidingLog,
+			Limits:         []Limit{{Events: rl.MaxEvents, Window: rl.Window}},
+			IPv4Prefix:     rl.IPv4Prefix,
+			IPv6Prefix:     rl.IPv6Prefix,
+		})
+	}
+	// Converted once: Validate, which Caddy runs after Provision, sees
+	// them as zones.
+	h.RateLimits = nil
+	return nil
+}
