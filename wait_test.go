@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -14,8 +15,10 @@ import (
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
+	"github.com/redis/go-redis/v9"
 
 	"github.com/zonelimit/caddy-ratelimit/algorithms"
+	"github.com/zonelimit/caddy-ratelimit/internal/redistest"
 	"github.com/zonelimit/caddy-ratelimit/store"
 )
 
@@ -560,4 +563,67 @@ func TestWaitOptionBounds(t *testing.T) {
 			}
 		}
 	}
+}
+
+// With store redis, the waiters of a key call Redis as one waiter would:
+// the head once per retry interval, plus the admissions (counted by Redis
+// itself, INFO commandstats).
+func TestWaitRedisCallsPerKey(t *testing.T) {
+	srv := redistest.Start(t)
+	h := provision(t, fmt.Sprintf(`{"store":"redis","redis":{"addresses":[%q]},
+		"zones":[{"name":"w","key":"k","on_limit":"wait","max_wait":"1m","limits":[{"events":1,"window":"100ms"}]}]}`, srv.Addr), nil)
+	rc := redis.NewClient(&redis.Options{Addr: srv.Addr})
+	defer rc.Close()
+	serve(h, newReq("192.0.2.1:1")) // loads the script
+	if err := rc.ConfigResetStat(context.Background()).Err(); err != nil {
+		t.Fatal(err)
+	}
+
+	const n = 20
+	codes := make(chan int, n)
+	for i := range n {
+		go func() { codes <- serve(h, newReq("192.0.2.1:1")).code }()
+		// One after the other, so that only the first asks before
+		// joining the line (a request that finds no line asks Redis).
+		waitFor(t, 10*time.Second, "the request to wait in line", func() bool {
+			w, _ := h.rt.zones[0].waiters.size()
+			return w == i+1 || len(codes) > 0
+		})
+	}
+	for range n {
+		if code := <-codes; code != 200 {
+			t.Fatalf("code %d", code)
+		}
+	}
+	calls := redisCalls(t, rc)
+	t.Logf("%d waiters: %d EVALSHA/EVAL", n, calls)
+	// n admissions and, before each, the denial telling the head how long
+	// to wait; a few more when Redis's clock and ours disagree.
+	if calls > 3*n {
+		t.Fatalf("%d Redis calls for %d waiters, want at most %d: the waiters polled", calls, n, 3*n)
+	}
+}
+
+// redisCalls is the number of script calls Redis has run (INFO
+// commandstats).
+func redisCalls(t *testing.T, c *redis.Client) int {
+	t.Helper()
+	info, err := c.Info(context.Background(), "commandstats").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	calls := 0
+	for _, line := range strings.Split(info, "\n") {
+		name, rest, ok := strings.Cut(strings.TrimSpace(line), ":")
+		if !ok || (name != "cmdstat_evalsha" && name != "cmdstat_eval") {
+			continue
+		}
+		for _, f := range strings.Split(rest, ",") {
+			if v, ok := strings.CutPrefix(f, "calls="); ok {
+				n, _ := strconv.Atoi(v)
+				calls += n
+			}
+		}
+	}
+	return calls
 }
