@@ -44,10 +44,10 @@ const (
 	maxMaxWait = time.Minute
 
 	// defaultMaxWaiters is how many requests a zone holds waiting at most,
-	// over all its keys, when max_waiters is not set: a few MB of
-	// goroutines and buffers at worst, and more than a key limited to a
-	// few requests per second can admit within maxMaxWait, so that those
-	// beyond it would mostly have waited to be rejected anyway.
+	// over all its keys, when max_waiters is not set: at worst a thousand
+	// connections and goroutines (tens of MB), and more than a key
+	// admitting up to 16 requests a second lets in within maxMaxWait, so
+	// that those beyond it would mostly have waited only to be rejected.
 	defaultMaxWaiters = 1000
 )
 
