@@ -31,7 +31,7 @@ func parseCaddyfile(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler, error)
 // messages.
 var (
 	handlerSubdirectives = []string{"zone", "store", "redis", "sync_interval", "on_error", "headers", "status", "dry_run", "jitter", "sweep_interval", "max_keys", "log_keys", "disable_metrics"}
-	zoneSubdirectives    = []string{"match", "key", "algorithm", "limit", "events", "window", "burst", "cost", "on_limit", "count_rejected", "ipv4_prefix", "ipv6_prefix", "empty_key"}
+	zoneSubdirectives    = []string{"match", "key", "algorithm", "limit", "events", "window", "burst", "cost", "on_limit", "max_waiters", "count_rejected", "ipv4_prefix", "ipv6_prefix", "empty_key"}
 )
 
 // UnmarshalCaddyfile sets up the handler from Caddyfile tokens. Syntax:
@@ -47,6 +47,7 @@ var (
 //	        burst     <n>
 //	        cost      <n | placeholder>
 //	        on_limit  reject | wait <max_wait>
+//	        max_waiters <n>
 //	        count_rejected
 //	        ipv4_prefix <bits>
 //	        ipv6_prefix <bits>
@@ -388,6 +389,16 @@ func (h *Handler) unmarshalZone(d *caddyfile.Dispenser, zoneLines map[string]int
 				return err
 			}
 			z.OnLimit = args[0]
+
+		case "max_waiters":
+			n, err := positiveIntArg(d, "max_waiters")
+			if err != nil {
+				return err
+			}
+			if n > int64(maxInt) {
+				return d.Errf("zone %q: max_waiters must be at most %d, got %d", name, maxInt, n)
+			}
+			z.MaxWaiters = int(n)
 
 		case "count_rejected":
 			if err := noArgs(d, "count_rejected"); err != nil {

@@ -129,10 +129,7 @@ func (h *Handler) admit(w http.ResponseWriter, r *http.Request) (leases []taken,
 		}
 
 		cost := z.costOf(r)
-		d, st, err := h.take(ctx, z, key, cost)
-		if err == nil && !d.Allowed && z.wait && !rt.dryRun {
-			d, st, err = h.waitAdmitted(ctx, z, key, cost, d)
-		}
+		d, st, err := h.takeOrWait(ctx, z, key, cost)
 		if err != nil {
 			if ctx.Err() != nil {
 				// The client went away (while waiting, or while the
@@ -288,35 +285,6 @@ func (h *Handler) policy(applied []*zone) []string {
 		items[i] = z.policy
 	}
 	return []string{strings.Join(items, ", ")}
-}
-
-// waitAdmitted holds a request the zone denied until the zone admits it,
-// for at most the zone's max_wait. It returns the last decision (denied
-// when max_wait would be exceeded) and the store that made it, the
-// context's error when the client went away, or the store's error.
-func (h *Handler) waitAdmitted(ctx context.Context, z *zone, key string, cost int64, d algorithms.Decision) (algorithms.Decision, store.Store, error) {
-	deadline := h.now().Add(z.maxWait)
-	st := z.store
-	for !d.Allowed {
-		wait := max(d.RetryAfter, time.Millisecond)
-		if z.lease {
-			// A lease usually ends long before the Retry-After of
-			// concurrency (up to 1s): look again sooner.
-			wait = min(wait, leasePoll)
-		}
-		if h.now().Add(wait).After(deadline) {
-			return d, st, nil
-		}
-		if err := h.sleepFor(ctx, wait); err != nil {
-			return d, st, err
-		}
-		next, nst, err := h.take(ctx, z, key, cost)
-		if err != nil {
-			return d, st, err
-		}
-		d, st = next, nst
-	}
-	return d, st, nil
 }
 
 // undoAll gives back, latest first, what the zones admitted.

@@ -175,9 +175,16 @@ type Zone struct {
 	OnLimit string `json:"on_limit,omitempty"`
 
 	// MaxWait is the longest a request waits with on_limit wait
-	// (nanoseconds in JSON, or a duration string; at least 1ms). Required
+	// (nanoseconds in JSON, or a duration string), at least 1ms and at
+	// most 1m. Required
 	// with wait, not allowed otherwise.
 	MaxWait caddy.Duration `json:"max_wait,omitempty"`
+
+	// MaxWaiters is the most requests the zone holds waiting at once
+	// with on_limit wait, over all its keys; a request denied while the
+	// zone holds that many is rejected at once. The waiters of a key are
+	// admitted in arrival order. Default: 1000. Only with on_limit wait.
+	MaxWaiters int `json:"max_waiters,omitempty"`
 
 	// CountRejected makes denied requests consume units too, so a client
 	// that keeps hammering stays limited. Default: false (a denied request

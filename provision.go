@@ -244,6 +244,10 @@ type zone struct {
 	maxWindow time.Duration
 	tiers     []algorithms.Tier
 
+	// waiters, with on_limit wait, are the requests waiting, in line per
+	// key (wait.go); nil otherwise.
+	waiters *waitLines
+
 	// Precomputed header material.
 	policy     string     // RateLimit-Policy items of this zone
 	policyVals []string   // []string{policy}
@@ -340,6 +344,9 @@ func (h *Handler) provisionZone(ctx caddy.Context, zc *Zone, lz *loadZones, plac
 	if zc.IPv6Prefix == 0 {
 		zc.IPv6Prefix = defaultIPv6Prefix
 	}
+	if zc.OnLimit == "wait" && zc.MaxWaiters == 0 {
+		zc.MaxWaiters = defaultMaxWaiters
+	}
 
 	z := &zone{
 		name:    zc.Name,
@@ -348,6 +355,9 @@ func (h *Handler) provisionZone(ctx caddy.Context, zc *Zone, lz *loadZones, plac
 		lease:   zc.Algorithm == algorithms.Concurrency,
 	}
 	z.shape = z.wait && zc.Algorithm == algorithms.LeakyBucket
+	if z.wait {
+		z.waiters = newWaitLines(zc.MaxWaiters)
+	}
 	switch zc.EmptyKey {
 	case "global":
 		z.emptyKey = emptyKeyGlobal

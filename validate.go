@@ -264,6 +264,9 @@ func (z *Zone) validate() error {
 		if z.MaxWait != 0 {
 			return zoneErrf("on_limit", "max_wait applies only with on_limit wait")
 		}
+		if z.MaxWaiters != 0 {
+			return zoneErrf("max_waiters", "max_waiters applies only with on_limit wait")
+		}
 	case "wait":
 		if z.MaxWait <= 0 {
 			return zoneErrf("on_limit", "on_limit wait needs a positive max_wait (on_limit wait <duration>), got %s", time.Duration(z.MaxWait))
@@ -272,8 +275,14 @@ func (z *Zone) validate() error {
 			// A shorter wait never waits: the shortest sleep is 1ms.
 			return zoneErrf("on_limit", "%v%s", checkAtLeast("max_wait", d, minMaxWait), jsonHint(d))
 		}
+		if z.MaxWait > caddy.Duration(maxMaxWait) {
+			return zoneErrf("on_limit", "max_wait must be at most %s, got %s", maxMaxWait, time.Duration(z.MaxWait))
+		}
 	default:
 		return &zoneError{option: "on_limit", err: checkOneOf("on_limit", z.OnLimit, onLimitModes)}
+	}
+	if z.MaxWaiters < 0 {
+		return zoneErrf("max_waiters", "max_waiters must be positive, got %d", z.MaxWaiters)
 	}
 	if z.CountRejected && alg == algorithms.Concurrency {
 		return zoneErrf("count_rejected", "count_rejected does not apply to algorithm concurrency (a denied request holds no lease)")

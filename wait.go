@@ -1,0 +1,281 @@
+package ratelimit
+
+import (
+	"context"
+	"slices"
+	"sync"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/zonelimit/caddy-ratelimit/algorithms"
+	"github.com/zonelimit/caddy-ratelimit/store"
+)
+
+// on_limit wait holds a request its zone denied until the zone admits it,
+// as golang.org/x/time/rate's Limiter.Wait does, except that the quota is
+// in the store (memory or Redis) and that the requests of one key wait in
+// line:
+//
+//   - Each zone has its lines (waitLines), one per key that has waiting
+//     requests; a line is removed when its last waiter leaves, and a zone
+//     holds at most max_waiters waiters over all its keys (more are
+//     rejected at once), so the memory and goroutines it holds are bounded.
+//   - Only the head of a line asks the store, at most once per Retry-After
+//     of the key's latest denial (or per leasePoll for concurrency). The
+//     others sleep until the waiter ahead of them leaves (admitted, out of
+//     time, or its client gone), which wakes the next: a key admits its
+//     waiters in arrival order, and however many wait, the store is asked
+//     about the key as often as if one did.
+//   - A request that arrives while its key has a line joins the end of the
+//     line without asking the store: an admission there would take the
+//     quota the line is waiting for.
+//
+// Time is read with Handler.now and slept with Handler.sleepFor, which
+// tests replace with a synthetic clock.
+
+const (
+	// maxMaxWait is the longest max_wait allowed. A waiting request holds
+	// a connection, a goroutine and a place in line; clients and proxies
+	// commonly give up after a minute (nginx's proxy_read_timeout, cloud
+	// load balancers' idle timeouts), so a longer wait mostly ends in a
+	// response nobody reads. It is also well below drainLimit, so that a
+	// reload never releases the state of requests still waiting.
+	maxMaxWait = time.Minute
+
+	// defaultMaxWaiters is how many requests a zone holds waiting at most,
+	// over all its keys, when max_waiters is not set: at worst a thousand
+	// connections and goroutines (tens of MB), and more than a key
+	// admitting up to 16 requests a second lets in within maxMaxWait, so
+	// that those beyond it would mostly have waited only to be rejected.
+	defaultMaxWaiters = 1000
+)
+
+// waitLines are the lines of one zone's waiting requests, per key.
+type waitLines struct {
+	max int // the most waiters over all keys (max_waiters)
+
+	mu    sync.Mutex
+	n     int                  // waiters over all keys
+	lines map[string]*waitLine // keys with waiters only
+}
+
+// waitLine is the line of one key.
+type waitLine struct {
+	waiters []*waiter // in arrival order; waiters[0], the head, asks the store
+
+	// last is the key's latest denial, made at lastAt: when the key may
+	// be admitted again, and what the waiters rejected without asking the
+	// store are answered.
+	last   algorithms.Decision
+	lastAt time.Time
+}
+
+// waiter is one request in line.
+type waiter struct {
+	// promote ends the waiter's sleep when it becomes the head.
+	promote context.CancelFunc
+}
+
+func newWaitLines(max int) *waitLines {
+	return &waitLines{max: max, lines: make(map[string]*waitLine)}
+}
+
+// joinResult is what join did.
+type joinResult uint8
+
+const (
+	joined  joinResult = iota // in line; head tells whether at its head
+	noLine                    // the key has no line: ask the store first
+	tooLate                   // the key cannot admit before the deadline: reject
+	full                      // the zone holds max waiters: reject
+)
+
+// join puts w at the end of key's line. d is the request's own denial,
+// made at now, or nil when it did not ask the store: then it joins only a
+// line that exists. wait is how long after a denial the key is asked again
+// (see zone.retryWait). It returns, except when joined, the denial to
+// reject the request with.
+func (wl *waitLines) join(key string, w *waiter, d *algorithms.Decision, now, deadline time.Time, wait func(algorithms.Decision) time.Duration) (res joinResult, head bool, denial algorithms.Decision) {
+	wl.mu.Lock()
+	defer wl.mu.Unlock()
+	l := wl.lines[key]
+	if l == nil && d == nil {
+		return noLine, false, algorithms.Decision{}
+	}
+	last, lastAt := l.latest(d, now)
+	if lastAt.Add(wait(last)).After(deadline) {
+		return tooLate, false, since(last, lastAt, now)
+	}
+	if wl.n >= wl.max {
+		return full, false, since(last, lastAt, now)
+	}
+	if l == nil {
+		l = new(waitLine)
+		wl.lines[key] = l
+	}
+	l.last, l.lastAt = last, lastAt
+	l.waiters = append(l.waiters, w)
+	wl.n++
+	return joined, len(l.waiters) == 1, algorithms.Decision{}
+}
+
+// latest is the newer of the line's denial and d (at now); l may be nil
+// when d is not.
+func (l *waitLine) latest(d *algorithms.Decision, now time.Time) (algorithms.Decision, time.Time) {
+	if d != nil {
+		return *d, now
+	}
+	return l.last, l.lastAt
+}
+
+// denied records d, the head's denial made at now.
+func (wl *waitLines) denied(key string, d algorithms.Decision, now time.Time) {
+	wl.mu.Lock()
+	defer wl.mu.Unlock()
+	if l := wl.lines[key]; l != nil {
+		l.last, l.lastAt = d, now
+	}
+}
+
+// ready returns when the key may be asked again: the end of its latest
+// denial's wait.
+func (wl *waitLines) ready(key string, wait func(algorithms.Decision) time.Duration) time.Time {
+	wl.mu.Lock()
+	defer wl.mu.Unlock()
+	l := wl.lines[key]
+	return l.lastAt.Add(wait(l.last))
+}
+
+// leave takes w out of key's line, promotes the next waiter if w was the
+// head, and removes the line once empty. It returns the key's latest
+// denial as seen at now, to reject w with.
+func (wl *waitLines) leave(key string, w *waiter, now time.Time) algorithms.Decision {
+	wl.mu.Lock()
+	defer wl.mu.Unlock()
+	l := wl.lines[key]
+	for i, x := range l.waiters {
+		if x != w {
+			continue
+		}
+		l.waiters = slices.Delete(l.waiters, i, i+1)
+		wl.n--
+		if i == 0 && len(l.waiters) > 0 {
+			l.waiters[0].promote()
+		}
+		break
+	}
+	if len(l.waiters) == 0 {
+		delete(wl.lines, key)
+	}
+	return since(l.last, l.lastAt, now)
+}
+
+// since is d, made at at, as seen at now: its waits shortened by the time
+// passed.
+func since(d algorithms.Decision, at, now time.Time) algorithms.Decision {
+	passed := now.Sub(at)
+	d.RetryAfter = max(d.RetryAfter-passed, 0)
+	d.ResetAfter = max(d.ResetAfter-passed, 0)
+	return d
+}
+
+// retryWait is how long after denial d the zone asks the store again.
+func (z *zone) retryWait(d algorithms.Decision) time.Duration {
+	wait := max(d.RetryAfter, time.Millisecond)
+	if z.lease {
+		// A lease usually ends long before the Retry-After of
+		// concurrency (up to 1s): look again sooner.
+		wait = min(wait, leasePoll)
+	}
+	return wait
+}
+
+// takeOrWait decides the request in zone z: with on_limit wait (and not
+// dry_run) a denied request waits in its key's line until it is admitted,
+// for at most max_wait. It returns the decision (denied when the request
+// could not be admitted in time or the zone holds too many waiters) and
+// the store that made it, the context's error when the client went away,
+// or the store's error.
+func (h *Handler) takeOrWait(ctx context.Context, z *zone, key string, cost int64) (algorithms.Decision, store.Store, error) {
+	if !z.wait || h.rt.dryRun {
+		return h.take(ctx, z, key, cost)
+	}
+	var own *algorithms.Decision // the request's own denial, if it asked
+	st := z.store
+	wctx, promote := context.WithCancel(ctx)
+	defer promote()
+	w := &waiter{promote: promote}
+	deadline := h.now().Add(z.maxWait)
+	for {
+		now := h.now()
+		res, head, denial := z.waiters.join(key, w, own, now, deadline, z.retryWait)
+		switch res {
+		case noLine:
+			d, dst, err := h.take(ctx, z, key, cost)
+			if err != nil || d.Allowed {
+				return d, dst, err
+			}
+			own, st = &d, dst
+			continue
+		case tooLate, full:
+			return denial, st, nil
+		}
+		return h.waitInLine(ctx, wctx, z, key, cost, w, head, deadline)
+	}
+}
+
+// waitInLine holds w, in key's line, until it is admitted at the head of
+// the line or deadline passes. wctx is ctx, cancelled too when w is
+// promoted to the head.
+func (h *Handler) waitInLine(ctx, wctx context.Context, z *zone, key string, cost int64, w *waiter, head bool, deadline time.Time) (algorithms.Decision, store.Store, error) {
+	wl := z.waiters
+	st := z.store
+	for {
+		if !head {
+			err := h.sleepFor(wctx, deadline.Sub(h.now()))
+			if ctx.Err() != nil {
+				return wl.leave(key, w, h.now()), st, ctx.Err()
+			}
+			if err == nil {
+				return wl.leave(key, w, h.now()), st, nil // out of time
+			}
+			head = true // promoted
+		}
+		// Not before the key's latest denial allows: after a head that
+		// left early (its client gone) the next one waits the rest.
+		if ready := wl.ready(key, z.retryWait); ready.After(h.now()) {
+			if ready.After(deadline) {
+				return wl.leave(key, w, h.now()), st, nil
+			}
+			if err := h.sleepFor(ctx, ready.Sub(h.now())); err != nil {
+				return wl.leave(key, w, h.now()), st, err
+			}
+		}
+		d, dst, err := h.take(ctx, z, key, cost)
+		if err != nil {
+			wl.leave(key, w, h.now())
+			return d, dst, err
+		}
+		st = dst
+		if d.Allowed {
+			if ctx.Err() != nil {
+				// The client went away: the admission goes to the
+				// next in line, given back before it is promoted.
+				h.giveBack(ctx, z, st, key, cost, d)
+				wl.leave(key, w, h.now())
+				return d, st, ctx.Err()
+			}
+			wl.leave(key, w, h.now())
+			return d, st, nil
+		}
+		wl.denied(key, d, h.now())
+	}
+}
+
+// giveBack undoes an admission of zone z whose request will not proceed.
+func (h *Handler) giveBack(ctx context.Context, z *zone, st store.Store, key string, cost int64, d algorithms.Decision) {
+	if err := st.Undo(context.WithoutCancel(ctx), key, time.Time{}, cost, d); err != nil {
+		h.rt.logger.Debug("undoing a rate limit admission", zap.String("zone", z.name), zap.Error(err))
+	}
+}

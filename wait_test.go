@@ -1,0 +1,629 @@
+package ratelimit
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/zonelimit/caddy-ratelimit/algorithms"
+	"github.com/zonelimit/caddy-ratelimit/internal/redistest"
+	"github.com/zonelimit/caddy-ratelimit/store"
+)
+
+// stepClock is a synthetic clock for many requests waiting at once: a
+// sleeper blocks until the test moves the clock to the end of its sleep
+// (or its context ends). The test runs requests with start, waits with
+// settle until each of them sleeps or has finished, and moves time on with
+// next: what happens at each instant is then decided, and can be counted,
+// without real time passing.
+type stepClock struct {
+	mu       sync.Mutex
+	changed  *sync.Cond // broadcast when sleepers or running change
+	t        time.Time
+	sleepers map[*sleeper]struct{}
+	running  int // requests started and not finished
+}
+
+type sleeper struct {
+	until time.Time
+	ctx   context.Context
+	wake  chan struct{}
+}
+
+func newStepClock() *stepClock {
+	c := &stepClock{t: time.Unix(1_700_000_000, 0), sleepers: make(map[*sleeper]struct{})}
+	c.changed = sync.NewCond(&c.mu)
+	return c
+}
+
+func (c *stepClock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.t
+}
+
+func (c *stepClock) Sleep(ctx context.Context, d time.Duration) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if d <= 0 {
+		return nil
+	}
+	c.mu.Lock()
+	s := &sleeper{until: c.t.Add(d), ctx: ctx, wake: make(chan struct{})}
+	c.sleepers[s] = struct{}{}
+	c.changed.Broadcast()
+	c.mu.Unlock()
+	select {
+	case <-s.wake:
+		return nil
+	case <-ctx.Done():
+		c.mu.Lock()
+		delete(c.sleepers, s)
+		c.changed.Broadcast()
+		c.mu.Unlock()
+		return ctx.Err()
+	}
+}
+
+// start runs f (a request) in a goroutine of its own, counted as running
+// until it returns.
+func (c *stepClock) start(f func()) {
+	c.mu.Lock()
+	c.running++
+	c.mu.Unlock()
+	go func() {
+		defer func() {
+			c.mu.Lock()
+			c.running--
+			c.changed.Broadcast()
+			c.mu.Unlock()
+		}()
+		f()
+	}()
+}
+
+// settle waits until every running request sleeps (its context alive) and
+// returns how many run.
+func (c *stepClock) settle() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for {
+		live := 0
+		for s := range c.sleepers {
+			if s.ctx.Err() == nil {
+				live++
+			}
+		}
+		if live == c.running {
+			return c.running
+		}
+		c.changed.Wait()
+	}
+}
+
+// next moves the clock to the earliest end of a sleep and wakes the
+// sleepers whose sleep ends then; false when none sleeps.
+func (c *stepClock) next() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var first *sleeper
+	for s := range c.sleepers {
+		if s.ctx.Err() == nil && (first == nil || s.until.Before(first.until)) {
+			first = s
+		}
+	}
+	if first == nil {
+		return false
+	}
+	c.t = first.until
+	for s := range c.sleepers {
+		if !s.until.After(c.t) {
+			delete(c.sleepers, s)
+			close(s.wake)
+		}
+	}
+	return true
+}
+
+// drain moves time on until no request runs.
+func (c *stepClock) drain(t *testing.T) {
+	t.Helper()
+	for c.settle() > 0 {
+		if !c.next() {
+			t.Fatal("requests run, but none sleeps")
+		}
+	}
+}
+
+// provisionStep provisions the handler given as JSON on clock c.
+func provisionStep(t *testing.T, config string, c *stepClock) *Handler {
+	t.Helper()
+	h := new(Handler)
+	if err := json.Unmarshal([]byte(config), h); err != nil {
+		t.Fatalf("config: %v", err)
+	}
+	h.rt.clock, h.rt.sleep = c.Now, c.Sleep
+	if err := h.Provision(testContext(t)); err != nil {
+		t.Fatalf("provision: %v", err)
+	}
+	t.Cleanup(func() { h.Cleanup() })
+	return h
+}
+
+// countingStore counts the Takes of a zone's store, with their instants
+// and results; onTake, when set, sees each decision.
+type countingStore struct {
+	store.Store
+	now    func() time.Time
+	onTake func(ctx context.Context, d algorithms.Decision)
+
+	mu    sync.Mutex
+	takes []take
+}
+
+type take struct {
+	at      time.Time
+	allowed bool
+}
+
+func (s *countingStore) Take(ctx context.Context, key string, now time.Time, cost int64) (algorithms.Decision, error) {
+	d, err := s.Store.Take(ctx, key, now, cost)
+	s.mu.Lock()
+	s.takes = append(s.takes, take{at: s.now(), allowed: d.Allowed})
+	s.mu.Unlock()
+	if s.onTake != nil {
+		s.onTake(ctx, d)
+	}
+	return d, err
+}
+
+func (s *countingStore) count() (allowed, denied int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, t := range s.takes {
+		if t.allowed {
+			allowed++
+		} else {
+			denied++
+		}
+	}
+	return allowed, denied
+}
+
+func countTakes(h *Handler, c *stepClock) *countingStore {
+	z := h.rt.zones[0]
+	cs := &countingStore{Store: z.store, now: c.Now}
+	z.store = cs
+	return cs
+}
+
+// admissions records the order and instants in which requests reach the
+// next handler.
+type admissions struct {
+	mu    sync.Mutex
+	clock *stepClock
+	ids   []int
+	at    []time.Time
+	done  map[int]result // the requests that have returned
+}
+
+func newAdmissions(c *stepClock) *admissions {
+	return &admissions{clock: c, done: make(map[int]result)}
+}
+
+// serve starts request id of h.
+func (a *admissions) serve(h *Handler, id int, r *http.Request) {
+	a.clock.start(func() {
+		res := serve(h, r, func(w http.ResponseWriter, _ *http.Request) error {
+			a.mu.Lock()
+			a.ids = append(a.ids, id)
+			a.at = append(a.at, a.clock.Now())
+			a.mu.Unlock()
+			w.WriteHeader(http.StatusOK)
+			return nil
+		})
+		a.mu.Lock()
+		a.done[id] = res
+		a.mu.Unlock()
+	})
+}
+
+// result returns the result of request id, failing if it has not
+// returned.
+func (a *admissions) result(t *testing.T, id int) result {
+	t.Helper()
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	res, ok := a.done[id]
+	if !ok {
+		t.Fatalf("request %d has not returned", id)
+	}
+	return res
+}
+
+func (a *admissions) expectClientClosed(t *testing.T, id int) {
+	t.Helper()
+	res := a.result(t, id)
+	var he caddyhttp.HandlerError
+	if !errors.As(res.err, &he) || he.StatusCode != statusClientClosed {
+		t.Fatalf("request %d: %v, want status %d", id, res.err, statusClientClosed)
+	}
+}
+
+func (a *admissions) expectOrder(t *testing.T, ids ...int) {
+	t.Helper()
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if fmt.Sprint(a.ids) != fmt.Sprint(ids) {
+		t.Fatalf("admitted %v, want %v", a.ids, ids)
+	}
+}
+
+func counterValue(t *testing.T, c prometheus.Counter) float64 {
+	t.Helper()
+	var m dto.Metric
+	if err := c.Write(&m); err != nil {
+		t.Fatal(err)
+	}
+	return m.GetCounter().GetValue()
+}
+
+func (w *waitLines) size() (waiters, keys int) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.n, len(w.lines)
+}
+
+// Many waiters of one key are admitted in their order of arrival, one per
+// interval, and the line is gone once empty.
+func TestWaitFIFO(t *testing.T) {
+	c := newStepClock()
+	h := provisionStep(t, `{"zones":[{"name":"w","key":"k","on_limit":"wait","max_wait":"1m",
+		"limits":[{"events":1,"window":"100ms"}]}]}`, c)
+	t0 := c.Now()
+	a := newAdmissions(c)
+	const n = 200
+	want := make([]int, n)
+	for i := range n {
+		a.serve(h, i, newReq("192.0.2.1:1"))
+		c.settle() // one after the other: a known order of arrival
+		want[i] = i
+	}
+	c.drain(t)
+	a.expectOrder(t, want...)
+	for i, at := range a.at {
+		if d := at.Sub(t0); d != time.Duration(i)*100*time.Millisecond {
+			t.Fatalf("request %d admitted at t0+%s, want t0+%s", i, d, time.Duration(i)*100*time.Millisecond)
+		}
+	}
+	if w, k := h.rt.zones[0].waiters.size(); w != 0 || k != 0 {
+		t.Fatalf("after the line emptied: %d waiters, %d lines", w, k)
+	}
+}
+
+// Only the head of a line asks the store: once per retry interval, plus
+// the admissions.
+func TestWaitStoreCallsPerRetryInterval(t *testing.T) {
+	c := newStepClock()
+	h := provisionStep(t, `{"zones":[{"name":"w","key":"k","on_limit":"wait","max_wait":"1m",
+		"limits":[{"events":1,"window":"1s"}]}]}`, c)
+	cs := countTakes(h, c)
+	t0 := c.Now()
+	a := newAdmissions(c)
+	const n = 50
+	for i := range n {
+		a.serve(h, i, newReq("192.0.2.1:1"))
+		c.settle()
+	}
+	c.drain(t)
+	allowed, denied := cs.count()
+	if allowed != n {
+		t.Fatalf("admitted %d of %d", allowed, n)
+	}
+	// Per interval [t0+i s, t0+(i+1) s): one admission, and one denial
+	// telling the next head how long to wait.
+	perSecond := make(map[time.Duration]int)
+	for _, tk := range cs.takes {
+		perSecond[tk.at.Sub(t0)/time.Second]++
+	}
+	for s, calls := range perSecond {
+		if calls > 2 {
+			t.Errorf("second %d: %d store calls for the key, want at most 2", s, calls)
+		}
+	}
+	if elapsed := int(c.Now().Sub(t0) / time.Second); denied > elapsed+1 {
+		t.Errorf("%d denials over %ds: the waiters polled", denied, elapsed)
+	}
+}
+
+// Beyond max_waiters, a denied request is rejected at once, as a denial
+// is, without asking the store when its key has a line.
+func TestWaitMaxWaitersRejectsAtOnce(t *testing.T) {
+	c := newStepClock()
+	h := provisionStep(t, `{"zones":[{"name":"w","key":"{http.request.header.K}","on_limit":"wait","max_wait":"1m","max_waiters":3,
+		"limits":[{"events":1,"window":"1s"}]}]}`, c)
+	cs := countTakes(h, c)
+	a := newAdmissions(c)
+	for i := range 4 { // 0 admitted, 1 to 3 wait
+		a.serve(h, i, newReq("192.0.2.1:1", header("K", "a")))
+		c.settle()
+	}
+	before := len(cs.takes)
+	a.serve(h, 4, newReq("192.0.2.1:1", header("K", "a")))
+	c.settle()
+	res := a.result(t, 4) // returned without the clock moving
+	if res.code != 429 || res.called {
+		t.Fatalf("over max_waiters: code %d, called %v", res.code, res.called)
+	}
+	expectHeaders(t, res, map[string]string{"Retry-After": "1", "RateLimit": `"w";r=0;t=1`, "X-RateLimit-Remaining": "0"})
+	if len(cs.takes) != before {
+		t.Errorf("the rejection asked the store")
+	}
+	// The bound is the zone's: another key is admitted while it has
+	// quota, and rejected at once when denied.
+	for i := 5; i <= 6; i++ {
+		a.serve(h, i, newReq("192.0.2.1:1", header("K", "b")))
+		c.settle()
+	}
+	if res := a.result(t, 5); res.code != 200 {
+		t.Fatalf("other key: %d", res.code)
+	}
+	res = a.result(t, 6)
+	if res.code != 429 || res.hdr.Get("Retry-After") != "1" {
+		t.Fatalf("other key over max_waiters: code %d, Retry-After %q", res.code, res.hdr.Get("Retry-After"))
+	}
+	if got := counterValue(t, h.rt.zones[0].m.denied); got != 2 {
+		t.Errorf("denied counted %v, want 2", got)
+	}
+	c.drain(t)
+	a.expectOrder(t, 0, 5, 1, 2, 3)
+	if w, k := h.rt.zones[0].waiters.size(); w != 0 || k != 0 {
+		t.Fatalf("after the lines emptied: %d waiters, %d lines", w, k)
+	}
+}
+
+// A waiter whose client goes away leaves the line at once; when it was the
+// head, the next waits out the rest of the retry interval without asking
+// the store, and gets in when the one who left would have.
+func TestWaitClientGone(t *testing.T) {
+	c := newStepClock()
+	h := provisionStep(t, `{"zones":[{"name":"w","key":"k","on_limit":"wait","max_wait":"1m",
+		"limits":[{"events":1,"window":"1s"}]}]}`, c)
+	cs := countTakes(h, c)
+	t0 := c.Now()
+	a := newAdmissions(c)
+	cancels := make([]context.CancelFunc, 5)
+	for i := range 5 { // 0 admitted, 1 (head) to 4 wait
+		ctx, cancel := context.WithCancel(context.Background())
+		cancels[i] = cancel
+		a.serve(h, i, newReq("192.0.2.1:1").WithContext(ctx))
+		c.settle()
+	}
+	defer func() {
+		for _, cancel := range cancels {
+			cancel()
+		}
+	}()
+	takes := len(cs.takes)
+	for _, gone := range []int{2, 1} { // one in the middle, then the head
+		cancels[gone]()
+		c.settle()
+		a.expectClientClosed(t, gone)
+	}
+	if len(cs.takes) != takes {
+		t.Fatalf("the new head asked the store before the retry interval ended")
+	}
+	c.drain(t)
+	a.expectOrder(t, 0, 3, 4)
+	if a.at[1].Sub(t0) != time.Second || a.at[2].Sub(t0) != 2*time.Second {
+		t.Fatalf("admitted at %v, %v after t0, want 1s, 2s", a.at[1].Sub(t0), a.at[2].Sub(t0))
+	}
+}
+
+type goneKey struct{}
+
+// A head whose client goes away as the store admits it gives the admission
+// back: the next in line gets it at the same instant.
+func TestWaitClientGoneAtAdmission(t *testing.T) {
+	c := newStepClock()
+	h := provisionStep(t, `{"zones":[{"name":"w","key":"k","on_limit":"wait","max_wait":"1m",
+		"limits":[{"events":1,"window":"1s"}]}]}`, c)
+	cs := countTakes(h, c)
+	cs.onTake = func(ctx context.Context, d algorithms.Decision) {
+		if cancel, ok := ctx.Value(goneKey{}).(context.CancelFunc); ok && d.Allowed {
+			cancel()
+		}
+	}
+	t0 := c.Now()
+	a := newAdmissions(c)
+	a.serve(h, 0, newReq("192.0.2.1:1"))
+	c.settle()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	a.serve(h, 1, newReq("192.0.2.1:1").WithContext(context.WithValue(ctx, goneKey{}, cancel)))
+	c.settle()
+	a.serve(h, 2, newReq("192.0.2.1:1"))
+	c.settle()
+	c.drain(t)
+	a.expectOrder(t, 0, 2)
+	if d := a.at[1].Sub(t0); d != time.Second {
+		t.Fatalf("next in line admitted at t0+%s, want t0+1s (the admission given back)", d)
+	}
+	a.expectClientClosed(t, 1)
+}
+
+// concurrency zones wait in line too: the head polls for a slot, the
+// others sleep, and they get slots in order.
+func TestWaitConcurrencyInLine(t *testing.T) {
+	c := newStepClock()
+	h := provisionStep(t, `{"zones":[{"name":"c","algorithm":"concurrency","key":"k","on_limit":"wait","max_wait":"10s",
+		"limits":[{"events":1,"window":"1m"}]}]}`, c)
+	cs := countTakes(h, c)
+	// The slot, held outside the clock's requests until released.
+	release, held := make(chan struct{}), make(chan struct{})
+	holderDone := make(chan struct{})
+	go func() {
+		defer close(holderDone)
+		serve(h, newReq("192.0.2.1:1"), func(w http.ResponseWriter, _ *http.Request) error {
+			close(held)
+			<-release
+			return nil
+		})
+	}()
+	<-held
+	a := newAdmissions(c)
+	for i := 1; i <= 3; i++ {
+		a.serve(h, i, newReq("192.0.2.1:1"))
+		c.settle()
+	}
+	for range 4 { // the head polls
+		c.next()
+		c.settle()
+	}
+	if _, denied := cs.count(); denied != 5 {
+		t.Fatalf("%d denials: want the head's first and its 4 polls only", denied)
+	}
+	close(release)
+	<-holderDone
+	c.drain(t)
+	a.expectOrder(t, 1, 2, 3)
+}
+
+// dry_run never waits: the denied request passes at once.
+func TestWaitDryRunNeverWaits(t *testing.T) {
+	clock := newFakeClock()
+	h := provision(t, `{"dry_run":true,"zones":[{"name":"w","key":"k","on_limit":"wait","max_wait":"5s",
+		"limits":[{"events":1,"window":"1s"}]}]}`, clock)
+	serve(h, newReq("192.0.2.1:1"))
+	if res := serve(h, newReq("192.0.2.1:1")); res.code != 200 || !res.called {
+		t.Fatalf("dry run: code %d", res.code)
+	}
+	if s := clock.Slept(); len(s) != 0 {
+		t.Fatalf("dry run slept %v", s)
+	}
+}
+
+// max_wait is at most maxMaxWait, in JSON and in the Caddyfile (with the
+// line); max_waiters is positive and only with on_limit wait.
+func TestWaitOptionBounds(t *testing.T) {
+	zone := func(extra string) string {
+		return `{"zones":[{"name":"w","key":"k","limits":[{"events":1,"window":"1s"}]` + extra + `}]}`
+	}
+	for _, tt := range []struct{ config, err string }{
+		{zone(`,"on_limit":"wait","max_wait":"1m"`), ""},
+		{zone(`,"on_limit":"wait","max_wait":"1m1s"`), "max_wait must be at most 1m0s, got 1m1s"},
+		{zone(`,"on_limit":"wait","max_wait":"1s","max_waiters":5`), ""},
+		{zone(`,"on_limit":"wait","max_wait":"1s","max_waiters":-1`), "max_waiters must be positive, got -1"},
+		{zone(`,"max_waiters":5`), "max_waiters applies only with on_limit wait"},
+	} {
+		h := new(Handler)
+		if err := json.Unmarshal([]byte(tt.config), h); err != nil {
+			t.Fatal(err)
+		}
+		err := h.Validate()
+		if tt.err == "" && err != nil || tt.err != "" && (err == nil || !strings.Contains(err.Error(), tt.err)) {
+			t.Errorf("%s: error %v, want %q", tt.config, err, tt.err)
+		}
+	}
+
+	site := func(lines string) string {
+		return ":8080 {\n\trate_limit {\n\t\tzone z {\n\t\t\tkey k\n\t\t\tlimit 1 1s\n" + lines + "\t\t}\n\t}\n\trespond \"ok\"\n}\n"
+	}
+	for _, tt := range []struct {
+		caddyfile string
+		want      []string
+	}{
+		{site("\t\t\ton_limit wait 2m\n"), []string{"Caddyfile:6", "max_wait must be at most 1m0s, got 2m0s"}},
+		{site("\t\t\tmax_waiters 10\n\t\t\ton_limit wait 70s\n"), []string{"Caddyfile:7", "max_wait must be at most 1m0s"}},
+		{site("\t\t\tmax_waiters 10\n"), []string{"Caddyfile:6", "max_waiters applies only with on_limit wait"}},
+		{site("\t\t\ton_limit wait 1s\n\t\t\tmax_waiters 0\n"), []string{"Caddyfile:7", "max_waiters must be positive, got 0"}},
+		{site("\t\t\ton_limit wait 1s\n\t\t\tmax_waiters many\n"), []string{"Caddyfile:7", `max_waiters must be a positive integer, got "many"`}},
+	} {
+		out, _, err := adaptCaddyfile(t, tt.caddyfile)
+		if err == nil {
+			t.Errorf("adapt succeeded, want an error\n%s\n%s", tt.caddyfile, out)
+			continue
+		}
+		for _, want := range tt.want {
+			if !strings.Contains(err.Error(), want) {
+				t.Errorf("error %q does not contain %q", err, want)
+			}
+		}
+	}
+}
+
+// With store redis, the waiters of a key call Redis as one waiter would:
+// the head once per retry interval, plus the admissions (counted by Redis
+// itself, INFO commandstats).
+func TestWaitRedisCallsPerKey(t *testing.T) {
+	srv := redistest.Start(t)
+	h := provision(t, fmt.Sprintf(`{"store":"redis","redis":{"addresses":[%q]},
+		"zones":[{"name":"w","key":"k","on_limit":"wait","max_wait":"1m","limits":[{"events":1,"window":"100ms"}]}]}`, srv.Addr), nil)
+	rc := redis.NewClient(&redis.Options{Addr: srv.Addr})
+	defer rc.Close()
+	serve(h, newReq("192.0.2.1:1")) // loads the script
+	if err := rc.ConfigResetStat(context.Background()).Err(); err != nil {
+		t.Fatal(err)
+	}
+
+	const n = 20
+	codes := make(chan int, n)
+	for i := range n {
+		go func() { codes <- serve(h, newReq("192.0.2.1:1")).code }()
+		// One after the other, so that only the first asks before
+		// joining the line (a request that finds no line asks Redis).
+		waitFor(t, 10*time.Second, "the request to wait in line", func() bool {
+			w, _ := h.rt.zones[0].waiters.size()
+			return w == i+1 || len(codes) > 0
+		})
+	}
+	for range n {
+		if code := <-codes; code != 200 {
+			t.Fatalf("code %d", code)
+		}
+	}
+	calls := redisCalls(t, rc)
+	t.Logf("%d waiters: %d EVALSHA/EVAL", n, calls)
+	// n admissions and, before each, the denial telling the head how long
+	// to wait; a few more when Redis's clock and ours disagree.
+	if calls > 3*n {
+		t.Fatalf("%d Redis calls for %d waiters, want at most %d: the waiters polled", calls, n, 3*n)
+	}
+}
+
+// redisCalls is the number of script calls Redis has run (INFO
+// commandstats).
+func redisCalls(t *testing.T, c *redis.Client) int {
+	t.Helper()
+	info, err := c.Info(context.Background(), "commandstats").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	calls := 0
+	for _, line := range strings.Split(info, "\n") {
+		name, rest, ok := strings.Cut(strings.TrimSpace(line), ":")
+		if !ok || (name != "cmdstat_evalsha" && name != "cmdstat_eval") {
+			continue
+		}
+		for _, f := range strings.Split(rest, ",") {
+			if v, ok := strings.CutPrefix(f, "calls="); ok {
+				n, _ := strconv.Atoi(v)
+				calls += n
+			}
+		}
+	}
+	return calls
+}
