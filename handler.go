@@ -84,12 +84,13 @@ func (h *Handler) admit(w http.ResponseWriter, r *http.Request) (leases []taken,
 
 	var delay time.Duration
 	hasLeases := false
+	down := false // Redis failed: the later zones do not call it (see take)
 
 	for _, z := range rt.zones {
 		if len(z.matchers) > 0 {
 			ok, err := z.matchers.AnyMatchWithError(r)
 			if err != nil {
-				h.undoAll(ctx, takes)
+				h.undoAll(ctx, takes, down)
 				return nil, true, err
 			}
 			if !ok {
@@ -122,25 +123,25 @@ func (h *Handler) admit(w http.ResponseWriter, r *http.Request) (leases []taken,
 					}
 					continue
 				}
-				h.undoAll(ctx, takes)
+				h.undoAll(ctx, takes, down)
 				return nil, true, h.reject(w, r, z, key, &d, h.policy(applied))
 			}
 		}
 
 		cost := z.costOf(r)
-		d, st, err := h.take(ctx, z, key, cost)
+		d, st, err := h.take(ctx, z, key, cost, &down)
 		if err == nil && !d.Allowed && z.wait && !rt.dryRun {
-			d, st, err = h.waitAdmitted(ctx, z, key, cost, d)
+			d, st, err = h.waitAdmitted(ctx, z, key, cost, d, &down)
 		}
 		if err != nil {
 			if ctx.Err() != nil {
 				// The client went away (while waiting, or while the
 				// store answered): nobody reads a response.
-				h.undoAll(ctx, takes)
+				h.undoAll(ctx, takes, down)
 				return nil, true, caddyhttp.Error(statusClientClosed, err)
 			}
 			if rt.onError == onErrorClosed && !rt.dryRun {
-				h.undoAll(ctx, takes)
+				h.undoAll(ctx, takes, down)
 				return nil, true, h.unavailable(w, r, z, err)
 			}
 			// on_error open: this zone lets the request through.
@@ -157,7 +158,7 @@ func (h *Handler) admit(w http.ResponseWriter, r *http.Request) (leases []taken,
 				}
 				continue
 			}
-			h.undoAll(ctx, takes)
+			h.undoAll(ctx, takes, down)
 			return nil, true, h.reject(w, r, z, key, &d, h.policy(applied))
 		}
 
@@ -186,7 +187,7 @@ func (h *Handler) admit(w http.ResponseWriter, r *http.Request) (leases []taken,
 	if delay > 0 {
 		// leaky_bucket with on_limit wait: leave at the bucket's rate.
 		if err := h.sleepFor(ctx, delay); err != nil {
-			h.undoAll(ctx, takes)
+			h.undoAll(ctx, takes, down)
 			return nil, true, caddyhttp.Error(statusClientClosed, err)
 		}
 	}
@@ -278,7 +279,7 @@ func (h *Handler) policy(applied []*zone) []string {
 // for at most the zone's max_wait. It returns the last decision (denied
 // when max_wait would be exceeded) and the store that made it, the
 // context's error when the client went away, or the store's error.
-func (h *Handler) waitAdmitted(ctx context.Context, z *zone, key string, cost int64, d algorithms.Decision) (algorithms.Decision, store.Store, error) {
+func (h *Handler) waitAdmitted(ctx context.Context, z *zone, key string, cost int64, d algorithms.Decision, down *bool) (algorithms.Decision, store.Store, error) {
 	deadline := h.now().Add(z.maxWait)
 	st := z.store
 	for !d.Allowed {
@@ -294,7 +295,7 @@ func (h *Handler) waitAdmitted(ctx context.Context, z *zone, key string, cost in
 		if err := h.sleepFor(ctx, wait); err != nil {
 			return d, st, err
 		}
-		next, nst, err := h.take(ctx, z, key, cost)
+		next, nst, err := h.take(ctx, z, key, cost, down)
 		if err != nil {
 			return d, st, err
 		}
@@ -303,14 +304,18 @@ func (h *Handler) waitAdmitted(ctx context.Context, z *zone, key string, cost in
 	return d, st, nil
 }
 
-// undoAll gives back, latest first, what the zones admitted.
-func (h *Handler) undoAll(ctx context.Context, takes []taken) {
+// undoAll gives back, latest first, what the zones admitted; not to a
+// Redis that failed earlier in the request (down).
+func (h *Handler) undoAll(ctx context.Context, takes []taken, down bool) {
 	if len(takes) == 0 {
 		return
 	}
 	ctx = context.WithoutCancel(ctx)
 	for i := len(takes) - 1; i >= 0; i-- {
 		t := &takes[i]
+		if skipUndo(t, down) {
+			continue
+		}
 		if err := t.st.Undo(ctx, t.key, time.Time{}, t.cost, t.d); err != nil {
 			h.rt.logger.Debug("undoing a rate limit admission", zap.String("zone", t.z.name), zap.Error(err))
 		}
