@@ -157,16 +157,34 @@ func redisHint(err error) string {
 	}
 	s := err.Error()
 	switch {
-	case strings.Contains(s, "WRONGPASS"), strings.Contains(s, "NOAUTH"), strings.Contains(s, "unauthenticated"):
+	case hasCode(s, "WRONGPASS"), hasCode(s, "NOAUTH"), strings.Contains(s, "Protocol error: unauthenticated"):
 		return "authentication failed: check the redis username and password"
-	case strings.Contains(s, "NOPERM"):
+	case hasCode(s, "NOPERM"):
 		return "the Redis user lacks a permission: it needs EVALSHA, EVAL and the keys under key_prefix"
-	case strings.Contains(s, "OOM"):
+	case hasCode(s, "OOM"):
 		return "Redis is out of memory (maxmemory) and refuses writes"
-	case strings.Contains(s, "READONLY"):
+	case hasCode(s, "READONLY"):
 		return "this Redis is a read-only replica: address the master"
 	}
 	return ""
+}
+
+// hasCode reports whether the error text s holds the Redis error code code
+// as a word followed by a space ("OOM command not allowed ...", after the
+// store's own prefix).
+func hasCode(s, code string) bool {
+	for i := 0; ; {
+		j := strings.Index(s[i:], code)
+		if j < 0 {
+			return false
+		}
+		j += i
+		end := j + len(code)
+		if (j == 0 || s[j-1] == ' ') && end < len(s) && s[end] == ' ' {
+			return true
+		}
+		i = end
+	}
 }
 
 // logStoreError logs a failure of z's store.

@@ -149,8 +149,10 @@ func TestBreakerStaysOpenWhileScriptsFail(t *testing.T) {
 				t.Fatalf("after %d failed probes: breaker %s, %d lines open, %d closed; want open, 1 and 0", probes.n.Load(), br.State(), o, c)
 			}
 			e := logs.FilterMessage(msgBreakerOpen).All()[0]
-			if got := entryText(e); !strings.Contains(got, tc.want) {
-				t.Errorf("breaker open line without the cause %s: %s", tc.want, got)
+			if got := entryText(e); !strings.Contains(got, tc.want) || e.ContextMap()["hint"] == nil {
+				t.Errorf("breaker open line without the cause %s and a hint: %s", tc.want, got)
+			} else {
+				t.Log(got)
 			}
 
 			fix()
@@ -550,5 +552,23 @@ func TestGoRedisLogger(t *testing.T) {
 	}
 	if w := warns[0]; w.Message != "redis: connection pool: failed to dial after 1 attempts: connection refused" || w.LoggerName != "http.handlers.rate_limit" {
 		t.Errorf("line %q from logger %q", w.Message, w.LoggerName)
+	}
+}
+
+func TestRedisHint(t *testing.T) {
+	for _, tc := range []struct{ err, want string }{
+		{"redis store: gcra: WRONGPASS invalid username-password pair or user is disabled.", "authentication failed"},
+		{"redis store: gcra: NOAUTH Authentication required.", "authentication failed"},
+		{"redis store: gcra: ERR Protocol error: unauthenticated multibulk length", "authentication failed"},
+		{"redis store: gcra: NOPERM User rl has no permissions to run the 'evalsha' command", "permission"},
+		{"master 127.0.0.1:7000: OOM command not allowed when used memory > 'maxmemory'.", "out of memory"},
+		{"redis store: gcra: READONLY You can't write against a read only replica.", "replica"},
+		{"redis store: gcra: dial tcp 127.0.0.1:6379: connect: connection refused", ""},
+		{"redis store: gcra: ERR user_script:1: BOOM custom", ""},
+	} {
+		got := redisHint(errors.New(tc.err))
+		if (tc.want == "") != (got == "") || !strings.Contains(got, tc.want) {
+			t.Errorf("%s: hint %q, want one with %q", tc.err, got, tc.want)
+		}
 	}
 }
