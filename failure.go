@@ -5,10 +5,13 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"strings"
 	"sync/atomic"
 	"time"
 
+	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
+	"github.com/redis/go-redis/v9"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 
@@ -22,11 +25,16 @@ import (
 // which lets the request through or answers 503.
 //
 // While the client's circuit breaker is open the store is not called at
-// all: the request is decided by on_error at once.
-func (h *Handler) take(ctx context.Context, z *zone, key string, cost int64) (algorithms.Decision, store.Store, error) {
+// all: the request is decided by on_error at once. Nor is it once the same
+// request has seen it fail (*down, set here, is the request's): a request
+// pays at most one Redis timeout, however many zones it goes through.
+func (h *Handler) take(ctx context.Context, z *zone, key string, cost int64, down *bool) (algorithms.Decision, store.Store, error) {
 	var d algorithms.Decision
 	err := errBreakerOpen
-	if z.breaker.Allow() {
+	if *down && z.breaker != nil {
+		// Every zone with a breaker is on the handler's one client.
+		err = errStoreDown
+	} else if z.breaker.Allow() {
 		start := time.Now()
 		if d, ok := z.denies.get(key, start); ok {
 			return d, z.store, nil // still denied: no need to ask Redis
@@ -50,6 +58,7 @@ func (h *Handler) take(ctx context.Context, z *zone, key string, cost int64) (al
 			// The client went away: not a failure of the store.
 			return d, z.store, err
 		}
+		*down = z.breaker != nil
 		z.breaker.Record(err)
 		z.m.storeErrors.Inc()
 		h.logStoreError(z, key, err)
@@ -65,6 +74,17 @@ func (h *Handler) take(ctx context.Context, z *zone, key string, cost int64) (al
 // errBreakerOpen is the error of a decision not asked of Redis because its
 // circuit breaker is open.
 var errBreakerOpen = errors.New("redis circuit breaker open (repeated failures): not called")
+
+// errStoreDown is the error of a decision not asked of Redis because it
+// failed earlier in the same request.
+var errStoreDown = errors.New("redis failed earlier in this request: not called again")
+
+// skipUndo reports whether giving back t would call a Redis that failed
+// earlier in the request (down): it would most likely fail too, after
+// another timeout. The admission then stays counted until its keys expire.
+func skipUndo(t *taken, down bool) bool {
+	return down && t.z.breaker != nil && t.st == t.z.store
+}
 
 // unavailable answers a request that on_error closed refuses because the
 // store failed: 503, for the site's handle_errors routes when it has them.
@@ -97,10 +117,83 @@ func (t *logThrottle) level() zapcore.Level {
 	return zapcore.DebugLevel
 }
 
+// goRedisLogger forwards go-redis's own log lines (a connection pool that
+// cannot dial, for example) to Caddy's logger under the module's name,
+// instead of go-redis's default: stderr, in a format of its own. Like the
+// store's failures, at warn at most once per storeErrorLogEvery and at
+// debug otherwise: an outage makes go-redis log dozens of lines a second.
+type goRedisLogger struct {
+	logger   func() *zap.Logger
+	throttle logThrottle
+}
+
+// Printf implements go-redis's Logging.
+func (l *goRedisLogger) Printf(_ context.Context, format string, v ...any) {
+	lvl := l.throttle.level()
+	lg := l.logger()
+	if !lg.Core().Enabled(lvl) {
+		return
+	}
+	msg := strings.TrimSpace(fmt.Sprintf(format, v...))
+	if c := lg.Check(lvl, msg); c != nil {
+		c.Write(zap.String("source", "go-redis"))
+	}
+}
+
+// go-redis has one logger per process: Caddy's, named for this module,
+// whatever client logs. It reads caddy.Log() at every line, which follows
+// the logging config of the running Caddy.
+func init() {
+	name := string(Handler{}.CaddyModule().ID)
+	redis.SetLogger(&goRedisLogger{logger: func() *zap.Logger { return caddy.Log().Named(name) }})
+}
+
+// redisHint says what to look at for the Redis errors that answer PING but
+// refuse every decision, or whose text does not say plainly what is wrong.
+// Empty for the others.
+func redisHint(err error) string {
+	if err == nil {
+		return ""
+	}
+	s := err.Error()
+	switch {
+	case hasCode(s, "WRONGPASS"), hasCode(s, "NOAUTH"), strings.Contains(s, "Protocol error: unauthenticated"):
+		return "authentication failed: check the redis username and password"
+	case hasCode(s, "NOPERM"):
+		return "the Redis user lacks a permission: it needs EVALSHA, EVAL and the keys under key_prefix"
+	case hasCode(s, "OOM"):
+		return "Redis is out of memory (maxmemory) and refuses writes"
+	case hasCode(s, "READONLY"):
+		return "this Redis is a read-only replica: address the master"
+	}
+	return ""
+}
+
+// hasCode reports whether the error text s holds the Redis error code code
+// as a word followed by a space ("OOM command not allowed ...", after the
+// store's own prefix).
+func hasCode(s, code string) bool {
+	for i := 0; ; {
+		j := strings.Index(s[i:], code)
+		if j < 0 {
+			return false
+		}
+		j += i
+		end := j + len(code)
+		if (j == 0 || s[j-1] == ' ') && end < len(s) && s[end] == ' ' {
+			return true
+		}
+		i = end
+	}
+}
+
 // logStoreError logs a failure of z's store.
 func (h *Handler) logStoreError(z *zone, key string, err error) {
 	if c := h.rt.logger.Check(z.storeErrLog.level(), "rate limit store failed"); c != nil {
 		fields := []zap.Field{zap.String("zone", z.name), zap.String("on_error", h.OnError), zap.Error(err)}
+		if hint := redisHint(err); hint != "" {
+			fields = append(fields, zap.String("hint", hint))
+		}
 		if h.LogKeys {
 			fields = append(fields, zap.String("key", key))
 		}

@@ -85,12 +85,13 @@ func (h *Handler) admit(w http.ResponseWriter, r *http.Request) (leases []taken,
 
 	var delay time.Duration
 	hasLeases := false
+	down := false // Redis failed: the later zones do not call it (see take)
 
 	for _, z := range rt.zones {
 		if len(z.matchers) > 0 {
 			ok, err := z.matchers.AnyMatchWithError(r)
 			if err != nil {
-				h.undoAll(ctx, takes)
+				h.undoAll(ctx, takes, down)
 				return nil, true, err
 			}
 			if !ok {
@@ -123,22 +124,22 @@ func (h *Handler) admit(w http.ResponseWriter, r *http.Request) (leases []taken,
 					}
 					continue
 				}
-				h.undoAll(ctx, takes)
+				h.undoAll(ctx, takes, down)
 				return nil, true, h.reject(w, r, z, key, &d, h.policy(applied))
 			}
 		}
 
 		cost := z.costOf(r)
-		d, st, err := h.takeOrWait(ctx, z, key, cost)
+		d, st, err := h.takeOrWait(ctx, z, key, cost, &down)
 		if err != nil {
 			if ctx.Err() != nil {
 				// The client went away (while waiting, or while the
 				// store answered): nobody reads a response.
-				h.undoAll(ctx, takes)
+				h.undoAll(ctx, takes, down)
 				return nil, true, caddyhttp.Error(statusClientClosed, err)
 			}
 			if rt.onError == onErrorClosed && !rt.dryRun {
-				h.undoAll(ctx, takes)
+				h.undoAll(ctx, takes, down)
 				return nil, true, h.unavailable(w, r, z, err)
 			}
 			// on_error open: this zone lets the request through.
@@ -155,7 +156,7 @@ func (h *Handler) admit(w http.ResponseWriter, r *http.Request) (leases []taken,
 				}
 				continue
 			}
-			h.undoAll(ctx, takes)
+			h.undoAll(ctx, takes, down)
 			return nil, true, h.reject(w, r, z, key, &d, h.policy(applied))
 		}
 
@@ -184,7 +185,7 @@ func (h *Handler) admit(w http.ResponseWriter, r *http.Request) (leases []taken,
 	if delay > 0 {
 		// leaky_bucket with on_limit wait: leave at the bucket's rate.
 		if err := h.sleepFor(ctx, delay); err != nil {
-			h.undoAll(ctx, takes)
+			h.undoAll(ctx, takes, down)
 			return nil, true, caddyhttp.Error(statusClientClosed, err)
 		}
 	}
@@ -287,14 +288,18 @@ func (h *Handler) policy(applied []*zone) []string {
 	return []string{strings.Join(items, ", ")}
 }
 
-// undoAll gives back, latest first, what the zones admitted.
-func (h *Handler) undoAll(ctx context.Context, takes []taken) {
+// undoAll gives back, latest first, what the zones admitted; not to a
+// Redis that failed earlier in the request (down).
+func (h *Handler) undoAll(ctx context.Context, takes []taken, down bool) {
 	if len(takes) == 0 {
 		return
 	}
 	ctx = context.WithoutCancel(ctx)
 	for i := len(takes) - 1; i >= 0; i-- {
 		t := &takes[i]
+		if skipUndo(t, down) {
+			continue
+		}
 		if err := t.st.Undo(ctx, t.key, time.Time{}, t.cost, t.d); err != nil {
 			h.rt.logger.Debug("undoing a rate limit admission", zap.String("zone", t.z.name), zap.Error(err))
 		}

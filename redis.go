@@ -1,6 +1,7 @@
 package ratelimit
 
 import (
+	"context"
 	"crypto/tls"
 	"crypto/x509"
 	"encoding/json"
@@ -325,6 +326,11 @@ func (rc *RedisConfig) universalOptions() (*redis.UniversalOptions, error) {
 		// waits on a failing Redis; on_error decides instead.
 		MaxRetries:    -1,
 		DialerRetries: 1,
+		// Pipelines (every decision) on the one pool: go-redis's own
+		// pipeline pool, when it cannot connect, tries again on the main
+		// pool, and a hung Redis then costs two timeouts (a connect and
+		// its HELLO on each) instead of one.
+		PipelinePoolSize: -1,
 		// The request's context bounds a decision too: a client that went
 		// away stops waiting on Redis.
 		ContextTimeoutEnabled: true,
@@ -370,6 +376,14 @@ func (rc *RedisConfig) universalOptions() (*redis.UniversalOptions, error) {
 			tc.RootCAs = pool
 		}
 		o.TLSConfig = tc
+	}
+	if o.Password == "" {
+		// Without a password to send, go-redis ignores the NOAUTH with
+		// which a Redis that wants one answers HELLO; the first script
+		// call then fails as "Protocol error: unauthenticated multibulk
+		// length" and the connection is closed (EOF for the next call).
+		// A PING on each new connection fails it with the NOAUTH instead.
+		o.OnConnect = func(ctx context.Context, cn *redis.Conn) error { return cn.Ping(ctx).Err() }
 	}
 	return o, nil
 }

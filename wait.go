@@ -196,10 +196,11 @@ func (z *zone) retryWait(d algorithms.Decision) time.Duration {
 // for at most max_wait. It returns the decision (denied when the request
 // could not be admitted in time or the zone holds too many waiters) and
 // the store that made it, the context's error when the client went away,
-// or the store's error.
-func (h *Handler) takeOrWait(ctx context.Context, z *zone, key string, cost int64) (algorithms.Decision, store.Store, error) {
+// or the store's error. down is take's: set once a store call of the
+// request failed.
+func (h *Handler) takeOrWait(ctx context.Context, z *zone, key string, cost int64, down *bool) (algorithms.Decision, store.Store, error) {
 	if !z.wait || h.rt.dryRun {
-		return h.take(ctx, z, key, cost)
+		return h.take(ctx, z, key, cost, down)
 	}
 	var own *algorithms.Decision // the request's own denial, if it asked
 	st := z.store
@@ -212,7 +213,7 @@ func (h *Handler) takeOrWait(ctx context.Context, z *zone, key string, cost int6
 		res, head, denial := z.waiters.join(key, w, own, now, deadline, z.retryWait)
 		switch res {
 		case noLine:
-			d, dst, err := h.take(ctx, z, key, cost)
+			d, dst, err := h.take(ctx, z, key, cost, down)
 			if err != nil || d.Allowed {
 				return d, dst, err
 			}
@@ -221,14 +222,14 @@ func (h *Handler) takeOrWait(ctx context.Context, z *zone, key string, cost int6
 		case tooLate, full:
 			return denial, st, nil
 		}
-		return h.waitInLine(ctx, wctx, z, key, cost, w, head, deadline)
+		return h.waitInLine(ctx, wctx, z, key, cost, w, head, deadline, down)
 	}
 }
 
 // waitInLine holds w, in key's line, until it is admitted at the head of
 // the line or deadline passes. wctx is ctx, cancelled too when w is
 // promoted to the head.
-func (h *Handler) waitInLine(ctx, wctx context.Context, z *zone, key string, cost int64, w *waiter, head bool, deadline time.Time) (algorithms.Decision, store.Store, error) {
+func (h *Handler) waitInLine(ctx, wctx context.Context, z *zone, key string, cost int64, w *waiter, head bool, deadline time.Time, down *bool) (algorithms.Decision, store.Store, error) {
 	wl := z.waiters
 	st := z.store
 	for {
@@ -252,7 +253,7 @@ func (h *Handler) waitInLine(ctx, wctx context.Context, z *zone, key string, cos
 				return wl.leave(key, w, h.now()), st, err
 			}
 		}
-		d, dst, err := h.take(ctx, z, key, cost)
+		d, dst, err := h.take(ctx, z, key, cost, down)
 		if err != nil {
 			wl.leave(key, w, h.now())
 			return d, dst, err

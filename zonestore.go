@@ -2,7 +2,11 @@ package ratelimit
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"slices"
+	"strconv"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -32,54 +36,164 @@ type redisClient struct {
 	redis.UniversalClient
 
 	// breaker stops calling Redis after repeated failures, until a
-	// background PING answers: while it is open, on_error decides at once
-	// instead of every request paying a timeout.
+	// background probe (a script that writes, see probe) succeeds: while it
+	// is open, on_error decides at once instead of every request paying a
+	// timeout.
 	breaker *breaker.Breaker
 
 	// pipe coalesces the decisions of concurrent requests into pipelines.
 	pipe *lua.Pipeliner
+
+	probeTimeout time.Duration
+	probePrefix  string // the key_prefix of the probe's key
 }
 
-// Breaker settings: five failures in a row (within 10s) open it; a PING
-// every 250ms closes it again once Redis answers.
+// Breaker settings: five failures in a row (within 10s) open it; a probe
+// every 250ms closes it again once Redis runs a script that writes.
 const (
 	breakerFailures      = 5
 	breakerWindow        = 10 * time.Second
 	breakerProbeInterval = 250 * time.Millisecond
 )
 
-// newRedisClient connects (lazily) with opts; state changes of its breaker
-// are logged to logger, once each.
-func newRedisClient(opts *redis.UniversalOptions, logger *zap.Logger) *redisClient {
-	c := &redisClient{UniversalClient: redis.NewUniversalClient(opts)}
+// newRedisClient connects (lazily) with opts; its breaker's probe writes
+// under keyPrefix, and the breaker's state changes are logged to logger,
+// once each.
+func newRedisClient(opts *redis.UniversalOptions, keyPrefix string, logger *zap.Logger) *redisClient {
+	c := &redisClient{
+		UniversalClient: redis.NewUniversalClient(opts),
+		probeTimeout:    opts.DialTimeout + opts.ReadTimeout,
+		probePrefix:     keyPrefix,
+	}
 	c.pipe = lua.NewPipeliner(c.UniversalClient)
-	probeTimeout := opts.DialTimeout + opts.ReadTimeout
 	c.breaker = breaker.New(breaker.Options{
 		Failures:      breakerFailures,
 		Window:        breakerWindow,
 		ProbeInterval: breakerProbeInterval,
-		Probe: func(ctx context.Context) error {
-			ctx, cancel := context.WithTimeout(ctx, probeTimeout)
-			defer cancel()
-			if cc, ok := c.UniversalClient.(*redis.ClusterClient); ok {
-				// A dead master answers nothing (no MOVED), so
-				// go-redis would keep its slot map, and send that
-				// master's keys to it, for up to a minute: reload
-				// it, to find the replica that took over.
-				cc.ReloadState(ctx)
-			}
-			return c.Ping(ctx).Err()
-		},
+		Probe:         c.probe,
 		OnStateChange: func(from, to breaker.State) {
 			if to == breaker.Open {
-				logger.Warn("Redis failing: circuit breaker open, requests decided by on_error until Redis answers",
-					zap.Strings("addresses", opts.Addrs))
+				err := c.breaker.Err()
+				fields := []zap.Field{zap.Strings("addresses", opts.Addrs), zap.Error(err)}
+				if hint := redisHint(err); hint != "" {
+					fields = append(fields, zap.String("hint", hint))
+				}
+				logger.Warn("Redis failing: circuit breaker open, requests decided by on_error until Redis runs the rate limit scripts again", fields...)
 			} else {
-				logger.Info("Redis answers again: circuit breaker closed", zap.Strings("addresses", opts.Addrs))
+				logger.Info("Redis works again: circuit breaker closed", zap.Strings("addresses", opts.Addrs))
 			}
 		},
 	})
 	return c
+}
+
+// probeScript is what the breaker's probe runs: like a decision, a script
+// (EVALSHA, EVAL when Redis lacks it) that writes a key with a TTL. A PING
+// would succeed where every decision fails: an ACL user that may not run
+// scripts (NOPERM), a full Redis with maxmemory-policy noeviction (OOM), a
+// replica (READONLY). The breaker would then close at every probe and trip
+// again at the next requests, logging both each time.
+var probeScript = redis.NewScript(`redis.call('SET', KEYS[1], '1', 'PX', ARGV[1]) return 1`)
+
+// probeKeyTTL is the TTL of the probe's key, in milliseconds: it is
+// written every breakerProbeInterval while Redis fails, and expires soon
+// after.
+const probeKeyTTL = 10_000
+
+// probeKey is the name of the probe's key: the key prefix, then
+// "breaker-probe", then on a Cluster a hash tag that puts it in a given
+// slot. No zone's key has that name: a zone's keys never end with the
+// hash tag, nor without one.
+func probeKey(prefix, tag string) string {
+	if tag == "" {
+		return prefix + "breaker-probe"
+	}
+	return prefix + "breaker-probe:{" + tag + "}"
+}
+
+// probe is the breaker's probe: the probe script on the node, or on every
+// master of a Cluster. A Cluster whose masters all write again is healthy;
+// probing one key would test a single master, and a breaker tripped by
+// another one's failures would close while they go on.
+func (c *redisClient) probe(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, c.probeTimeout)
+	defer cancel()
+	cc, ok := c.UniversalClient.(*redis.ClusterClient)
+	if !ok {
+		return probeScript.Run(ctx, c.UniversalClient, []string{probeKey(c.probePrefix, "")}, probeKeyTTL).Err()
+	}
+	// A dead master answers nothing (no MOVED), so go-redis would keep
+	// its slot map, and send that master's keys to it, for up to a
+	// minute: reload it, to find the replica that took over.
+	cc.ReloadState(ctx)
+	//lint:ignore SA1019 CLUSTER SHARDS needs Redis 7; CLUSTER SLOTS is what go-redis reads its own slot map with.
+	slots, err := cc.ClusterSlots(ctx).Result()
+	if err != nil {
+		return err
+	}
+	masters, keys := probeKeys(c.probePrefix, slots)
+	errs := make([]error, len(keys))
+	var wg sync.WaitGroup
+	for i, key := range keys {
+		wg.Go(func() {
+			if err := probeScript.Run(ctx, cc, []string{key}, probeKeyTTL).Err(); err != nil {
+				errs[i] = fmt.Errorf("master %s: %w", masters[i], err)
+			}
+		})
+	}
+	wg.Wait()
+	return errors.Join(errs...)
+}
+
+// probeKeys returns the masters of a Cluster's slot map and a probe key
+// in a slot of each. The hash tags are the first decimal numbers that hash
+// to a slot of a master not found yet: the same keys at every probe while
+// the map is the same.
+func probeKeys(prefix string, slots []redis.ClusterSlot) (masters, keys []string) {
+	owner := func(slot int) string {
+		for _, s := range slots {
+			if slot >= s.Start && slot <= s.End && len(s.Nodes) > 0 {
+				return s.Nodes[0].Addr
+			}
+		}
+		return ""
+	}
+	var all []string
+	for _, s := range slots {
+		if len(s.Nodes) > 0 && !slices.Contains(all, s.Nodes[0].Addr) {
+			all = append(all, s.Nodes[0].Addr)
+		}
+	}
+	// Every slot has a tag below 10^6, and on average a master of n slots
+	// is found within 16384/n numbers.
+	for i := 0; len(masters) < len(all) && i < 1_000_000; i++ {
+		tag := strconv.Itoa(i)
+		m := owner(int(crc16(tag)) % clusterSlots)
+		if m != "" && !slices.Contains(masters, m) {
+			masters = append(masters, m)
+			keys = append(keys, probeKey(prefix, tag))
+		}
+	}
+	return masters, keys
+}
+
+// clusterSlots is the number of hash slots of a Redis Cluster.
+const clusterSlots = 16384
+
+// crc16 is the CRC16 (XMODEM) that Redis Cluster hashes keys with.
+func crc16(s string) uint16 {
+	var crc uint16
+	for i := 0; i < len(s); i++ {
+		crc ^= uint16(s[i]) << 8
+		for range 8 {
+			if crc&0x8000 != 0 {
+				crc = crc<<1 ^ 0x1021
+			} else {
+				crc <<= 1
+			}
+		}
+	}
+	return crc
 }
 
 // Destruct stops the breaker's prober and the pipeliner's workers, and
@@ -123,7 +237,7 @@ func (h *Handler) provisionRedis() error {
 		return err
 	}
 	v, _, err := pool.LoadOrNew(key, func() (caddy.Destructor, error) {
-		return newRedisClient(opts, h.rt.logger), nil
+		return newRedisClient(opts, conf.KeyPrefix, h.rt.logger), nil
 	})
 	if err != nil {
 		return err

@@ -49,7 +49,13 @@
 // Options.OnStateChange is called exactly once per transition, never per
 // request, in the order the transitions happen: once Closed to Open when the
 // breaker trips, and once Open to Closed when a probe succeeds. It is meant
-// for a log line and a metric gauge.
+// for a log line and a metric gauge; Err tells why the breaker is open.
+//
+// The breaker is only as truthful as its probe: a probe that succeeds while
+// the calls it stands for still fail closes the breaker for the next calls
+// to trip it again, over and over. The probe should do what a call does (a
+// Redis script that writes, not a PING, for a store whose calls are scripts
+// that write).
 package breaker
 
 import (
@@ -111,8 +117,9 @@ type Options struct {
 	// DefaultProbeInterval.
 	ProbeInterval time.Duration
 
-	// Probe checks the store, for example with a Redis PING. It should bound
-	// its own duration (a short timeout); its context is canceled by Close.
+	// Probe checks the store. It should fail whenever the calls it stands
+	// for would (see the package documentation) and bound its own duration
+	// (a short timeout); its context is canceled by Close.
 	// Nil means no check: the breaker closes one ProbeInterval after it
 	// trips (a plain cool-down), and the next calls act as the probe.
 	Probe func(ctx context.Context) error
@@ -122,7 +129,7 @@ type Options struct {
 	// It is called synchronously while the breaker holds its lock, from the
 	// goroutine that recorded the tripping failure or from the prober: it
 	// must return quickly and must not call Record, RecordAt or Close
-	// (Allow and State are fine).
+	// (Allow, State and Err are fine).
 	OnStateChange func(from, to State)
 
 	// Now is the clock Record reads on a failure. Nil means time.Now.
@@ -137,6 +144,10 @@ type Breaker struct {
 	// Hot path: read without the lock.
 	state atomic.Int32 // State
 	fails atomic.Int32 // copy of n, so that a success can skip the lock
+
+	// err is the error of the failure that tripped the breaker, then of
+	// the last failed probe.
+	err atomic.Pointer[error]
 
 	failures      int
 	window        time.Duration
@@ -195,6 +206,19 @@ func (b *Breaker) State() State {
 	return State(b.state.Load())
 }
 
+// Err returns why the breaker is open: the error of the failure that
+// tripped it, or of the latest probe that failed since. It returns nil
+// while the breaker is closed.
+func (b *Breaker) Err() error {
+	if b == nil || b.State() == Closed {
+		return nil
+	}
+	if p := b.err.Load(); p != nil {
+		return *p
+	}
+	return nil
+}
+
 // Allow reports whether the caller may call the store: true while the
 // breaker is closed. When it reports false the caller must not call the store
 // and decides without it.
@@ -207,7 +231,7 @@ func (b *Breaker) Allow() bool {
 // failure. See RecordAt.
 func (b *Breaker) Record(err error) {
 	if b.isFailure(err) {
-		b.failure(b.now())
+		b.failure(b.now(), err)
 	}
 }
 
@@ -224,7 +248,7 @@ func (b *Breaker) Record(err error) {
 // Outcomes recorded while the breaker is open, or after Close, are ignored.
 func (b *Breaker) RecordAt(now time.Time, err error) {
 	if b.isFailure(err) {
-		b.failure(now)
+		b.failure(now, err)
 	}
 }
 
@@ -255,9 +279,9 @@ func (b *Breaker) success() {
 	b.mu.Unlock()
 }
 
-// failure counts a failure at now and trips the breaker when it is the
-// Failures-th consecutive one (within the window, if any).
-func (b *Breaker) failure(now time.Time) {
+// failure counts a failure (err) at now and trips the breaker when it is
+// the Failures-th consecutive one (within the window, if any).
+func (b *Breaker) failure(now time.Time, err error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if b.stopped || State(b.state.Load()) != Closed {
@@ -287,6 +311,8 @@ func (b *Breaker) failure(now time.Time) {
 	}
 	b.n = 0
 	b.fails.Store(0)
+	cause := err // on the heap only when the breaker trips
+	b.err.Store(&cause)
 	b.state.Store(int32(Open))
 	b.wg.Add(1)
 	go b.prober()
@@ -307,7 +333,8 @@ func (b *Breaker) prober() {
 			return
 		case <-t.C:
 		}
-		if err := b.probe(b.ctx); err == nil {
+		err := b.probe(b.ctx)
+		if err == nil {
 			b.mu.Lock()
 			if !b.stopped {
 				b.n = 0
@@ -319,6 +346,9 @@ func (b *Breaker) prober() {
 			}
 			b.mu.Unlock()
 			return
+		}
+		if b.ctx.Err() == nil {
+			b.err.Store(&err)
 		}
 		t.Reset(b.probeInterval)
 	}

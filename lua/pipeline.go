@@ -2,6 +2,7 @@ package lua
 
 import (
 	"context"
+	"errors"
 	"strings"
 	"sync"
 
@@ -136,14 +137,18 @@ func (p *Pipeliner) work() {
 
 // exec sends batch as one pipeline of EVALSHA, then, for the calls whose
 // script Redis did not have (NOSCRIPT: a restart, a failover), one of EVAL.
+// Only a NOSCRIPT reply is sent again: a timeout or a refused connection
+// fails the calls at once, so a failing Redis costs a call one timeout.
 func (p *Pipeliner) exec(batch []*scriptCall, cmds []*redis.Cmd) []*redis.Cmd {
 	ctx := context.Background() // the client's timeouts bound it
 	pipe := p.c.Pipeline()
 	for _, c := range batch {
 		cmds = append(cmds, c.script.EvalSha(ctx, pipe, c.keys, c.args...))
 	}
-	_, _ = pipe.Exec(ctx)
+	_, err := pipe.Exec(ctx)
+	unanswered(cmds, err)
 	var retry redis.Pipeliner
+	var retried []*redis.Cmd
 	for i, cmd := range cmds {
 		if err := cmd.Err(); err != nil && strings.HasPrefix(err.Error(), "NOSCRIPT") {
 			if retry == nil {
@@ -151,10 +156,34 @@ func (p *Pipeliner) exec(batch []*scriptCall, cmds []*redis.Cmd) []*redis.Cmd {
 			}
 			c := batch[i]
 			cmds[i] = c.script.Eval(ctx, retry, c.keys, c.args...)
+			retried = append(retried, cmds[i])
 		}
 	}
 	if retry != nil {
-		_, _ = retry.Exec(ctx)
+		_, err := retry.Exec(ctx)
+		unanswered(retried, err)
 	}
 	return cmds
+}
+
+// errNoReply fails a call that a pipeline never answered and for which it
+// returned no error either.
+var errNoReply = errors.New("redis: no reply to the script call in its pipeline")
+
+// unanswered gives the pipeline's error err to the calls of cmds that got
+// no reply. go-redis leaves them without an error when err is a Redis error
+// reply that came before any command was sent: the AUTH or HELLO of a new
+// connection refused (WRONGPASS, NOAUTH), for example. Their reply would
+// otherwise read as an empty value ("unexpected type=<nil>"), not as the
+// failure it is. A call that was answered always has a value or an error:
+// every script returns a value, and a nil one is the error redis.Nil.
+func unanswered(cmds []*redis.Cmd, err error) {
+	if err == nil {
+		err = errNoReply
+	}
+	for _, cmd := range cmds {
+		if cmd.Err() == nil && cmd.Val() == nil {
+			cmd.SetErr(err)
+		}
+	}
 }

@@ -1,0 +1,574 @@
+package ratelimit
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/caddyserver/caddy/v2"
+	"github.com/redis/go-redis/v9"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+	"go.uber.org/zap/zaptest/observer"
+
+	"github.com/zonelimit/caddy-ratelimit/breaker"
+	"github.com/zonelimit/caddy-ratelimit/internal/redistest"
+)
+
+// Log messages of the breaker's state changes.
+const (
+	msgBreakerOpen   = "Redis failing: circuit breaker open, requests decided by on_error until Redis runs the rate limit scripts again"
+	msgBreakerClosed = "Redis works again: circuit breaker closed"
+)
+
+// provisionObserved provisions the handler of config like provision, on a
+// Redis client whose own log lines (the breaker's state changes) are
+// recorded at info and above.
+func provisionObserved(t *testing.T, config string) (*Handler, *observer.ObservedLogs) {
+	t.Helper()
+	var h Handler
+	if err := json.Unmarshal([]byte(config), &h); err != nil {
+		t.Fatalf("config: %v", err)
+	}
+	conf, err := h.Redis.resolved()
+	if err != nil {
+		t.Fatal(err)
+	}
+	opts, err := conf.universalOptions()
+	if err != nil {
+		t.Fatal(err)
+	}
+	key, err := conf.poolKey()
+	if err != nil {
+		t.Fatal(err)
+	}
+	core, logs := observer.New(zapcore.InfoLevel)
+	// The handler finds this client in the pool under its settings.
+	if _, loaded, err := pool.LoadOrNew(key, func() (caddy.Destructor, error) {
+		return newRedisClient(opts, conf.KeyPrefix, zap.New(core)), nil
+	}); err != nil || loaded {
+		t.Fatalf("a client for these settings exists already (%v)", err)
+	}
+	t.Cleanup(func() { _, _ = pool.Delete(key) })
+	return provision(t, config, nil), logs
+}
+
+// probeCounter counts the breaker's probes: the probe script runs as a
+// command of its own, decisions in pipelines.
+type probeCounter struct{ n atomic.Int64 }
+
+func (p *probeCounter) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (p *probeCounter) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		if name := cmd.Name(); (name == "evalsha" || name == "eval") && len(cmd.Args()) > 3 {
+			if s, ok := cmd.Args()[3].(string); ok && strings.Contains(s, "breaker-probe") {
+				p.n.Add(1)
+			}
+		}
+		return next(ctx, cmd)
+	}
+}
+func (p *probeCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+
+// A Redis that answers PING but refuses the rate limiter's scripts keeps
+// the breaker open (one state change, one log line) for as long as it
+// refuses them, and the breaker closes once, with one line, when it runs
+// them again.
+func TestBreakerStaysOpenWhileScriptsFail(t *testing.T) {
+	cases := []struct {
+		name  string
+		start func(t *testing.T) (addr, redisExtra string, fix func())
+		want  string // in the error of the line that opens the breaker
+	}{{
+		name: "acl without scripts",
+		start: func(t *testing.T) (string, string, func()) {
+			srv := redistest.Start(t)
+			mustDo(t, srv.Addr, "ACL", "SETUSER", "rl", "on", ">pw", "~*", "+@all", "-evalsha", "-eval")
+			return srv.Addr, `"username":"rl","password":"pw",`, func() {
+				mustDo(t, srv.Addr, "ACL", "SETUSER", "rl", "+evalsha", "+eval")
+			}
+		},
+		want: "NOPERM",
+	}, {
+		name: "maxmemory noeviction full",
+		start: func(t *testing.T) (string, string, func()) {
+			srv := redistest.Start(t)
+			fillRedis(t, srv.Addr, "")
+			return srv.Addr, "", func() { mustDo(t, srv.Addr, "CONFIG", "SET", "maxmemory", "0") }
+		},
+		want: "OOM",
+	}, {
+		name: "replica",
+		start: func(t *testing.T) (string, string, func()) {
+			master := redistest.Start(t)
+			_, port, _ := net.SplitHostPort(master.Addr)
+			replica := redistest.StartArgs(t, "--replicaof", "127.0.0.1", port)
+			return replica.Addr, "", func() { mustDo(t, replica.Addr, "REPLICAOF", "NO", "ONE") }
+		},
+		want: "READONLY",
+	}}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			addr, extra, fix := tc.start(t)
+			h, logs := provisionObserved(t, fmt.Sprintf(`{"store":"redis","redis":{%s"addresses":[%q]},
+				"zones":[{"name":"api","key":"{http.request.remote.host}","limits":[{"events":100,"window":"1m"}]}]}`, extra, addr))
+			var probes probeCounter
+			h.rt.redis.AddHook(&probes)
+			br := h.rt.redis.breaker
+			count := func(msg string) int { return logs.FilterMessage(msg).Len() }
+
+			for i := 0; i < breakerFailures; i++ {
+				if res := serve(h, newReq("192.0.2.1:1")); res.code != 200 || res.hdr.Get("X-RateLimit-Remaining") != "" {
+					t.Fatalf("request %d: code %d, headers %v: want 200 decided by on_error open", i+1, res.code, res.hdr)
+				}
+			}
+			if br.State() != breaker.Open {
+				t.Fatalf("breaker %s after %d failures", br.State(), breakerFailures)
+			}
+			// Requests keep coming while the probe runs 8 times: the
+			// breaker never closes.
+			deadline := time.Now().Add(time.Minute)
+			for probes.n.Load() < 8 && count(msgBreakerClosed) == 0 {
+				if time.Now().After(deadline) {
+					t.Fatalf("%d probes in a minute", probes.n.Load())
+				}
+				serve(h, newReq("192.0.2.1:1"))
+				time.Sleep(5 * time.Millisecond)
+			}
+			if o, c := count(msgBreakerOpen), count(msgBreakerClosed); o != 1 || c != 0 || br.State() != breaker.Open {
+				t.Fatalf("after %d failed probes: breaker %s, %d lines open, %d closed; want open, 1 and 0", probes.n.Load(), br.State(), o, c)
+			}
+			e := logs.FilterMessage(msgBreakerOpen).All()[0]
+			if got := entryText(e); !strings.Contains(got, tc.want) || e.ContextMap()["hint"] == nil {
+				t.Errorf("breaker open line without the cause %s and a hint: %s", tc.want, got)
+			} else {
+				t.Log(got)
+			}
+
+			fix()
+			waitFor(t, 10*time.Second, "the breaker to close", func() bool { return br.State() == breaker.Closed })
+			for i := 0; i < 3; i++ {
+				if res := serve(h, newReq("192.0.2.1:1")); res.code != 200 || res.hdr.Get("X-RateLimit-Remaining") == "" {
+					t.Fatalf("once fixed, request %d: code %d, headers %v: want a decision of Redis", i+1, res.code, res.hdr)
+				}
+			}
+			if o, c := count(msgBreakerOpen), count(msgBreakerClosed); o != 1 || c != 1 {
+				t.Fatalf("%d lines open, %d closed; want 1 each", o, c)
+			}
+		})
+	}
+}
+
+// fillRedis fills the Redis at addr up to a maxmemory with noeviction, so
+// that it refuses writes (OOM), with keys of hash tag tag (a Cluster node
+// takes only the keys of its slots).
+func fillRedis(t *testing.T, addr, tag string) {
+	t.Helper()
+	c := redis.NewClient(&redis.Options{Addr: addr})
+	defer c.Close()
+	ctx := context.Background()
+	info, err := c.Info(ctx, "memory").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	used := infoInt(t, info, "used_memory")
+	mustDo(t, addr, "CONFIG", "SET", "maxmemory-policy", "noeviction")
+	mustDo(t, addr, "CONFIG", "SET", "maxmemory", strconv.FormatInt(used+4<<20, 10))
+	value := strings.Repeat("x", 64<<10)
+	for i := 0; ; i++ {
+		err := c.Set(ctx, "fill:"+tag+strconv.Itoa(i), value, 0).Err()
+		if err != nil {
+			if !strings.HasPrefix(err.Error(), "OOM") {
+				t.Fatal(err)
+			}
+			break
+		}
+		if i > 1000 {
+			t.Fatal("Redis never full")
+		}
+	}
+	// Refused a 64 KiB value, it may still take a small one: full to the
+	// last byte, as a Redis filled by small keys over time.
+	info, err = c.Info(ctx, "memory").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	used = infoInt(t, info, "used_memory")
+	mustDo(t, addr, "CONFIG", "SET", "maxmemory", strconv.FormatInt(used-1<<20, 10))
+}
+
+func infoInt(t *testing.T, info, field string) int64 {
+	t.Helper()
+	for _, line := range strings.Split(info, "\n") {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(line), field+":"); ok {
+			n, err := strconv.ParseInt(v, 10, 64)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return n
+		}
+	}
+	t.Fatalf("no %s in INFO", field)
+	return 0
+}
+
+func mustDo(t *testing.T, addr string, args ...string) {
+	t.Helper()
+	if _, err := redistest.Do(addr, args...); err != nil {
+		t.Fatalf("%v: %v", args, err)
+	}
+}
+
+// On a Cluster, the probe writes on every master: one that refuses the
+// scripts keeps the breaker open even while the others accept them.
+func TestBreakerProbeEveryClusterMaster(t *testing.T) {
+	cl := redistest.StartCluster(t, 3, 0)
+	conf, err := (&RedisConfig{Addresses: cl.Addrs}).resolved()
+	if err != nil {
+		t.Fatal(err)
+	}
+	opts, err := conf.universalOptions()
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := newRedisClient(opts, conf.KeyPrefix, zap.NewNop())
+	defer c.Destruct()
+	ctx := context.Background()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		err := c.probe(ctx)
+		if err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("probe of a healthy Cluster: %v", err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	slots, err := c.ClusterSlots(ctx).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	masters, keys := probeKeys(conf.KeyPrefix, slots)
+	if len(masters) != 3 || len(keys) != 3 {
+		t.Fatalf("probe keys %v on masters %v, want one on each of the 3", keys, masters)
+	}
+	for i, k := range keys {
+		m, err := c.UniversalClient.(*redis.ClusterClient).MasterForKey(ctx, k)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if m.Options().Addr != masters[i] {
+			t.Errorf("probe key %s is on %s, want %s", k, m.Options().Addr, masters[i])
+		}
+		if ttl := m.PTTL(ctx, k).Val(); ttl <= 0 || ttl > probeKeyTTL*time.Millisecond {
+			t.Errorf("probe key %s: TTL %v", k, ttl)
+		}
+	}
+
+	// One master (not the first: a probe of one key would likely miss it)
+	// full.
+	full := masters[len(masters)-1]
+	fillRedis(t, full, keys[len(keys)-1][strings.IndexByte(keys[len(keys)-1], '{'):])
+	err = c.probe(ctx)
+	if err == nil || !strings.Contains(err.Error(), "OOM") || !strings.Contains(err.Error(), full) {
+		t.Fatalf("probe with master %s full: %v, want its OOM", full, err)
+	}
+	mustDo(t, full, "CONFIG", "SET", "maxmemory", "0")
+	if err := c.probe(ctx); err != nil {
+		t.Fatalf("probe once fixed: %v", err)
+	}
+}
+
+// A wrong password is logged as what it is, an authentication failure,
+// both at start and after the password changed on the server (rotated,
+// or set where there was none); never as an empty reply.
+func TestRedisAuthFailureLogged(t *testing.T) {
+	check := func(t *testing.T, h *Handler, logs *observer.ObservedLogs, wants ...string) {
+		t.Helper()
+		debug := observe(h, zapcore.DebugLevel)
+		for i := 0; i < breakerFailures; i++ {
+			serve(h, newReq("192.0.2.1:1"))
+		}
+		entries := debug.FilterMessage("rate limit store failed").All()
+		if len(entries) == 0 {
+			t.Fatal("no store failure logged")
+		}
+		found := false
+		for _, e := range entries {
+			text := entryText(e)
+			if strings.Contains(text, "unexpected type") {
+				t.Errorf("store failure logged as %s", text)
+			}
+			for _, w := range wants {
+				found = found || strings.Contains(text, w)
+			}
+		}
+		if !found {
+			t.Errorf("no store failure says %v: %v", wants, entryText(entries[len(entries)-1]))
+		}
+		opened := logs.FilterMessage(msgBreakerOpen).All()
+		if len(opened) != 1 {
+			t.Fatalf("%d breaker open lines, want 1", len(opened))
+		}
+		text := entryText(opened[0])
+		if !strings.Contains(text, wants[0]) {
+			t.Errorf("breaker open line without %s: %s", wants[0], text)
+		}
+		t.Log(text)
+	}
+	cfg := func(addr, password string) string {
+		return fmt.Sprintf(`{"store":"redis","redis":{"addresses":[%q],"password":%q},
+			"zones":[{"name":"api","key":"{http.request.remote.host}","limits":[{"events":100,"window":"1m"}]}]}`, addr, password)
+	}
+	// rotate changes the password and drops the clients' connections, as
+	// a restart with the new setting would.
+	rotate := func(t *testing.T, addr, old, pass string) {
+		c := redis.NewClient(&redis.Options{Addr: addr, Password: old})
+		defer c.Close()
+		ctx := context.Background()
+		if err := c.ConfigSet(ctx, "requirepass", pass).Err(); err != nil {
+			t.Fatal(err)
+		}
+		if err := c.ClientKillByFilter(ctx, "TYPE", "normal", "SKIPME", "yes").Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	t.Run("at start", func(t *testing.T) {
+		srv := redistest.StartArgs(t, "--requirepass", "s3cret")
+		h, logs := provisionObserved(t, cfg(srv.Addr, "wrong"))
+		check(t, h, logs, "WRONGPASS", "authenticate")
+	})
+	t.Run("rotated", func(t *testing.T) {
+		srv := redistest.StartArgs(t, "--requirepass", "old")
+		h, logs := provisionObserved(t, cfg(srv.Addr, "old"))
+		if res := serve(h, newReq("192.0.2.1:1")); res.hdr.Get("X-RateLimit-Remaining") == "" {
+			t.Fatalf("right password: no decision (code %d)", res.code)
+		}
+		rotate(t, srv.Addr, "old", "new")
+		check(t, h, logs, "WRONGPASS", "authenticate")
+	})
+	t.Run("set", func(t *testing.T) {
+		srv := redistest.Start(t)
+		h, logs := provisionObserved(t, cfg(srv.Addr, ""))
+		if res := serve(h, newReq("192.0.2.1:1")); res.hdr.Get("X-RateLimit-Remaining") == "" {
+			t.Fatalf("no password: no decision (code %d)", res.code)
+		}
+		rotate(t, srv.Addr, "", "new")
+		check(t, h, logs, "authentication failed")
+	})
+}
+
+// timeoutCounter counts, through a go-redis hook, the connections dialed and
+// the reads that timed out on them: each is a wait a request pays.
+type timeoutCounter struct {
+	dials, timeouts atomic.Int64
+}
+
+func (c *timeoutCounter) DialHook(next redis.DialHook) redis.DialHook {
+	return func(ctx context.Context, network, addr string) (net.Conn, error) {
+		c.dials.Add(1)
+		conn, err := next(ctx, network, addr)
+		if err != nil {
+			return nil, err
+		}
+		return &timeoutConn{Conn: conn, c: c}, nil
+	}
+}
+func (c *timeoutCounter) ProcessHook(next redis.ProcessHook) redis.ProcessHook { return next }
+func (c *timeoutCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+
+// timeoutConn counts its reads that timed out: once per deadline, as a
+// reply read after a peek that timed out fails at once, on the same
+// deadline, without waiting again.
+type timeoutConn struct {
+	net.Conn
+	c *timeoutCounter
+
+	mu                 sync.Mutex
+	deadline, timedOut time.Time
+}
+
+func (t *timeoutConn) SetDeadline(d time.Time) error {
+	t.setDeadline(d)
+	return t.Conn.SetDeadline(d)
+}
+
+func (t *timeoutConn) SetReadDeadline(d time.Time) error {
+	t.setDeadline(d)
+	return t.Conn.SetReadDeadline(d)
+}
+
+func (t *timeoutConn) setDeadline(d time.Time) {
+	t.mu.Lock()
+	t.deadline = d
+	t.mu.Unlock()
+}
+
+func (t *timeoutConn) Read(b []byte) (int, error) {
+	n, err := t.Conn.Read(b)
+	var ne net.Error
+	if errors.As(err, &ne) && ne.Timeout() {
+		t.mu.Lock()
+		if !t.deadline.Equal(t.timedOut) {
+			t.timedOut = t.deadline
+			t.c.timeouts.Add(1)
+		}
+		t.mu.Unlock()
+	}
+	return n, err
+}
+
+// While Redis hangs, a request waits for at most one Redis timeout in all
+// its zones together (not one per zone, nor a connect and a retry each),
+// and while it refuses connections, dials it at most once.
+func TestRedisOneTimeoutPerRequest(t *testing.T) {
+	for _, tc := range []struct {
+		zones   int
+		onError string
+		hang    bool
+	}{
+		{1, "open", true}, {2, "open", true}, {3, "closed", true}, {2, "local", true},
+		{2, "open", false},
+	} {
+		t.Run(fmt.Sprintf("%d zones on_error %s hung %v", tc.zones, tc.onError, tc.hang), func(t *testing.T) {
+			srv := redistest.Start(t)
+			var zones []string
+			for i := 0; i < tc.zones; i++ {
+				zones = append(zones, fmt.Sprintf(`{"name":"z%d","key":"{http.request.remote.host}","limits":[{"events":100,"window":"1m"}]}`, i))
+			}
+			h := provision(t, fmt.Sprintf(`{"store":"redis","on_error":%q,"redis":{"addresses":[%q],"read_timeout":"100ms"},"zones":[%s]}`,
+				tc.onError, srv.Addr, strings.Join(zones, ",")), nil)
+			var c timeoutCounter
+			h.rt.redis.AddHook(&c)
+			// Connected, the scripts loaded.
+			for i := 0; i < 3; i++ {
+				if res := serve(h, newReq("192.0.2.1:1")); res.hdr.Get("X-RateLimit-Remaining") == "" {
+					t.Fatalf("before: no decision (code %d)", res.code)
+				}
+			}
+			if tc.hang {
+				srv.Pause()
+				t.Cleanup(srv.Resume)
+			} else {
+				srv.Stop()
+			}
+			br := h.rt.redis.breaker
+			for i := 0; br.State() == breaker.Closed; i++ {
+				if i == 2*breakerFailures {
+					t.Fatalf("breaker still closed after %d requests", i)
+				}
+				d0, t0 := c.dials.Load(), c.timeouts.Load()
+				res := serve(h, newReq("192.0.2.1:1"))
+				dials, timeouts := c.dials.Load()-d0, c.timeouts.Load()-t0
+				t.Logf("request %d: code %d, %d dials, %d timeouts", i+1, res.code, dials, timeouts)
+				if timeouts > 1 || dials > 1 {
+					t.Fatalf("request %d: %d reads timed out and %d connections dialed, want at most 1 each", i+1, timeouts, dials)
+				}
+				if tc.hang && timeouts != 1 {
+					t.Fatalf("request %d with Redis hung: %d reads timed out, want 1 (the test counts wrong)", i+1, timeouts)
+				}
+			}
+		})
+	}
+}
+
+// The undo of an admission is not sent to a Redis that failed earlier in the
+// request: zone a admits, zone b's call fails, and on_error closed refuses
+// the request without a second call to Redis.
+func TestRedisNoUndoAfterFailure(t *testing.T) {
+	srv := redistest.Start(t)
+	h := provision(t, `{"store":"redis","on_error":"closed","redis":{"addresses":["`+srv.Addr+`"]},"zones":[
+		{"name":"a","key":"{http.request.remote.host}","limits":[{"events":100,"window":"1m"}]},
+		{"name":"b","key":"{http.request.remote.host}","limits":[{"events":100,"window":"1m"}]}]}`, nil)
+	var calls callCounter
+	calls.failAfter.Store(1 << 30)
+	h.rt.redis.AddHook(&calls)
+	if res := serve(h, newReq("192.0.2.1:1")); res.code != 200 {
+		t.Fatalf("before: %d", res.code)
+	}
+	// The second script call from now on fails, as a Redis that goes
+	// away between two zones.
+	calls.n.Store(0)
+	calls.failAfter.Store(1)
+	if res := serve(h, newReq("192.0.2.1:1")); res.code != 503 {
+		t.Fatalf("zone b failed, on_error closed: code %d, want 503", res.code)
+	}
+	if n := calls.n.Load(); n != 2 {
+		t.Fatalf("%d script calls, want 2 (zone a, zone b) and no undo", n)
+	}
+}
+
+// callCounter counts pipelined script calls and fails those after the
+// failAfter-th with a network error, without sending them.
+type callCounter struct {
+	n         atomic.Int64
+	failAfter atomic.Int64
+}
+
+func (c *callCounter) DialHook(next redis.DialHook) redis.DialHook          { return next }
+func (c *callCounter) ProcessHook(next redis.ProcessHook) redis.ProcessHook { return next }
+func (c *callCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		if n := c.n.Add(int64(len(cmds))); n > c.failAfter.Load() {
+			err := &net.OpError{Op: "read", Net: "tcp", Err: errors.New("connection reset by peer")}
+			for _, cmd := range cmds {
+				cmd.SetErr(err)
+			}
+			return err
+		}
+		return next(ctx, cmds)
+	}
+}
+
+// go-redis's own log lines go to the zap logger, at warn at most once per
+// interval and at debug otherwise.
+func TestGoRedisLogger(t *testing.T) {
+	core, logs := observer.New(zapcore.DebugLevel)
+	l := &goRedisLogger{logger: func() *zap.Logger { return zap.New(core).Named("http.handlers.rate_limit") }}
+	for i := 0; i < 25; i++ {
+		l.Printf(context.Background(), "redis: connection pool: failed to dial after %d attempts: %v", 1, "connection refused")
+	}
+	all := logs.All()
+	if len(all) != 25 {
+		t.Fatalf("%d lines for 25, want 25", len(all))
+	}
+	warns := logs.FilterLevelExact(zapcore.WarnLevel).All()
+	if len(warns) != 1 {
+		t.Fatalf("%d lines at warn, want 1 (the others at debug)", len(warns))
+	}
+	if w := warns[0]; w.Message != "redis: connection pool: failed to dial after 1 attempts: connection refused" || w.LoggerName != "http.handlers.rate_limit" {
+		t.Errorf("line %q from logger %q", w.Message, w.LoggerName)
+	}
+}
+
+func TestRedisHint(t *testing.T) {
+	for _, tc := range []struct{ err, want string }{
+		{"redis store: gcra: WRONGPASS invalid username-password pair or user is disabled.", "authentication failed"},
+		{"redis store: gcra: NOAUTH Authentication required.", "authentication failed"},
+		{"redis store: gcra: ERR Protocol error: unauthenticated multibulk length", "authentication failed"},
+		{"redis store: gcra: NOPERM User rl has no permissions to run the 'evalsha' command", "permission"},
+		{"master 127.0.0.1:7000: OOM command not allowed when used memory > 'maxmemory'.", "out of memory"},
+		{"redis store: gcra: READONLY You can't write against a read only replica.", "replica"},
+		{"redis store: gcra: dial tcp 127.0.0.1:6379: connect: connection refused", ""},
+		{"redis store: gcra: ERR user_script:1: BOOM custom", ""},
+	} {
+		got := redisHint(errors.New(tc.err))
+		if (tc.want == "") != (got == "") || !strings.Contains(got, tc.want) {
+			t.Errorf("%s: hint %q, want one with %q", tc.err, got, tc.want)
+		}
+	}
+}
