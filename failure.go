@@ -29,6 +29,9 @@ import (
 // request has seen it fail (*down, set here, is the request's): a request
 // pays at most one Redis timeout, however many zones it goes through.
 func (h *Handler) take(ctx context.Context, z *zone, key string, cost int64, down *bool) (algorithms.Decision, store.Store, error) {
+	if d, never := z.neverAdmitted(cost); never {
+		return d, z.store, nil // no store call: its answer is known
+	}
 	var d algorithms.Decision
 	err := errBreakerOpen
 	if *down && z.breaker != nil {

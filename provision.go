@@ -242,6 +242,12 @@ type zone struct {
 	lease     bool // concurrency: the admission is released when the request ends
 	shape     bool // leaky_bucket with wait: hold admitted requests for Decision.Delay
 	maxWindow time.Duration
+
+	// maxCost is the most a request may cost and still be admitted some
+	// day (see neverAdmitted); burst and algorithm are the zone's.
+	maxCost   int64
+	burst     int64
+	algorithm string
 	tiers     []algorithms.Tier
 
 	// waiters, with on_limit wait, are the requests waiting, in line per
@@ -427,6 +433,8 @@ func (h *Handler) provisionZone(ctx caddy.Context, zc *Zone, lz *loadZones, plac
 		z.maxWindow = max(z.maxWindow, t.Window)
 	}
 	z.tiers = cfg.Tiers
+	z.burst, z.algorithm = zc.Burst, zc.Algorithm
+	z.setCapacity(cfg, zc.Algorithm)
 	lim, err := algorithms.New(zc.Algorithm, cfg)
 	if err != nil {
 		return nil, err

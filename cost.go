@@ -1,0 +1,53 @@
+package ratelimit
+
+import (
+	"math"
+
+	"github.com/zonelimit/caddy-ratelimit/algorithms"
+)
+
+// A request's cost (a placeholder cost comes from the client) can exceed
+// what a tier could ever admit: its events, or the bucket's burst. No wait
+// makes such a request pass, so the zone refuses it without asking the
+// store, whose answer is known; that also keeps a client-chosen cost from
+// costing the store (a shared Redis above all) any work.
+
+// setCapacity records the most units a request may cost in z and still be
+// admitted some day: the smallest tier capacity. With count_rejected a
+// denial consumes, so the store must see every request: no limit then.
+func (z *zone) setCapacity(cfg algorithms.Config, algorithm string) {
+	z.maxCost = math.MaxInt64
+	if cfg.CountRejected {
+		return
+	}
+	for _, t := range cfg.Tiers {
+		z.maxCost = min(z.maxCost, tierCapacity(t, cfg.Burst, algorithm))
+	}
+}
+
+// tierCapacity is the most units tier t admits at once.
+func tierCapacity(t algorithms.Tier, burst int64, algorithm string) int64 {
+	if burst > 0 && algorithms.UsesBurst(algorithm) {
+		return burst
+	}
+	return t.Events
+}
+
+// neverAdmitted returns the denial of a request of cost that z can never
+// admit, and true; false when cost may be admitted some day. The denial
+// names the tier the request exceeds (the one with the longest window if
+// several), with no units remaining for it and, as the stores answer such
+// a request, its window as Retry-After and reset.
+func (z *zone) neverAdmitted(cost int64) (algorithms.Decision, bool) {
+	if cost <= z.maxCost {
+		return algorithms.Decision{}, false
+	}
+	d := algorithms.Decision{Tier: -1}
+	for i, t := range z.tiers {
+		c := tierCapacity(t, z.burst, z.algorithm)
+		if cost > c && (d.Tier < 0 || t.Window > d.RetryAfter) {
+			d = algorithms.Decision{Tier: i, Limit: c, ResetAfter: t.Window, RetryAfter: t.Window}
+		}
+	}
+	return d, true
+}
