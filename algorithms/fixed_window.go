@@ -44,26 +44,6 @@ import "time"
 // FixedWindow is the name of fixed_window.
 const FixedWindow = "fixed_window"
 
-func init() {
-	register(Algorithm{Name: FixedWindow, New: newFixedWindow, Summable: true, rank: 2})
-}
-
-type fixedWindow struct {
-	limiter
-}
-
-func newFixedWindow(cfg Config) (Limiter, error) {
-	return &fixedWindow{newLimiter(FixedWindow, cfg)}, nil
-}
-
-func (l *fixedWindow) NewState() State {
-	s := &fixedWindowState{winState: newWinState(l.cfg), tiers: make([]fwTier, len(l.cfg.Tiers))}
-	for i, t := range l.cfg.Tiers {
-		s.tiers[i] = fwTier{events: t.Events, window: t.Window.Microseconds()}
-	}
-	return s
-}
-
 type fwTier struct {
 	events, window int64 // E, W (µs)
 	start, count   int64
@@ -77,6 +57,14 @@ type fixedWindowState struct {
 	tiers []fwTier
 }
 
+func init() {
+	register(Algorithm{Name: FixedWindow, New: newWinAlgorithm(FixedWindow, newFixedWindowState), Summable: true, rank: 2})
+}
+
+func newFixedWindowState(cfg Config) State {
+	return &fixedWindowState{newWinState(cfg), winTiers(cfg, func(e, w int64) fwTier { return fwTier{events: e, window: w} })}
+}
+
 func (s *fixedWindowState) Take(now time.Time, cost int64) Decision {
 	t, cost := s.begin(now, cost)
 	ok := true
@@ -87,16 +75,10 @@ func (s *fixedWindowState) Take(now time.Time, cost int64) Decision {
 		}
 		ok = ok && cost <= tr.events && tr.count <= tr.events-cost
 	}
-	for i := range s.tiers {
-		if tr := &s.tiers[i]; ok {
-			tr.count += cost
-		} else if s.countRejected {
-			tr.count = winAddCapped(tr.count, cost, tr.events)
-		}
-	}
 	p := TierPick{Allowed: ok}
 	for i := range s.tiers {
 		tr := &s.tiers[i]
+		tr.count = winCount(tr.count, cost, tr.events, ok, s.countRejected)
 		var reset, wait int64
 		if tr.count > 0 {
 			reset = tr.start + tr.window - t

@@ -74,4 +74,3 @@ func gcraParams(t Tier, burst int64) (bktTier, error) {
 	}
 	return bktTier{rate: 1, scale: iv, cap: iv * burst, burst: burst, window: w}, nil
 }
-

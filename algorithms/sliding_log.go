@@ -53,15 +53,7 @@ import "time"
 const SlidingLog = "sliding_log"
 
 func init() {
-	register(Algorithm{Name: SlidingLog, New: newSlidingLog, rank: 0})
-}
-
-type slidingLog struct {
-	limiter
-}
-
-func newSlidingLog(cfg Config) (Limiter, error) {
-	return &slidingLog{newLimiter(SlidingLog, cfg)}, nil
+	register(Algorithm{Name: SlidingLog, New: newWinAlgorithm(SlidingLog, newSlidingLogState), rank: 0})
 }
 
 // slInitRuns is the initial ring capacity of a tier (capped at Events).
@@ -70,14 +62,14 @@ func newSlidingLog(cfg Config) (Limiter, error) {
 // doubles its ring a few times, once.
 const slInitRuns = 1
 
-func (l *slidingLog) NewState() State {
-	s := &slidingLogState{winState: newWinState(l.cfg), tiers: make([]slTier, len(l.cfg.Tiers))}
+func newSlidingLogState(cfg Config) State {
+	s := &slidingLogState{winState: newWinState(cfg), tiers: make([]slTier, len(cfg.Tiers))}
 	total := 0
-	for _, t := range l.cfg.Tiers {
+	for _, t := range cfg.Tiers {
 		total += int(min(t.Events, slInitRuns))
 	}
 	backing := make([]slRun, total) // one allocation for every tier's ring
-	for i, t := range l.cfg.Tiers {
+	for i, t := range cfg.Tiers {
 		n := int(min(t.Events, slInitRuns))
 		s.tiers[i] = slTier{
 			events: t.Events,

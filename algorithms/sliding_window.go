@@ -67,26 +67,6 @@ import (
 // SlidingWindow is the name of sliding_window.
 const SlidingWindow = "sliding_window"
 
-func init() {
-	register(Algorithm{Name: SlidingWindow, New: newSlidingWindow, Summable: true, rank: 1})
-}
-
-type slidingWindow struct {
-	limiter
-}
-
-func newSlidingWindow(cfg Config) (Limiter, error) {
-	return &slidingWindow{newLimiter(SlidingWindow, cfg)}, nil
-}
-
-func (l *slidingWindow) NewState() State {
-	s := &slidingWindowState{winState: newWinState(l.cfg), tiers: make([]SlidingCounts, len(l.cfg.Tiers))}
-	for i, t := range l.cfg.Tiers {
-		s.tiers[i] = SlidingCounts{Events: t.Events, Window: t.Window.Microseconds()}
-	}
-	return s
-}
-
 type slidingWindowState struct {
 	winState
 	tiers []SlidingCounts
@@ -169,6 +149,12 @@ func (c *SlidingCounts) first(P, C, lo, cost int64) int64 {
 	return good
 }
 
+// rollFits rolls the counts to t and reports whether cost fits then.
+func (c *SlidingCounts) rollFits(t, cost int64) bool {
+	c.roll(t)
+	return c.Fits(t, cost)
+}
+
 // Fits reports whether a request of cost is admitted at t.
 func (c *SlidingCounts) Fits(t, cost int64) bool {
 	return cost <= c.Events && c.fits(c.Prev, c.Cur, t-c.Start, cost)
@@ -216,20 +202,12 @@ func (s *slidingWindowState) Take(now time.Time, cost int64) Decision {
 	t, cost := s.begin(now, cost)
 	ok := true
 	for i := range s.tiers {
-		tr := &s.tiers[i]
-		tr.roll(t)
-		ok = ok && tr.Fits(t, cost)
-	}
-	for i := range s.tiers {
-		if tr := &s.tiers[i]; ok {
-			tr.Cur += cost
-		} else if s.countRejected {
-			tr.Cur = winAddCapped(tr.Cur, cost, tr.Events)
-		}
+		ok = s.tiers[i].rollFits(t, cost) && ok
 	}
 	p := TierPick{Allowed: ok}
 	for i := range s.tiers {
 		tr := &s.tiers[i]
+		tr.Cur = winCount(tr.Cur, cost, tr.Events, ok, s.countRejected)
 		var wait int64
 		if !ok {
 			wait = tr.RetryAfter(t, cost)
@@ -258,4 +236,13 @@ func (s *slidingWindowState) Idle(now time.Time) bool {
 		}
 	}
 	return true
+}
+
+func init() {
+	register(Algorithm{Name: SlidingWindow, New: newWinAlgorithm(SlidingWindow, newSlidingWindowState), Summable: true, rank: 1})
+}
+
+func newSlidingWindowState(cfg Config) State {
+	tiers := winTiers(cfg, func(e, w int64) SlidingCounts { return SlidingCounts{Events: e, Window: w} })
+	return &slidingWindowState{winState: newWinState(cfg), tiers: tiers}
 }

@@ -100,4 +100,3 @@ func bktParams(t Tier, burst int64) (bktTier, error) {
 	}
 	return bktTier{rate: rate, scale: scale, cap: burst * scale, burst: burst, window: w}, nil
 }
-

@@ -9,6 +9,32 @@ import (
 // clamps time to the latest instant it has seen, windows in integer
 // microseconds, and the choice of the tier a Decision describes.
 
+// winLimiter is the Limiter of a window algorithm: newState builds its
+// states.
+type winLimiter struct {
+	limiter
+	newState func(Config) State
+}
+
+// newWinAlgorithm returns the constructor of the window algorithm name.
+func newWinAlgorithm(name string, newState func(Config) State) func(Config) (Limiter, error) {
+	return func(cfg Config) (Limiter, error) {
+		return &winLimiter{limiter: newLimiter(name, cfg), newState: newState}, nil
+	}
+}
+
+func (l *winLimiter) NewState() State { return l.newState(l.cfg) }
+
+// winTiers returns the per-tier state mk makes of each tier's events and
+// window (µs).
+func winTiers[T any](cfg Config, mk func(events, window int64) T) []T {
+	ts := make([]T, len(cfg.Tiers))
+	for i, t := range cfg.Tiers {
+		ts[i] = mk(t.Events, t.Window.Microseconds())
+	}
+	return ts
+}
+
 // winState is the part of a window algorithm's state that is not per tier.
 type winState struct {
 	last          int64 // latest instant seen (µs)
@@ -63,10 +89,16 @@ func winMod(a, b int64) int64 {
 // windows being aligned to the Unix epoch.
 func winStart(t, w int64) int64 { return t - winMod(t, w) }
 
-// winAddCapped is count + cost, at most events: what a denied request adds
-// with CountRejected (lossless: any count >= events refuses everything).
-func winAddCapped(count, cost, events int64) int64 {
-	if cost >= events-count {
+// winCount is a window's count after a decision on cost: cost more when
+// admitted; when denied with CountRejected, cost more but at most events
+// (lossless: any count >= events refuses everything).
+func winCount(count, cost, events int64, ok, countRejected bool) int64 {
+	switch {
+	case ok:
+		return count + cost
+	case !countRejected:
+		return count
+	case cost >= events-count:
 		return events
 	}
 	return count + cost
