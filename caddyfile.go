@@ -109,47 +109,25 @@ func (h *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 			err = h.unmarshalZone(d, zoneLines)
 
 		case "store":
-			var v string
-			if v, err = oneArg(d, "store", "memory | redis"); err == nil {
-				if err = checkStore(v); err != nil {
-					err = d.WrapErr(err)
-				}
-				h.Store = v
-			}
+			h.Store, err = oneArg(d, "store", storeEnum.usage())
 
 		case "redis":
 			h.Redis, err = unmarshalRedis(d)
 
 		case "sync_interval":
 			var dur time.Duration
-			if dur, err = durationArg(d, "sync_interval"); err == nil {
-				if e := checkAtLeast("sync_interval", dur, minSyncInterval); e != nil {
-					err = d.WrapErr(e)
-				}
-				h.SyncInterval = caddy.Duration(dur)
-			}
+			dur, err = setDurationArg(d, "sync_interval")
+			h.SyncInterval = caddy.Duration(dur)
 
 		case "on_error":
-			var v string
-			if v, err = oneArg(d, "on_error", "open | closed | local"); err == nil {
-				if err = checkOneOf("on_error", v, onErrorModes); err != nil {
-					err = d.WrapErr(err)
-				}
-				h.OnError = v
-			}
+			h.OnError, err = oneArg(d, "on_error", onErrorEnum.usage())
 
 		case "log_keys", "log_key":
 			err = noArgs(d, sub)
 			h.LogKeys = true
 
 		case "headers":
-			var v string
-			if v, err = oneArg(d, "headers", "ietf | legacy | both | off"); err == nil {
-				if err = checkOneOf("headers", v, headerModes); err != nil {
-					err = d.WrapErr(err)
-				}
-				h.Headers = v
-			}
+			h.Headers, err = oneArg(d, "headers", headersEnum.usage())
 
 		case "status":
 			var v string
@@ -157,8 +135,8 @@ func (h *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 				var n int
 				if n, err = strconv.Atoi(v); err != nil {
 					err = d.Errf("status must be an HTTP status code, got %q", v)
-				} else if err = checkStatus(n); err != nil {
-					err = d.WrapErr(err)
+				} else if n == 0 {
+					err = d.WrapErr(checkStatus(n)) // 0 would mean the default
 				}
 				h.Status = n
 			}
@@ -173,20 +151,14 @@ func (h *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 				var f float64
 				if f, err = strconv.ParseFloat(v, 64); err != nil {
 					err = d.Errf("jitter must be a non-negative fraction (e.g. 0.2: up to 20%% more), got %q", v)
-				} else if err = checkJitter(f); err != nil {
-					err = d.WrapErr(err)
 				}
 				h.Jitter = f
 			}
 
 		case "sweep_interval":
 			var dur time.Duration
-			if dur, err = durationArg(d, "sweep_interval"); err == nil {
-				if e := checkAtLeast("sweep_interval", dur, minSweepInterval); e != nil {
-					err = d.WrapErr(e)
-				}
-				h.SweepInterval = caddy.Duration(dur)
-			}
+			dur, err = setDurationArg(d, "sweep_interval")
+			h.SweepInterval = caddy.Duration(dur)
 
 		case "max_keys":
 			var n int64
@@ -215,15 +187,15 @@ func (h *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 	if len(h.Zones) == 0 {
 		return errAt(directive, errors.New("rate_limit: no zones: at least one zone <name> { key ...; limit ... } is required"))
 	}
-	// Options that depend on one another, reported at the line of the one
-	// that does not fit.
-	if err := h.validateRedisOptions(); err != nil {
+	// The handler's options, reported at the line of the one at fault.
+	if err := h.validateOptions(); err != nil {
 		tok := directive
 		var oe *zoneError
 		if errors.As(err, &oe) {
 			if line, ok := seen[oe.option]; ok {
 				tok = caddyfile.Token{File: directive.File, Line: line, Text: oe.option}
 			}
+			err = oe.err // without the hint for JSON
 		}
 		return errAt(tok, err)
 	}
@@ -239,9 +211,6 @@ func (h *Handler) unmarshalZone(d *caddyfile.Dispenser, zoneLines map[string]int
 		return d.Errf("zone takes exactly one argument, its name (zone <name> { ... }), got %d", len(args))
 	}
 	name := args[0]
-	if err := checkZoneName(name); err != nil {
-		return d.WrapErr(err)
-	}
 	if line, dup := zoneLines[name]; dup {
 		return d.Errf("duplicate zone name %q (first defined at line %d): zone names must be unique", name, line)
 	}
@@ -251,6 +220,7 @@ func (h *Handler) unmarshalZone(d *caddyfile.Dispenser, zoneLines map[string]int
 	// The first token of each subdirective line, to point errors found
 	// after the block at the line at fault.
 	lines := make(map[string]caddyfile.Token)
+	var limitLines []caddyfile.Token // every limit line, for errors of one tier
 	var events, window bool
 	for nesting := d.Nesting(); d.NextBlock(nesting); {
 		sub := d.Val()
@@ -259,6 +229,9 @@ func (h *Handler) unmarshalZone(d *caddyfile.Dispenser, zoneLines map[string]int
 		}
 		if _, dup := lines[sub]; !dup {
 			lines[sub] = d.Token()
+		}
+		if sub == "limit" {
+			limitLines = append(limitLines, d.Token())
 		}
 		zerr := func(err error) error { return d.Errf("zone %q: %v", name, err) }
 
@@ -288,9 +261,6 @@ func (h *Handler) unmarshalZone(d *caddyfile.Dispenser, zoneLines map[string]int
 			v, err := oneArg(d, "algorithm", "<name>")
 			if err != nil {
 				return err
-			}
-			if err := checkAlgorithm(v); err != nil {
-				return zerr(err)
 			}
 			z.Algorithm = v
 
@@ -357,9 +327,6 @@ func (h *Handler) unmarshalZone(d *caddyfile.Dispenser, zoneLines map[string]int
 			if err != nil {
 				return err
 			}
-			if err := checkCost(v); err != nil {
-				return zerr(err)
-			}
 			z.Cost = v
 
 		case "on_limit":
@@ -374,16 +341,14 @@ func (h *Handler) unmarshalZone(d *caddyfile.Dispenser, zoneLines map[string]int
 				if err != nil {
 					return d.Errf("zone %q: on_limit wait: bad duration %q: %v", name, args[1], err)
 				}
-				if err := checkAtLeast("max_wait", w, minMaxWait); err != nil {
-					return d.Errf("zone %q: on_limit wait: %v", name, err)
+				if w <= 0 { // JSON's 0 and negatives mean something else
+					return d.Errf("zone %q: on_limit wait: %v", name, checkAtLeast("max_wait", w, durationFloor("max_wait")))
 				}
 				z.MaxWait = caddy.Duration(w)
 			case len(args) == 0:
 				return d.Errf("zone %q: on_limit takes reject or wait <max_wait>", name)
 			case args[0] == "reject":
 				return d.Errf("zone %q: on_limit reject takes no further arguments, got %d", name, len(args)-1)
-			default:
-				return zerr(checkOneOf("on_limit", args[0], onLimitModes))
 			}
 			if err := noBlock(d, "on_limit"); err != nil {
 				return err
@@ -419,9 +384,6 @@ func (h *Handler) unmarshalZone(d *caddyfile.Dispenser, zoneLines map[string]int
 			if err != nil {
 				return d.Errf("zone %q: %s must be a number of bits between 1 and %d (or 0: not set), got %q", name, sub, max, v)
 			}
-			if err := checkPrefix(sub, bits, max); err != nil {
-				return zerr(err)
-			}
 			if sub == "ipv4_prefix" {
 				z.IPv4Prefix = bits
 			} else {
@@ -429,12 +391,9 @@ func (h *Handler) unmarshalZone(d *caddyfile.Dispenser, zoneLines map[string]int
 			}
 
 		case "empty_key":
-			v, err := oneArg(d, "empty_key", "allow | deny | global")
+			v, err := oneArg(d, "empty_key", emptyKeyEnum.usage())
 			if err != nil {
 				return err
-			}
-			if err := checkOneOf("empty_key", v, emptyKeyModes); err != nil {
-				return zerr(err)
 			}
 			z.EmptyKey = v
 
@@ -456,9 +415,8 @@ func (h *Handler) unmarshalZone(d *caddyfile.Dispenser, zoneLines map[string]int
 		tok := zoneTok
 		var ze *zoneError
 		if errors.As(err, &ze) {
-			if t, ok := lines[ze.option]; ok {
-				tok = t
-			}
+			tok = ze.token(zoneTok, lines, limitLines)
+			err = ze.err // without the hint for JSON
 		}
 		return errAt(tok, fmt.Errorf("zone %q: %v", name, err))
 	}
@@ -547,12 +505,14 @@ func positiveIntArg(d *caddyfile.Dispenser, name string) (int64, error) {
 	return n, nil
 }
 
+// parseEvents and parseWindow read the numbers of a limit; Validate checks
+// their range.
 func parseEvents(v string) (int64, error) {
 	n, err := strconv.ParseInt(v, 10, 64)
 	if err != nil {
 		return 0, fmt.Errorf("events must be a positive integer, got %q", v)
 	}
-	return n, checkEvents(n)
+	return n, nil
 }
 
 func parseWindow(v string) (time.Duration, error) {
@@ -560,7 +520,34 @@ func parseWindow(v string) (time.Duration, error) {
 	if err != nil {
 		return 0, fmt.Errorf("window: bad duration %q: %v", v, err)
 	}
-	return w, checkWindow(w)
+	return w, nil
+}
+
+// setDurationArg reads the duration of an option whose 0 means "not set"
+// (the default): written out, 0 or less is refused with the option's
+// floor, as JSON could not tell it from the option left out. Validate
+// checks the rest.
+func setDurationArg(d *caddyfile.Dispenser, name string) (time.Duration, error) {
+	dur, err := durationArg(d, name)
+	if err == nil && dur <= 0 {
+		err = d.WrapErr(checkAtLeast(name, dur, durationFloor(name)))
+	}
+	return dur, err
+}
+
+// token is the Caddyfile token of the line at fault: the option's line
+// (the nth limit line for the tiers), else alt's, else the zone's.
+func (e *zoneError) token(zone caddyfile.Token, lines map[string]caddyfile.Token, limitLines []caddyfile.Token) caddyfile.Token {
+	if e.option == "limit" && e.nth > 0 && e.nth <= len(limitLines) {
+		return limitLines[e.nth-1]
+	}
+	if t, ok := lines[e.option]; ok {
+		return t
+	}
+	if t, ok := lines[e.alt]; ok {
+		return t
+	}
+	return zone
 }
 
 // errAt wraps err with the file and line of tok, the way Dispenser.Errf

@@ -26,12 +26,8 @@ import (
 
 // Defaults filled in by Provision.
 const (
-	defaultStore         = "memory"
-	defaultHeaders       = "both"
 	defaultStatus        = 429
 	defaultCost          = "1"
-	defaultOnLimit       = "reject"
-	defaultEmptyKey      = "global"
 	defaultSweepInterval = time.Minute
 	defaultMaxKeys       = store.DefaultMaxKeys // a flood of keys costs a zone tens of MB
 	defaultIPv4Prefix    = 32
@@ -269,12 +265,8 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 		return err
 	}
 
-	if h.Store == "" {
-		h.Store = defaultStore
-	}
-	if h.Headers == "" {
-		h.Headers = defaultHeaders
-	}
+	h.Store = storeEnum.orDefault(h.Store)
+	h.Headers = headersEnum.orDefault(h.Headers)
 	if h.Status == 0 {
 		h.Status = defaultStatus
 	}
@@ -284,15 +276,12 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 	if h.MaxKeys == 0 {
 		h.MaxKeys = defaultMaxKeys
 	}
-	mode, err := parseHeaderMode(h.Headers)
-	if err != nil {
-		return err
-	}
-	h.rt.headers = mode
+	h.rt.headers = headersEnum.mode(h.Headers)
 	h.rt.status = h.Status
 	h.rt.dryRun = h.DryRun
 	h.rt.jitter = h.Jitter
 	h.rt.errorRoutes = errorRoutesFor(ctx)
+	var err error
 	if h.rt.metrics, err = h.provisionMetrics(ctx); err != nil {
 		return err
 	}
@@ -327,55 +316,43 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 // provisionZone fills in the defaults of zc and builds its runtime zone.
 func (h *Handler) provisionZone(ctx caddy.Context, zc *Zone, lz *loadZones, place string) (*zone, error) {
 	if zc.Algorithm == "" {
-		zc.Algorithm = algorithms.SlidingLog
+		zc.Algorithm = algorithms.Default
 	}
 	if zc.Cost == "" {
 		zc.Cost = defaultCost
 	}
-	if zc.OnLimit == "" {
-		zc.OnLimit = defaultOnLimit
-	}
-	if zc.EmptyKey == "" {
-		zc.EmptyKey = defaultEmptyKey
-	}
+	zc.OnLimit = onLimitEnum.orDefault(zc.OnLimit)
+	zc.EmptyKey = emptyKeyEnum.orDefault(zc.EmptyKey)
 	if zc.IPv4Prefix == 0 {
 		zc.IPv4Prefix = defaultIPv4Prefix
 	}
 	if zc.IPv6Prefix == 0 {
 		zc.IPv6Prefix = defaultIPv6Prefix
 	}
-	if zc.OnLimit == "wait" && zc.MaxWaiters == 0 {
+	wait := onLimitEnum.mode(zc.OnLimit)
+	if wait && zc.MaxWaiters == 0 {
 		zc.MaxWaiters = defaultMaxWaiters
 	}
 
-	z := &zone{
-		name:    zc.Name,
-		wait:    zc.OnLimit == "wait",
-		maxWait: time.Duration(zc.MaxWait),
-		lease:   zc.Algorithm == algorithms.Concurrency,
+	alg, err := algorithms.Lookup(zc.Algorithm)
+	if err != nil {
+		return nil, err
 	}
-	z.shape = z.wait && zc.Algorithm == algorithms.LeakyBucket
+	z := &zone{
+		name:     zc.Name,
+		wait:     wait,
+		maxWait:  time.Duration(zc.MaxWait),
+		lease:    alg.Lease,
+		shape:    wait && alg.Delay,
+		emptyKey: emptyKeyEnum.mode(zc.EmptyKey),
+	}
 	if z.wait {
 		z.waiters = newWaitLines(zc.MaxWaiters)
-	}
-	switch zc.EmptyKey {
-	case "global":
-		z.emptyKey = emptyKeyGlobal
-	case "allow":
-		z.emptyKey = emptyKeyAllow
-	case "deny":
-		z.emptyKey = emptyKeyDeny
-	default:
-		return nil, fmt.Errorf("unknown empty_key value %q", zc.EmptyKey)
 	}
 	if strings.Contains(zc.Cost, "{") {
 		z.costTmpl = zc.Cost
 	} else {
-		n, err := strconv.ParseInt(zc.Cost, 10, 64)
-		if err != nil || n <= 0 {
-			return nil, fmt.Errorf("cost must be a positive integer or a placeholder, got %q", zc.Cost)
-		}
-		z.cost = n
+		z.cost, _ = strconv.ParseInt(zc.Cost, 10, 64) // Validate has checked it
 	}
 
 	// The identity of the zone's state, taken before LoadModule consumes

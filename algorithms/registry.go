@@ -67,22 +67,26 @@ func register(a Algorithm) {
 	slices.SortFunc(Names, func(x, y string) int { return registry[x].rank - registry[y].rank })
 }
 
-// Lookup returns the registered algorithm named (empty means Default).
-func Lookup(name string) (Algorithm, bool) {
+// Lookup returns the registered algorithm named (empty means Default), or
+// an error naming the algorithms there are.
+func Lookup(name string) (Algorithm, error) {
 	if name == "" {
 		name = Default
 	}
 	a, ok := registry[name]
-	return a, ok
+	if !ok {
+		return a, fmt.Errorf("unknown algorithm %q (want one of %s)", name, strings.Join(Names, ", "))
+	}
+	return a, nil
 }
 
 // New returns the Limiter for algorithm name (empty means Default) with
 // cfg, or an error naming what is wrong with cfg for that algorithm (a
 // *ConfigError when it is a part of cfg).
 func New(name string, cfg Config) (Limiter, error) {
-	a, ok := Lookup(name)
-	if !ok {
-		return nil, fmt.Errorf("unknown algorithm %q (want one of %s)", name, strings.Join(Names, ", "))
+	a, err := Lookup(name)
+	if err != nil {
+		return nil, err
 	}
 	if err := a.check(cfg); err != nil {
 		return nil, err
@@ -99,7 +103,7 @@ func (a Algorithm) check(cfg Config) error {
 		return &ConfigError{Field: "tiers", Tier: -1, Err: fmt.Errorf("algorithm %s takes exactly one limit (%s), got %d", a.Name, a.OneTier, len(cfg.Tiers))}
 	}
 	if cfg.Burst != 0 && !a.Burst {
-		return &ConfigError{Field: "burst", Tier: -1, Err: fmt.Errorf("burst applies only to algorithms %s, not %s", namesWhere(func(b Algorithm) bool { return b.Burst }, " and "), a.Name)}
+		return &ConfigError{Field: "burst", Tier: -1, Err: fmt.Errorf("burst applies only to algorithms %s, not %s", namesWhere(func(b Algorithm) bool { return b.Burst }, " and ", false), a.Name)}
 	}
 	if cfg.CountRejected && a.NoCountRejected != "" {
 		return &ConfigError{Field: "count_rejected", Tier: -1, Err: fmt.Errorf("count_rejected does not apply to algorithm %s (%s)", a.Name, a.NoCountRejected)}
@@ -109,26 +113,29 @@ func (a Algorithm) check(cfg Config) error {
 
 // UsesBurst reports whether the algorithm named has a bucket capacity.
 func UsesBurst(name string) bool {
-	a, ok := Lookup(name)
-	return ok && a.Burst
+	a, err := Lookup(name)
+	return err == nil && a.Burst
 }
 
 // Summable reports whether the counts of the algorithm named can be added
 // up across instances (sync_interval), and lists those that can, for
-// messages: "fixed_window or sliding_window".
+// messages, in alphabetical order: "fixed_window or sliding_window".
 func Summable(name string) (ok bool, all string) {
-	a, found := Lookup(name)
-	return found && a.Summable, namesWhere(func(b Algorithm) bool { return b.Summable }, " or ")
+	a, err := Lookup(name)
+	return err == nil && a.Summable, namesWhere(func(b Algorithm) bool { return b.Summable }, " or ", true)
 }
 
-// namesWhere lists, in the order of Names, the algorithms for which keep
-// holds: "a, b<last>c".
-func namesWhere(keep func(Algorithm) bool, last string) string {
+// namesWhere lists the algorithms for which keep holds, "a, b<last>c", in
+// the order of Names or, when sorted, in alphabetical order.
+func namesWhere(keep func(Algorithm) bool, last string, sorted bool) string {
 	var ns []string
 	for _, n := range Names {
 		if keep(registry[n]) {
 			ns = append(ns, n)
 		}
+	}
+	if sorted {
+		slices.Sort(ns)
 	}
 	if len(ns) < 2 {
 		return strings.Join(ns, "")
