@@ -124,12 +124,14 @@ func (s *bucketState) Take(now time.Time, cost int64) Decision {
 		}
 	}
 	var delay int64
+	if allowed && s.l.delay {
+		for i := range tiers {
+			delay = max(delay, tiers[i].drained(s.level[i]))
+		}
+	}
 	if allowed || s.l.cfg.CountRejected {
 		for i := range tiers {
 			p := &tiers[i]
-			if allowed && s.l.delay {
-				delay = max(delay, p.drained(s.level[i]))
-			}
 			c := min(cost, 2*p.burst) // the clamp below gives the same level
 			s.level[i] = min(s.level[i]+c*p.scale, 2*p.cap)
 		}
@@ -157,9 +159,7 @@ func (s *bucketState) Take(now time.Time, cost int64) Decision {
 			best = v
 		}
 	}
-	d := bktDecision(allowed, best, tiers[best.tier].burst)
-	d.Delay = bktDur(delay)
-	return d
+	return bktDecision(allowed, best, tiers[best.tier].burst, delay)
 }
 
 func (s *bucketState) Undo(now time.Time, cost int64, d Decision) {
@@ -232,13 +232,14 @@ func bktBetterAllowed(a, b bktPick) bool {
 	return b.tier < 0 || a.remaining < b.remaining
 }
 
-func bktDecision(allowed bool, p bktPick, limit int64) Decision {
+func bktDecision(allowed bool, p bktPick, limit, delay int64) Decision {
 	d := Decision{
 		Allowed:    allowed,
 		Tier:       p.tier,
 		Limit:      limit,
 		Remaining:  p.remaining,
 		ResetAfter: bktDur(p.resetAfter),
+		Delay:      bktDur(delay),
 	}
 	if !allowed {
 		d.RetryAfter = bktDur(p.wait)
