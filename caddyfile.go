@@ -109,47 +109,25 @@ func (h *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 			err = h.unmarshalZone(d, zoneLines)
 
 		case "store":
-			var v string
-			if v, err = oneArg(d, "store", "memory | redis"); err == nil {
-				if err = checkStore(v); err != nil {
-					err = d.WrapErr(err)
-				}
-				h.Store = v
-			}
+			h.Store, err = oneArg(d, "store", storeEnum.usage())
 
 		case "redis":
 			h.Redis, err = unmarshalRedis(d)
 
 		case "sync_interval":
 			var dur time.Duration
-			if dur, err = durationArg(d, "sync_interval"); err == nil {
-				if e := checkAtLeast("sync_interval", dur, minSyncInterval); e != nil {
-					err = d.WrapErr(e)
-				}
-				h.SyncInterval = caddy.Duration(dur)
-			}
+			dur, err = setDurationArg(d, "sync_interval")
+			h.SyncInterval = caddy.Duration(dur)
 
 		case "on_error":
-			var v string
-			if v, err = oneArg(d, "on_error", "open | closed | local"); err == nil {
-				if err = checkOneOf("on_error", v, onErrorModes); err != nil {
-					err = d.WrapErr(err)
-				}
-				h.OnError = v
-			}
+			h.OnError, err = oneArg(d, "on_error", onErrorEnum.usage())
 
 		case "log_keys", "log_key":
 			err = noArgs(d, sub)
 			h.LogKeys = true
 
 		case "headers":
-			var v string
-			if v, err = oneArg(d, "headers", "ietf | legacy | both | off"); err == nil {
-				if err = checkOneOf("headers", v, headerModes); err != nil {
-					err = d.WrapErr(err)
-				}
-				h.Headers = v
-			}
+			h.Headers, err = oneArg(d, "headers", headersEnum.usage())
 
 		case "status":
 			var v string
@@ -157,8 +135,8 @@ func (h *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 				var n int
 				if n, err = strconv.Atoi(v); err != nil {
 					err = d.Errf("status must be an HTTP status code, got %q", v)
-				} else if err = checkStatus(n); err != nil {
-					err = d.WrapErr(err)
+				} else if n == 0 {
+					err = d.WrapErr(checkStatus(n)) // 0 would mean the default
 				}
 				h.Status = n
 			}
@@ -173,20 +151,14 @@ func (h *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 				var f float64
 				if f, err = strconv.ParseFloat(v, 64); err != nil {
 					err = d.Errf("jitter must be a non-negative fraction (e.g. 0.2: up to 20%% more), got %q", v)
-				} else if err = checkJitter(f); err != nil {
-					err = d.WrapErr(err)
 				}
 				h.Jitter = f
 			}
 
 		case "sweep_interval":
 			var dur time.Duration
-			if dur, err = durationArg(d, "sweep_interval"); err == nil {
-				if e := checkAtLeast("sweep_interval", dur, minSweepInterval); e != nil {
-					err = d.WrapErr(e)
-				}
-				h.SweepInterval = caddy.Duration(dur)
-			}
+			dur, err = setDurationArg(d, "sweep_interval")
+			h.SweepInterval = caddy.Duration(dur)
 
 		case "max_keys":
 			var n int64
@@ -215,280 +187,19 @@ func (h *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 	if len(h.Zones) == 0 {
 		return errAt(directive, errors.New("rate_limit: no zones: at least one zone <name> { key ...; limit ... } is required"))
 	}
-	// Options that depend on one another, reported at the line of the one
-	// that does not fit.
-	if err := h.validateRedisOptions(); err != nil {
+	// The handler's options, reported at the line of the one at fault.
+	if err := h.validateOptions(); err != nil {
 		tok := directive
 		var oe *zoneError
 		if errors.As(err, &oe) {
 			if line, ok := seen[oe.option]; ok {
 				tok = caddyfile.Token{File: directive.File, Line: line, Text: oe.option}
 			}
+			err = oe.err // without the hint for JSON
 		}
 		return errAt(tok, err)
 	}
 	return nil
-}
-
-// unmarshalZone parses one zone block, the cursor on its "zone" token, and
-// validates the zone; errors point at the line at fault.
-func (h *Handler) unmarshalZone(d *caddyfile.Dispenser, zoneLines map[string]int) error {
-	zoneTok := d.Token()
-	args := d.RemainingArgs()
-	if len(args) != 1 {
-		return d.Errf("zone takes exactly one argument, its name (zone <name> { ... }), got %d", len(args))
-	}
-	name := args[0]
-	if err := checkZoneName(name); err != nil {
-		return d.WrapErr(err)
-	}
-	if line, dup := zoneLines[name]; dup {
-		return d.Errf("duplicate zone name %q (first defined at line %d): zone names must be unique", name, line)
-	}
-	zoneLines[name] = d.Line()
-
-	z := &Zone{Name: name}
-	// The first token of each subdirective line, to point errors found
-	// after the block at the line at fault.
-	lines := make(map[string]caddyfile.Token)
-	var events, window bool
-	for nesting := d.Nesting(); d.NextBlock(nesting); {
-		sub := d.Val()
-		if tok, dup := lines[sub]; dup && sub != "match" && sub != "limit" {
-			return d.Errf("zone %q: %s already specified (at line %d)", name, sub, tok.Line)
-		}
-		if _, dup := lines[sub]; !dup {
-			lines[sub] = d.Token()
-		}
-		zerr := func(err error) error { return d.Errf("zone %q: %v", name, err) }
-
-		switch sub {
-		case "match":
-			matchTok := d.Token()
-			set, err := caddyhttp.ParseCaddyfileNestedMatcherSet(d)
-			if err != nil {
-				return err
-			}
-			if len(set) == 0 {
-				return errAt(matchTok, fmt.Errorf("zone %q: match needs at least one request matcher: match { <matchers> }", name))
-			}
-			z.MatcherSetsRaw = append(z.MatcherSetsRaw, set)
-
-		case "key":
-			v, err := oneArg(d, "key", "<template> (quote it if it contains spaces)")
-			if err != nil {
-				return err
-			}
-			if v == "" {
-				return zerr(errors.New("key is empty"))
-			}
-			z.Key = v
-
-		case "algorithm":
-			v, err := oneArg(d, "algorithm", "<name>")
-			if err != nil {
-				return err
-			}
-			if err := checkAlgorithm(v); err != nil {
-				return zerr(err)
-			}
-			z.Algorithm = v
-
-		case "limit":
-			if tok, ok := firstOf(lines, "events", "window"); ok {
-				return zerr(mixErr(tok))
-			}
-			args := d.RemainingArgs()
-			if len(args) != 2 {
-				return d.Errf("zone %q: limit takes two arguments, <events> <window> (e.g. limit 100 1m), got %d", name, len(args))
-			}
-			n, err := parseEvents(args[0])
-			if err != nil {
-				return zerr(err)
-			}
-			w, err := parseWindow(args[1])
-			if err != nil {
-				return zerr(err)
-			}
-			if err := noBlock(d, "limit"); err != nil {
-				return err
-			}
-			z.Limits = append(z.Limits, Limit{Events: n, Window: caddy.Duration(w)})
-
-		case "events":
-			if tok, ok := lines["limit"]; ok {
-				return zerr(mixErr(tok))
-			}
-			v, err := oneArg(d, "events", "<n>")
-			if err != nil {
-				return err
-			}
-			n, err := parseEvents(v)
-			if err != nil {
-				return zerr(err)
-			}
-			events = true
-			shorthand(z).Events = n
-
-		case "window":
-			if tok, ok := lines["limit"]; ok {
-				return zerr(mixErr(tok))
-			}
-			v, err := oneArg(d, "window", "<duration>")
-			if err != nil {
-				return err
-			}
-			w, err := parseWindow(v)
-			if err != nil {
-				return zerr(err)
-			}
-			window = true
-			shorthand(z).Window = caddy.Duration(w)
-
-		case "burst":
-			n, err := positiveIntArg(d, "burst")
-			if err != nil {
-				return err
-			}
-			z.Burst = n
-
-		case "cost":
-			v, err := oneArg(d, "cost", "<n | placeholder>")
-			if err != nil {
-				return err
-			}
-			if err := checkCost(v); err != nil {
-				return zerr(err)
-			}
-			z.Cost = v
-
-		case "on_limit":
-			args := d.RemainingArgs()
-			switch {
-			case len(args) == 1 && args[0] == "reject":
-			case len(args) >= 1 && args[0] == "wait":
-				if len(args) != 2 {
-					return d.Errf("zone %q: on_limit wait takes one argument, the longest wait (on_limit wait <max_wait>), got %d", name, len(args)-1)
-				}
-				w, err := caddy.ParseDuration(args[1])
-				if err != nil {
-					return d.Errf("zone %q: on_limit wait: bad duration %q: %v", name, args[1], err)
-				}
-				if err := checkAtLeast("max_wait", w, minMaxWait); err != nil {
-					return d.Errf("zone %q: on_limit wait: %v", name, err)
-				}
-				z.MaxWait = caddy.Duration(w)
-			case len(args) == 0:
-				return d.Errf("zone %q: on_limit takes reject or wait <max_wait>", name)
-			case args[0] == "reject":
-				return d.Errf("zone %q: on_limit reject takes no further arguments, got %d", name, len(args)-1)
-			default:
-				return zerr(checkOneOf("on_limit", args[0], onLimitModes))
-			}
-			if err := noBlock(d, "on_limit"); err != nil {
-				return err
-			}
-			z.OnLimit = args[0]
-
-		case "max_waiters":
-			n, err := positiveIntArg(d, "max_waiters")
-			if err != nil {
-				return err
-			}
-			if n > int64(maxInt) {
-				return d.Errf("zone %q: max_waiters must be at most %d, got %d", name, maxInt, n)
-			}
-			z.MaxWaiters = int(n)
-
-		case "count_rejected":
-			if err := noArgs(d, "count_rejected"); err != nil {
-				return err
-			}
-			z.CountRejected = true
-
-		case "ipv4_prefix", "ipv6_prefix":
-			v, err := oneArg(d, sub, "<bits>")
-			if err != nil {
-				return err
-			}
-			max := maxIPv4Prefix
-			if sub == "ipv6_prefix" {
-				max = maxIPv6Prefix
-			}
-			bits, err := strconv.Atoi(v)
-			if err != nil {
-				return d.Errf("zone %q: %s must be a number of bits between 1 and %d (or 0: not set), got %q", name, sub, max, v)
-			}
-			if err := checkPrefix(sub, bits, max); err != nil {
-				return zerr(err)
-			}
-			if sub == "ipv4_prefix" {
-				z.IPv4Prefix = bits
-			} else {
-				z.IPv6Prefix = bits
-			}
-
-		case "empty_key":
-			v, err := oneArg(d, "empty_key", "allow | deny | global")
-			if err != nil {
-				return err
-			}
-			if err := checkOneOf("empty_key", v, emptyKeyModes); err != nil {
-				return zerr(err)
-			}
-			z.EmptyKey = v
-
-		default:
-			return d.Errf("zone %q: unknown subdirective %q (want one of %s)", name, sub, strings.Join(zoneSubdirectives, ", "))
-		}
-	}
-
-	// The events/window shorthand needs both halves.
-	if events != window {
-		have, missing := "events", "window"
-		if window {
-			have, missing = "window", "events"
-		}
-		return errAt(lines[have], fmt.Errorf("zone %q: %s without %s: the shorthand needs both (or use limit <events> <window>)", name, have, missing))
-	}
-
-	if err := z.validate(); err != nil {
-		tok := zoneTok
-		var ze *zoneError
-		if errors.As(err, &ze) {
-			if t, ok := lines[ze.option]; ok {
-				tok = t
-			}
-		}
-		return errAt(tok, fmt.Errorf("zone %q: %v", name, err))
-	}
-	h.Zones = append(h.Zones, z)
-	return nil
-}
-
-// shorthand returns the single Limit the events/window shorthand fills,
-// creating it on first use.
-func shorthand(z *Zone) *Limit {
-	if len(z.Limits) == 0 {
-		z.Limits = append(z.Limits, Limit{})
-	}
-	return &z.Limits[0]
-}
-
-func mixErr(tok caddyfile.Token) error {
-	return fmt.Errorf("limit cannot be mixed with the events/window shorthand (%s at line %d): use limit lines only", tok.Text, tok.Line)
-}
-
-// firstOf returns the token of the first of names that lines holds.
-func firstOf(lines map[string]caddyfile.Token, names ...string) (caddyfile.Token, bool) {
-	var first caddyfile.Token
-	found := false
-	for _, n := range names {
-		if t, ok := lines[n]; ok && (!found || t.Line < first.Line) {
-			first, found = t, true
-		}
-	}
-	return first, found
 }
 
 // oneArg reads exactly one argument of subdirective name, and no block.
@@ -547,12 +258,14 @@ func positiveIntArg(d *caddyfile.Dispenser, name string) (int64, error) {
 	return n, nil
 }
 
+// parseEvents and parseWindow read the numbers of a limit; Validate checks
+// their range.
 func parseEvents(v string) (int64, error) {
 	n, err := strconv.ParseInt(v, 10, 64)
 	if err != nil {
 		return 0, fmt.Errorf("events must be a positive integer, got %q", v)
 	}
-	return n, checkEvents(n)
+	return n, nil
 }
 
 func parseWindow(v string) (time.Duration, error) {
@@ -560,7 +273,34 @@ func parseWindow(v string) (time.Duration, error) {
 	if err != nil {
 		return 0, fmt.Errorf("window: bad duration %q: %v", v, err)
 	}
-	return w, checkWindow(w)
+	return w, nil
+}
+
+// setDurationArg reads the duration of an option whose 0 means "not set"
+// (the default): written out, 0 or less is refused with the option's
+// floor, as JSON could not tell it from the option left out. Validate
+// checks the rest.
+func setDurationArg(d *caddyfile.Dispenser, name string) (time.Duration, error) {
+	dur, err := durationArg(d, name)
+	if err == nil && dur <= 0 {
+		err = d.WrapErr(checkAtLeast(name, dur, durationFloor(name)))
+	}
+	return dur, err
+}
+
+// token is the Caddyfile token of the line at fault: the option's line
+// (the nth limit line for the tiers), else alt's, else the zone's.
+func (e *zoneError) token(zone caddyfile.Token, lines map[string]caddyfile.Token, limitLines []caddyfile.Token) caddyfile.Token {
+	if e.option == "limit" && e.nth > 0 && e.nth <= len(limitLines) {
+		return limitLines[e.nth-1]
+	}
+	if t, ok := lines[e.option]; ok {
+		return t
+	}
+	if t, ok := lines[e.alt]; ok {
+		return t
+	}
+	return zone
 }
 
 // errAt wraps err with the file and line of tok, the way Dispenser.Errf

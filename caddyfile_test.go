@@ -269,6 +269,8 @@ func TestCaddyfileErrors(t *testing.T) {
 		{"limit window above bound", zone("\t\t\tkey k\n\t\t\talgorithm sliding_window\n\t\t\tlimit 1 104300d"), []string{"Caddyfile:6", "window must be at most 3650d (about 10 years), got 2503200h0m0s"}},
 		{"window above bound", zone("\t\t\tkey k\n\t\t\tevents 1\n\t\t\twindow 3651d"), []string{"Caddyfile:6", "window must be at most 3650d"}},
 		{"limit zero window", zone("\t\t\tkey k\n\t\t\tlimit 10 0"), []string{"Caddyfile:5", "window must be at least 1ms, got 0s"}},
+		{"second limit zero events", zone("\t\t\tkey k\n\t\t\tlimit 10 1s\n\t\t\tlimit 0 1m"), []string{"Caddyfile:6", "limit 2: events must be positive, got 0"}},
+		{"second limit window in nanoseconds", zone("\t\t\tkey k\n\t\t\tlimit 10 1s\n\t\t\tlimit 5 500us"), []string{"Caddyfile:6", "limit 2: window must be at least 1ms, got 500µs, at"}},
 
 		// events/window shorthand.
 		{"events without window", zone("\t\t\tkey k\n\t\t\tevents 10"), []string{"Caddyfile:5", "events without window"}},

@@ -1,7 +1,6 @@
 package ratelimit
 
 import (
-	"fmt"
 	"math"
 	"math/rand/v2"
 	"net/http"
@@ -24,20 +23,6 @@ const (
 	headersOff  headerMode = 0
 	headersBoth            = headersIETF | headersLegacy
 )
-
-func parseHeaderMode(s string) (headerMode, error) {
-	switch s {
-	case "", "both":
-		return headersBoth, nil
-	case "ietf":
-		return headersIETF, nil
-	case "legacy":
-		return headersLegacy, nil
-	case "off":
-		return headersOff, nil
-	}
-	return 0, fmt.Errorf("unknown headers value %q (want one of ietf, legacy, both, off)", s)
-}
 
 // Header names in canonical form, so that they can be assigned to an
 // http.Header directly.

@@ -14,24 +14,12 @@ import (
 	"github.com/zonelimit/caddy-ratelimit/keyresolver"
 )
 
-// Values accepted by the enumerated options, as written in the Caddyfile and
-// JSON. The empty string (the option left out) is accepted too and means the
-// default, which Provision fills in.
-var (
-	storeNames    = []string{"memory", "redis"}
-	onErrorModes  = []string{"open", "closed", "local"}
-	headerModes   = []string{"ietf", "legacy", "both", "off"}
-	onLimitModes  = []string{"reject", "wait"}
-	emptyKeyModes = []string{"allow", "deny", "global"}
-)
-
 // Bounds of the options with a range.
 const (
 	maxIPv4Prefix = 32
 	maxIPv6Prefix = 128
 	minStatus     = 400
 	maxStatus     = 599
-	minWindow     = time.Millisecond
 	maxZoneName   = 128
 
 	// maxCount bounds events, burst and a constant cost, and maxWindow a
@@ -84,31 +72,25 @@ func (h *Handler) Validate() error {
 // validateOptions checks the handler's own options (everything but the
 // zones).
 func (h *Handler) validateOptions() error {
-	if h.Store != "" {
-		if err := checkStore(h.Store); err != nil {
-			return err
-		}
+	if err := storeEnum.check(h.Store); err != nil {
+		return &zoneError{option: "store", err: err}
 	}
-	if h.Headers != "" {
-		if err := checkOneOf("headers", h.Headers, headerModes); err != nil {
-			return err
-		}
+	if err := headersEnum.check(h.Headers); err != nil {
+		return &zoneError{option: "headers", err: err}
 	}
 	if h.Status != 0 {
 		if err := checkStatus(h.Status); err != nil {
-			return err
+			return &zoneError{option: "status", err: err}
 		}
 	}
 	if err := checkJitter(h.Jitter); err != nil {
+		return &zoneError{option: "jitter", err: err}
+	}
+	if err := checkFloor("sweep_interval", time.Duration(h.SweepInterval)); err != nil {
 		return err
 	}
-	if d := time.Duration(h.SweepInterval); d != 0 {
-		if err := checkAtLeast("sweep_interval", d, minSweepInterval); err != nil {
-			return fmt.Errorf("%v%s", err, jsonHint(d))
-		}
-	}
 	if h.MaxKeys < 0 {
-		return fmt.Errorf("max_keys must not be negative, got %d", h.MaxKeys)
+		return zoneErrf("max_keys", "max_keys must not be negative, got %d", h.MaxKeys)
 	}
 	return h.validateRedisOptions()
 }
@@ -129,33 +111,29 @@ func (h *Handler) validateRedisOptions() error {
 		}
 		return nil
 	}
-	if h.OnError != "" {
-		if err := checkOneOf("on_error", h.OnError, onErrorModes); err != nil {
-			return &zoneError{option: "on_error", err: err}
-		}
+	if err := onErrorEnum.check(h.OnError); err != nil {
+		return &zoneError{option: "on_error", err: err}
 	}
 	if h.Redis != nil {
 		if err := h.Redis.validate(); err != nil {
 			return &zoneError{option: "redis", err: err}
 		}
 	}
-	if d := time.Duration(h.SyncInterval); d != 0 {
-		if err := checkAtLeast("sync_interval", d, minSyncInterval); err != nil {
-			return zoneErrf("sync_interval", "%v%s", err, jsonHint(d))
-		}
+	if err := checkFloor("sync_interval", time.Duration(h.SyncInterval)); err != nil {
+		return err
 	}
 	if err := h.checkRedisIgnored(); err != nil {
 		return err
 	}
 	if h.SyncInterval > 0 {
 		for _, z := range h.Zones {
-			if z.Algorithm != algorithms.FixedWindow && z.Algorithm != algorithms.SlidingWindow {
+			if ok, summable := algorithms.Summable(z.Algorithm); !ok {
 				alg := z.Algorithm
 				if alg == "" {
-					alg = algorithms.SlidingLog + " (the default)"
+					alg = algorithms.Default + " (the default)"
 				}
-				return zoneErrf("sync_interval", "zone %q: sync_interval works with algorithm %s or %s (counts that can be summed), not %s",
-					z.Name, algorithms.FixedWindow, algorithms.SlidingWindow, alg)
+				return zoneErrf("sync_interval", "zone %q: sync_interval works with algorithm %s (counts that can be summed), not %s",
+					z.Name, summable, alg)
 			}
 		}
 	}
@@ -183,13 +161,19 @@ func (h *Handler) checkRedisIgnored() error {
 
 // zoneError is an error in one option of a zone (or of the handler). Option
 // is the Caddyfile subdirective at fault (empty for the zone as a whole), so
-// that the Caddyfile parser can report the line that holds it.
+// that the Caddyfile parser can report the line that holds it: the nth of
+// its lines when nth > 0 (the tiers), or else the line of alt when option
+// has none (limit written as events and window). Hint is what Error adds
+// for JSON (a duration in nanoseconds); the Caddyfile leaves it out.
 type zoneError struct {
 	option string
+	nth    int
+	alt    string
 	err    error
+	hint   string
 }
 
-func (e *zoneError) Error() string { return e.err.Error() }
+func (e *zoneError) Error() string { return e.err.Error() + e.hint }
 func (e *zoneError) Unwrap() error { return e.err }
 
 func zoneErrf(option, format string, args ...any) error {
@@ -208,40 +192,32 @@ func (z *Zone) validate() error {
 	if err := keyresolver.CheckTemplate(z.Key); err != nil {
 		return zoneErrf("key", "key: %v", err)
 	}
-	alg := z.Algorithm
-	if alg == "" {
-		alg = algorithms.SlidingLog
-	}
-	if err := checkAlgorithm(alg); err != nil {
+	if _, err := algorithms.Lookup(z.Algorithm); err != nil {
 		return &zoneError{option: "algorithm", err: err}
 	}
 	if len(z.Limits) == 0 {
 		return zoneErrf("limit", "no limit: add limit <events> <window> (or events <n> and window <duration>)")
 	}
+	// The module's bounds first (what the Redis store computes exactly),
+	// then what the algorithm takes, then the microseconds it counts in.
 	for i, l := range z.Limits {
 		if err := checkEvents(l.Events); err != nil {
-			return zoneErrf("limit", "limit %d: %v", i+1, err)
+			return &zoneError{option: "limit", nth: i + 1, alt: "events", err: fmt.Errorf("limit %d: %v", i+1, err)}
 		}
 		if err := checkWindow(time.Duration(l.Window)); err != nil {
-			return zoneErrf("limit", "limit %d: %v%s", i+1, err, jsonHint(time.Duration(l.Window)))
+			return &zoneError{option: "limit", nth: i + 1, alt: "window", err: fmt.Errorf("limit %d: %v", i+1, err)}
 		}
-		if w := time.Duration(l.Window); w%time.Microsecond != 0 {
-			// The algorithms count in microseconds.
-			return zoneErrf("limit", "limit %d: window must be a whole number of microseconds, got %s", i+1, w)
-		}
-	}
-	if alg == algorithms.Concurrency && len(z.Limits) > 1 {
-		return zoneErrf("limit", "algorithm concurrency takes exactly one limit (requests in flight, lease lifetime), got %d", len(z.Limits))
-	}
-	if z.Burst < 0 {
-		return zoneErrf("burst", "burst must be positive, got %d", z.Burst)
 	}
 	if z.Burst > maxCount {
 		return zoneErrf("burst", "burst must be at most %d, got %d", maxCount, z.Burst)
 	}
-	if z.Burst > 0 && !algorithms.UsesBurst(alg) {
-		return zoneErrf("burst", "burst applies only to algorithms %s, %s and %s, not %s",
-			algorithms.TokenBucket, algorithms.LeakyBucket, algorithms.GCRA, alg)
+	if _, err := algorithms.New(z.Algorithm, z.limiterConfig()); err != nil {
+		return z.algorithmError(err)
+	}
+	for i, l := range z.Limits {
+		if w := time.Duration(l.Window); w%time.Microsecond != 0 {
+			return &zoneError{option: "limit", nth: i + 1, alt: "window", err: fmt.Errorf("limit %d: window must be a whole number of microseconds, got %s", i+1, w)}
+		}
 	}
 	if z.Cost != "" {
 		if err := checkCost(z.Cost); err != nil {
@@ -259,33 +235,30 @@ func (z *Zone) validate() error {
 			}
 		}
 	}
-	switch z.OnLimit {
-	case "", "reject":
+	if err := onLimitEnum.check(z.OnLimit); err != nil {
+		return &zoneError{option: "on_limit", err: err}
+	}
+	if !onLimitEnum.mode(z.OnLimit) {
 		if z.MaxWait != 0 {
 			return zoneErrf("on_limit", "max_wait applies only with on_limit wait")
 		}
 		if z.MaxWaiters != 0 {
 			return zoneErrf("max_waiters", "max_waiters applies only with on_limit wait")
 		}
-	case "wait":
+	} else {
 		if z.MaxWait <= 0 {
 			return zoneErrf("on_limit", "on_limit wait needs a positive max_wait (on_limit wait <duration>), got %s", time.Duration(z.MaxWait))
 		}
-		if d := time.Duration(z.MaxWait); d < minMaxWait {
-			// A shorter wait never waits: the shortest sleep is 1ms.
-			return zoneErrf("on_limit", "%v%s", checkAtLeast("max_wait", d, minMaxWait), jsonHint(d))
+		// A shorter wait never waits: the shortest sleep is 1ms.
+		if err := checkFloor("max_wait", time.Duration(z.MaxWait)); err != nil {
+			return err
 		}
 		if z.MaxWait > caddy.Duration(maxMaxWait) {
 			return zoneErrf("on_limit", "max_wait must be at most %s, got %s", maxMaxWait, time.Duration(z.MaxWait))
 		}
-	default:
-		return &zoneError{option: "on_limit", err: checkOneOf("on_limit", z.OnLimit, onLimitModes)}
 	}
 	if z.MaxWaiters < 0 {
 		return zoneErrf("max_waiters", "max_waiters must be positive, got %d", z.MaxWaiters)
-	}
-	if z.CountRejected && alg == algorithms.Concurrency {
-		return zoneErrf("count_rejected", "count_rejected does not apply to algorithm concurrency (a denied request holds no lease)")
 	}
 	if err := checkPrefix("ipv4_prefix", z.IPv4Prefix, maxIPv4Prefix); err != nil {
 		return &zoneError{option: "ipv4_prefix", err: err}
@@ -293,10 +266,8 @@ func (z *Zone) validate() error {
 	if err := checkPrefix("ipv6_prefix", z.IPv6Prefix, maxIPv6Prefix); err != nil {
 		return &zoneError{option: "ipv6_prefix", err: err}
 	}
-	if z.EmptyKey != "" {
-		if err := checkOneOf("empty_key", z.EmptyKey, emptyKeyModes); err != nil {
-			return &zoneError{option: "empty_key", err: err}
-		}
+	if err := emptyKeyEnum.check(z.EmptyKey); err != nil {
+		return &zoneError{option: "empty_key", err: err}
 	}
 	if !strings.Contains(z.Key, "{") {
 		// Prefixes group the addresses a key template evaluates to, and
@@ -319,20 +290,34 @@ func (z *Zone) validate() error {
 				return zoneErrf(p.option, "%s groups the addresses of a key template; this zone has %s", p.option, what)
 			}
 		}
-		if len(z.KeyResolverRaw) == 0 && z.EmptyKey != "" && z.EmptyKey != defaultEmptyKey {
+		if len(z.KeyResolverRaw) == 0 && z.EmptyKey != "" && z.EmptyKey != emptyKeyEnum.def {
 			return zoneErrf("empty_key", "empty_key %s applies to a key that evaluates to nothing; this zone has %s", z.EmptyKey, what)
 		}
 	}
-	// Last, the algorithm's own view of the tiers (e.g. numbers it cannot
-	// represent exactly).
-	if _, err := algorithms.New(alg, z.limiterConfig()); err != nil {
-		option := "limit"
-		if z.Burst > 0 {
-			option = "burst"
-		}
-		return &zoneError{option: option, err: err}
-	}
 	return nil
+}
+
+// algorithmError is the zoneError of what algorithms.New refuses in the
+// zone: the option at fault, and the tier.
+func (z *Zone) algorithmError(err error) error {
+	ze := &zoneError{option: "limit", err: err}
+	var ce *algorithms.ConfigError
+	if !errors.As(err, &ce) {
+		return ze
+	}
+	switch ce.Field {
+	case "burst", "count_rejected":
+		ze.option = ce.Field
+	case "events", "window":
+		ze.alt = ce.Field
+	}
+	if ce.Tier >= 0 {
+		ze.nth = ce.Tier + 1
+		if ce.Field == "window" {
+			ze.hint = jsonHint(time.Duration(z.Limits[ce.Tier].Window))
+		}
+	}
+	return ze
 }
 
 // limiterConfig is the algorithms.Config of the zone.
@@ -363,41 +348,42 @@ func checkZoneName(name string) error {
 	return nil
 }
 
-func checkOneOf(option, value string, valid []string) error {
-	for _, v := range valid {
-		if value == v {
-			return nil
-		}
-	}
-	return fmt.Errorf("unknown %s value %q (want one of %s)", option, value, strings.Join(valid, ", "))
-}
-
-func checkStore(name string) error {
-	for _, v := range storeNames {
-		if name == v {
-			return nil
-		}
-	}
-	return fmt.Errorf("unknown store %q (want one of %s)", name, strings.Join(storeNames, ", "))
-}
-
-func checkAlgorithm(name string) error {
-	for _, v := range algorithms.Names {
-		if name == v {
-			return nil
-		}
-	}
-	return fmt.Errorf("unknown algorithm %q (want one of %s)", name, strings.Join(algorithms.Names[:], ", "))
-}
-
+// checkEvents checks the module's bound on events; that they are positive
+// is the algorithms' rule (algorithms.New).
 func checkEvents(n int64) error {
-	if n <= 0 {
-		return fmt.Errorf("events must be positive, got %d", n)
-	}
 	if n > maxCount {
 		return fmt.Errorf("events must be at most %d, got %d", maxCount, n)
 	}
 	return nil
+}
+
+// checkFloor checks duration option (one of those durationFloor knows) when
+// it is set (not 0), naming the option at fault.
+func checkFloor(option string, d time.Duration) error {
+	if d == 0 {
+		return nil
+	}
+	if err := checkAtLeast(option, d, durationFloor(option)); err != nil {
+		ze := &zoneError{option: option, err: err, hint: jsonHint(d)}
+		if option == "max_wait" {
+			ze.option = "on_limit"
+		}
+		return ze
+	}
+	return nil
+}
+
+// durationFloor is the least value of a duration option.
+func durationFloor(option string) time.Duration {
+	switch option {
+	case "sweep_interval":
+		return minSweepInterval
+	case "sync_interval":
+		return minSyncInterval
+	case "max_wait":
+		return minMaxWait
+	}
+	return minRedisTimeout // dial_timeout, read_timeout, write_timeout
 }
 
 // checkAtLeast checks that duration option d is at least min.
@@ -417,10 +403,9 @@ func jsonHint(d time.Duration) string {
 	return fmt.Sprintf(`: a JSON number is nanoseconds; write a duration string such as "%ds"`, int64(d))
 }
 
+// checkWindow checks the module's bound on a window; its floor is the
+// algorithms' rule (algorithms.New).
 func checkWindow(w time.Duration) error {
-	if w < minWindow {
-		return fmt.Errorf("window must be at least %s, got %s", minWindow, w)
-	}
 	if w > maxWindow {
 		return fmt.Errorf("window must be at most %dd (about 10 years), got %s", maxWindow/(24*time.Hour), w)
 	}

@@ -17,23 +17,10 @@
 package algorithms
 
 import (
+	"errors"
 	"fmt"
 	"time"
 )
-
-// Names of the built-in algorithms, as written in the Caddyfile and JSON.
-const (
-	SlidingLog    = "sliding_log"
-	SlidingWindow = "sliding_window"
-	FixedWindow   = "fixed_window"
-	TokenBucket   = "token_bucket"
-	LeakyBucket   = "leaky_bucket"
-	GCRA          = "gcra"
-	Concurrency   = "concurrency"
-)
-
-// Names lists the built-in algorithms, the default first.
-var Names = [...]string{SlidingLog, SlidingWindow, FixedWindow, TokenBucket, LeakyBucket, GCRA, Concurrency}
 
 // Tier is one limit of a zone: at most Events units per Window.
 type Tier struct {
@@ -123,31 +110,6 @@ type State interface {
 	Idle(now time.Time) bool
 }
 
-// New returns the Limiter for algorithm name (empty means sliding_log)
-// with cfg, or an error naming what is wrong with cfg for that algorithm.
-func New(name string, cfg Config) (Limiter, error) {
-	if err := cfg.validate(); err != nil {
-		return nil, err
-	}
-	switch name {
-	case SlidingLog, "":
-		return newSlidingLog(cfg)
-	case SlidingWindow:
-		return newSlidingWindow(cfg)
-	case FixedWindow:
-		return newFixedWindow(cfg)
-	case TokenBucket:
-		return newTokenBucket(cfg)
-	case LeakyBucket:
-		return newLeakyBucket(cfg)
-	case GCRA:
-		return newGCRA(cfg)
-	case Concurrency:
-		return newConcurrency(cfg)
-	}
-	return nil, fmt.Errorf("unknown algorithm %q (want one of %v)", name, Names)
-}
-
 // Bounds within which every algorithm's numbers stay exact in a double
 // (below 2^53), as the Redis store's Lua twins compute them: counts (events,
 // burst, cost) up to MaxCount, windows up to MaxWindow, instants until
@@ -162,25 +124,32 @@ const (
 	MaxWindow = 3650 * 24 * time.Hour
 )
 
-// UsesBurst reports whether the algorithm named has a bucket capacity.
-func UsesBurst(name string) bool {
-	return name == TokenBucket || name == LeakyBucket || name == GCRA
-}
-
 func (c Config) validate() error {
 	if len(c.Tiers) == 0 {
-		return fmt.Errorf("no limit: at least one tier (events per window) is required")
+		return &ConfigError{Field: "tiers", Tier: -1, Err: errors.New("no limit: at least one tier (events per window) is required")}
 	}
 	for i, t := range c.Tiers {
 		if t.Events <= 0 {
-			return fmt.Errorf("limit %d: events must be positive, got %d", i+1, t.Events)
+			return &ConfigError{Field: "events", Tier: i, Err: fmt.Errorf("limit %d: events must be positive, got %d", i+1, t.Events)}
 		}
 		if t.Window < time.Millisecond {
-			return fmt.Errorf("limit %d: window must be at least 1ms, got %s", i+1, t.Window)
+			return &ConfigError{Field: "window", Tier: i, Err: fmt.Errorf("limit %d: window must be at least 1ms, got %s", i+1, t.Window)}
 		}
 	}
 	if c.Burst < 0 {
-		return fmt.Errorf("burst must not be negative, got %d", c.Burst)
+		return &ConfigError{Field: "burst", Tier: -1, Err: fmt.Errorf("burst must be positive, got %d", c.Burst)}
 	}
 	return nil
 }
+
+// ConfigError is a Config that New refuses. Field names the part at fault:
+// "tiers" (their number), "events", "window", "burst" or "count_rejected";
+// Tier is the index of the tier at fault, or -1.
+type ConfigError struct {
+	Field string
+	Tier  int
+	Err   error
+}
+
+func (e *ConfigError) Error() string { return e.Err.Error() }
+func (e *ConfigError) Unwrap() error { return e.Err }

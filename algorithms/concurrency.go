@@ -34,33 +34,31 @@ package algorithms
 // token from a state that was swept and recreated cannot release a lease
 // of the new state.
 
-import (
-	"fmt"
-	"time"
-)
+import "time"
+
+// Concurrency is the name of concurrency.
+const Concurrency = "concurrency"
+
+func init() {
+	register(Algorithm{
+		Name: Concurrency, New: newConcurrency, Lease: true, rank: 6,
+		OneTier:         "requests in flight, lease lifetime",
+		NoCountRejected: "a denied request holds no lease",
+	})
+}
 
 type concurrency struct {
-	cfg    Config
+	limiter
 	events int64
 	window int64 // µs
 }
 
+// newConcurrency takes one tier, no burst and no CountRejected (New checks
+// them against the registry entry).
 func newConcurrency(cfg Config) (Limiter, error) {
-	if len(cfg.Tiers) != 1 {
-		return nil, fmt.Errorf("concurrency: exactly one limit (requests in flight, lease window) is allowed, got %d", len(cfg.Tiers))
-	}
-	if cfg.Burst != 0 {
-		return nil, fmt.Errorf("concurrency: burst does not apply (the limit's events is the most requests in flight)")
-	}
-	if cfg.CountRejected {
-		return nil, fmt.Errorf("concurrency: count_rejected does not apply (a rejected request holds no slot)")
-	}
 	t := cfg.Tiers[0]
-	return &concurrency{cfg: bktCloneConfig(cfg), events: t.Events, window: t.Window.Microseconds()}, nil
+	return &concurrency{limiter: newLimiter(Concurrency, cfg), events: t.Events, window: t.Window.Microseconds()}, nil
 }
-
-func (l *concurrency) Name() string   { return Concurrency }
-func (l *concurrency) Config() Config { return l.cfg }
 
 // ccMaxScan bounds the leases a denial looks at for its retryAfter.
 const ccMaxScan = 64

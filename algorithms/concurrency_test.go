@@ -7,11 +7,7 @@ import (
 
 func TestBktConcurrency(t *testing.T) {
 	sec, ms, us := time.Second, bktTms, bktTus
-	cases := []struct {
-		name  string
-		cfg   Config
-		steps []bktTStep
-	}{
+	cases := []bktTCase{
 		{"two in flight", Config{Tiers: []Tier{{2, 10 * sec}}}, []bktTStep{
 			{op: "idle"},
 			{cost: 1, want: bktTAllow(0, 2, 1, 10*sec)},
@@ -55,14 +51,6 @@ func TestBktConcurrency(t *testing.T) {
 			{cost: 3, want: bktTDeny(0, 2, 2, 0, 10*sec)},
 			{op: "idle"},
 		}},
-		{"time going backwards", Config{Tiers: []Tier{{1, sec}}}, []bktTStep{
-			{at: 10 * sec, cost: 1, want: bktTAllow(0, 1, 0, sec)},
-			{at: 0, cost: 1, want: bktTDeny(0, 1, 0, sec, sec)},
-			{at: 9 * sec, op: "busy"},
-			{at: 10*sec + 500*ms, cost: 1, want: bktTDeny(0, 1, 0, 500*ms, 500*ms)},
-			{at: 10 * sec, cost: 1, want: bktTDeny(0, 1, 0, 500*ms, 500*ms)},
-			{at: 11 * sec, cost: 1, want: bktTAllow(0, 1, 0, sec)},
-		}},
 		{"expired token", Config{Tiers: []Tier{{1, sec}}}, []bktTStep{
 			{cost: 1, want: bktTAllow(0, 1, 0, sec)},
 			{at: 2 * sec, cost: 1, want: bktTAllow(0, 1, 0, sec)},
@@ -77,11 +65,7 @@ func TestBktConcurrency(t *testing.T) {
 			{cost: 1, want: bktTAllow(0, 1e9, 0, time.Minute)},
 		}},
 	}
-	for _, c := range cases {
-		t.Run(c.name, func(t *testing.T) {
-			bktTRun(t, bktTNew(t, Concurrency, c.cfg), c.steps)
-		})
-	}
+	bktTRunCases(t, Concurrency, append(cases, bktTBackwards))
 }
 
 func TestBktConcurrencyTokens(t *testing.T) {
@@ -149,10 +133,6 @@ func TestBktConcurrencyRetryAfter(t *testing.T) {
 	if checked < 20 {
 		t.Fatalf("only %d denials", checked)
 	}
-}
-
-func TestBktConcurrencyNoAlloc(t *testing.T) {
-	bktTNoAlloc(t, Concurrency, Config{Tiers: []Tier{{50, time.Second}}})
 }
 
 func BenchmarkBktConcurrency(b *testing.B) {

@@ -11,11 +11,7 @@ func TestFixedWindowTimeline(t *testing.T) {
 	one := Config{Tiers: []Tier{{3, time.Second}}}
 	two := Config{Tiers: []Tier{{3, time.Second}, {5, 10 * time.Second}}}
 	ms, us := winTms, time.Microsecond
-	cases := []struct {
-		name  string
-		cfg   Config
-		steps []winTStep
-	}{
+	cases := []winTCase{
 		{"3 per second", one, []winTStep{
 			{at: 0, cost: 1, want: winTOK(0, 3, 2, time.Second)},
 			{at: 100 * ms, cost: 1, want: winTOK(0, 3, 1, 900*ms)},
@@ -30,14 +26,6 @@ func TestFixedWindowTimeline(t *testing.T) {
 			{at: 3*time.Second - us, cost: 3, want: winTOK(0, 3, 0, us)},
 			{at: 3 * time.Second, cost: 3, want: winTOK(0, 3, 0, time.Second)},
 		}},
-		{"cost above the limit", one, []winTStep{
-			{at: 0, cost: 4, want: winTNo(0, 3, 3, 0, time.Second)},
-			{at: 0, cost: 3, want: winTOK(0, 3, 0, time.Second)},
-			{at: 10 * ms, cost: 100, want: winTNo(0, 3, 0, 990*ms, time.Second)},
-		}},
-		{"negative cost is zero", one, []winTStep{
-			{at: 0, cost: -5, want: winTOK(0, 3, 3, 0)},
-		}},
 		{"3 per second and 5 per 10s", two, []winTStep{
 			{at: 0, cost: 1, want: winTOK(0, 3, 2, time.Second)},
 			{at: 100 * ms, cost: 1, want: winTOK(0, 3, 1, 900*ms)},
@@ -47,10 +35,6 @@ func TestFixedWindowTimeline(t *testing.T) {
 			{at: 1100 * ms, cost: 1, want: winTOK(1, 5, 0, 8900*ms)},
 			{at: 1200 * ms, cost: 1, want: winTNo(1, 5, 0, 8800*ms, 8800*ms)},
 			{at: 10 * time.Second, cost: 1, want: winTOK(0, 3, 2, time.Second)},
-		}},
-		{"cost above one tier of two", two, []winTStep{
-			{at: 0, cost: 4, want: winTNo(0, 3, 3, 0, time.Second)},
-			{at: 0, cost: 6, want: winTNo(1, 5, 5, 0, 10*time.Second)},
 		}},
 		{"time going backwards", one, []winTStep{
 			{at: 900 * ms, cost: 1, want: winTOK(0, 3, 2, 100*ms)},
@@ -91,9 +75,7 @@ func TestFixedWindowTimeline(t *testing.T) {
 			{at: 0, cost: math.MaxInt64, want: winTNo(0, math.MaxInt64, 0, time.Second, time.Second)},
 		}},
 	}
-	for _, c := range cases {
-		t.Run(c.name, func(t *testing.T) { winTRun(t, FixedWindow, c.cfg, c.steps) })
-	}
+	winTRunCases(t, FixedWindow, append(cases, winTCostAboveOneOfTwo, winTCostAboveLimit, winTNegativeCost))
 }
 
 func TestFixedWindowCountRejected(t *testing.T) {
@@ -127,33 +109,13 @@ func TestFixedWindowCountRejected(t *testing.T) {
 
 func TestFixedWindowIdle(t *testing.T) {
 	ms := winTms
-	l := winTNew(t, FixedWindow, Config{Tiers: []Tier{{3, time.Second}, {5, 10 * time.Second}}})
-	st := l.NewState()
-	if !st.Idle(winT0) {
-		t.Fatal("new state not idle")
-	}
-	st.Take(winT0, 1)
-	st.Take(winT0.Add(500*ms), 1)
-	for _, c := range []struct {
-		at   time.Duration
-		idle bool
-	}{
+	winTIdle(t, FixedWindow, []winTIdleAt{
 		{-time.Hour, false},
 		{0, false},
 		{1500 * ms, false},
 		{10*time.Second - time.Microsecond, false},
 		{10 * time.Second, true},
-	} {
-		if got := st.Idle(winT0.Add(c.at)); got != c.idle {
-			t.Errorf("Idle(t0+%v) = %v, want %v", c.at, got, c.idle)
-		}
-	}
-	st = l.NewState()
-	d := st.Take(winT0, 2)
-	st.Undo(winT0, 2, d)
-	if !st.Idle(winT0) {
-		t.Error("not idle after undoing the only take")
-	}
+	})
 }
 
 func TestFixedWindowProperties(t *testing.T) { winTRunProperty(t, FixedWindow, nil) }

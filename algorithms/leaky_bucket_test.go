@@ -11,11 +11,7 @@ func TestBktLeakyBucket(t *testing.T) {
 	allow := func(tier int, limit, rem int64, reset, delay time.Duration) Decision {
 		return bktTDelay(bktTAllow(tier, limit, rem, reset), delay)
 	}
-	cases := []struct {
-		name  string
-		cfg   Config
-		steps []bktTStep
-	}{
+	cases := []bktTCase{
 		{"five per second", five, []bktTStep{
 			{op: "idle"},
 			{cost: 1, want: allow(0, 5, 4, 200*ms, 0)},
@@ -55,23 +51,6 @@ func TestBktLeakyBucket(t *testing.T) {
 			{at: sec, cost: 1, want: bktTDeny(1, 3, 0, 9*sec, 2333334*us)},
 			{at: sec + 2333334*us, cost: 1, want: allow(1, 3, 0, 10*sec, 6666666*us)},
 		}},
-		{"count rejected", Config{Tiers: []Tier{{1, sec}}, CountRejected: true}, []bktTStep{
-			{cost: 1, want: allow(0, 1, 0, sec, 0)},
-			{cost: 1, want: bktTDeny(0, 1, 0, 2*sec, 2*sec)},
-			{cost: 1, want: bktTDeny(0, 1, 0, 2*sec, 2*sec)}, // clamped at one capacity above full
-			{cost: 0, want: bktTDeny(0, 1, 0, 2*sec, sec)},
-			{at: 2*sec - us, op: "busy"},
-			{at: 2 * sec, cost: 1, want: allow(0, 1, 0, sec, 0)},
-			{at: 3 * sec, cost: 9, want: bktTDeny(0, 1, 0, 2*sec, sec)},
-		}},
-		{"time going backwards", Config{Tiers: []Tier{{1, sec}}}, []bktTStep{
-			{at: 10 * sec, cost: 1, want: allow(0, 1, 0, sec, 0)},
-			{at: 0, cost: 1, want: bktTDeny(0, 1, 0, sec, sec)},
-			{at: 9 * sec, op: "busy"},
-			{at: 10*sec + 500*ms, cost: 1, want: bktTDeny(0, 1, 0, 500*ms, 500*ms)},
-			{at: 10 * sec, cost: 1, want: bktTDeny(0, 1, 0, 500*ms, 500*ms)},
-			{at: 11 * sec, cost: 1, want: allow(0, 1, 0, sec, 0)},
-		}},
 		{"undo", Config{Tiers: []Tier{{2, sec}}}, []bktTStep{
 			{cost: 1, want: allow(0, 2, 1, 500*ms, 0)},
 			{cost: 1, want: allow(0, 2, 0, sec, 500*ms)},
@@ -92,11 +71,7 @@ func TestBktLeakyBucket(t *testing.T) {
 			{at: us, cost: 1000, want: allow(0, 1e9, 0, sec, 999999*us)},
 		}},
 	}
-	for _, c := range cases {
-		t.Run(c.name, func(t *testing.T) {
-			bktTRun(t, bktTNew(t, LeakyBucket, c.cfg), c.steps)
-		})
-	}
+	bktTRunCases(t, LeakyBucket, append(cases, bktTBackwards, bktTCountRejected))
 }
 
 // TestBktLeakyBucketShaping: requests held for Delay leave evenly spaced.
@@ -112,13 +87,6 @@ func TestBktLeakyBucketShaping(t *testing.T) {
 
 func TestBktLeakyBucketRetryAfter(t *testing.T) { bktTRetryProperty(t, LeakyBucket, 3) }
 
-func TestBktLeakyBucketNoAlloc(t *testing.T) {
-	bktTNoAlloc(t, LeakyBucket, Config{Tiers: []Tier{{100, time.Second}, {1000, time.Minute}}})
-}
-
 func BenchmarkBktLeakyBucket(b *testing.B) {
-	b.Run("1tier", func(b *testing.B) { bktTBench(b, LeakyBucket, Config{Tiers: []Tier{{100, time.Second}}}) })
-	b.Run("3tiers", func(b *testing.B) {
-		bktTBench(b, LeakyBucket, Config{Tiers: []Tier{{1e9, time.Second}, {1e8, time.Minute}, {1e9, time.Hour}}})
-	})
+	bktTBenchTiers(b, LeakyBucket, Tier{1e9, time.Second}, Tier{1e8, time.Minute}, Tier{1e9, time.Hour})
 }

@@ -47,22 +47,14 @@ package algorithms
 // to E runs as a key's traffic needs it, so a key that sent one request does
 // not pay for E runs; a key in steady state does not allocate.
 
-import (
-	"math"
-	"time"
-)
+import "time"
 
-type slidingLog struct {
-	cfg Config
+// SlidingLog is the name of sliding_log, the default algorithm.
+const SlidingLog = "sliding_log"
+
+func init() {
+	register(Algorithm{Name: SlidingLog, New: newWinAlgorithm(SlidingLog, newSlidingLogState), rank: 0})
 }
-
-func newSlidingLog(cfg Config) (Limiter, error) {
-	cfg.Tiers = append([]Tier(nil), cfg.Tiers...)
-	return &slidingLog{cfg: cfg}, nil
-}
-
-func (l *slidingLog) Name() string   { return SlidingLog }
-func (l *slidingLog) Config() Config { return l.cfg }
 
 // slInitRuns is the initial ring capacity of a tier (capped at Events).
 // One run: most keys a memory store holds (and all the keys of a flood of
@@ -70,18 +62,14 @@ func (l *slidingLog) Config() Config { return l.cfg }
 // doubles its ring a few times, once.
 const slInitRuns = 1
 
-func (l *slidingLog) NewState() State {
-	s := &slidingLogState{
-		last:          math.MinInt64,
-		countRejected: l.cfg.CountRejected,
-		tiers:         make([]slTier, len(l.cfg.Tiers)),
-	}
+func newSlidingLogState(cfg Config) State {
+	s := &slidingLogState{winState: newWinState(cfg), tiers: make([]slTier, len(cfg.Tiers))}
 	total := 0
-	for _, t := range l.cfg.Tiers {
+	for _, t := range cfg.Tiers {
 		total += int(min(t.Events, slInitRuns))
 	}
 	backing := make([]slRun, total) // one allocation for every tier's ring
-	for i, t := range l.cfg.Tiers {
+	for i, t := range cfg.Tiers {
 		n := int(min(t.Events, slInitRuns))
 		s.tiers[i] = slTier{
 			events: t.Events,
@@ -106,9 +94,8 @@ type slTier struct {
 }
 
 type slidingLogState struct {
-	last          int64 // latest instant seen (µs)
-	countRejected bool
-	tiers         []slTier
+	winState
+	tiers []slTier
 }
 
 // run returns the i-th oldest run.
@@ -224,26 +211,18 @@ func (tr *slTier) kth(k int64) int64 {
 }
 
 func (s *slidingLogState) Take(now time.Time, cost int64) Decision {
-	t := winClamp(&s.last, now)
-	if cost < 0 {
-		cost = 0
-	}
+	t, cost := s.begin(now, cost)
 	ok := true
 	for i := range s.tiers {
 		tr := &s.tiers[i]
 		tr.expire(t)
-		if cost > tr.events || tr.count > tr.events-cost {
-			ok = false
-		}
+		ok = ok && cost <= tr.events && tr.count <= tr.events-cost
 	}
-	switch {
-	case ok:
-		for i := range s.tiers {
-			s.tiers[i].add(t, cost)
-		}
-	case s.countRejected:
-		for i := range s.tiers {
-			s.tiers[i].addClamped(t, cost)
+	for i := range s.tiers {
+		if tr := &s.tiers[i]; ok {
+			tr.add(t, cost)
+		} else if s.countRejected {
+			tr.addClamped(t, cost)
 		}
 	}
 	p := TierPick{Allowed: ok}
@@ -253,13 +232,10 @@ func (s *slidingLogState) Take(now time.Time, cost int64) Decision {
 		if tr.size > 0 {
 			reset = tr.run(tr.size-1).ts + tr.window - t
 		}
-		if !ok {
-			switch {
-			case cost > tr.events:
-				wait = tr.window
-			case tr.count > tr.events-cost:
-				wait = tr.kth(tr.count+cost-tr.events) + tr.window - t
-			}
+		if !ok && cost > tr.events {
+			wait = tr.window
+		} else if !ok && tr.count > tr.events-cost {
+			wait = tr.kth(tr.count+cost-tr.events) + tr.window - t
 		}
 		p.Offer(i, tr.events, tr.events-tr.count, reset, wait)
 	}
@@ -267,17 +243,15 @@ func (s *slidingLogState) Take(now time.Time, cost int64) Decision {
 }
 
 func (s *slidingLogState) Undo(now time.Time, cost int64, d Decision) {
-	if !d.Allowed || cost <= 0 {
-		return
-	}
-	winClamp(&s.last, now)
-	for i := range s.tiers {
-		s.tiers[i].dropNewest(cost)
+	if _, ok := s.undoes(now, cost, d); ok {
+		for i := range s.tiers {
+			s.tiers[i].dropNewest(cost)
+		}
 	}
 }
 
 func (s *slidingLogState) Idle(now time.Time) bool {
-	t := max(now.UnixMicro(), s.last)
+	t := s.at(now)
 	for i := range s.tiers {
 		tr := &s.tiers[i]
 		if tr.size > 0 && tr.run(tr.size-1).ts > t-tr.window {

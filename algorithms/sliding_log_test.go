@@ -62,6 +62,36 @@ func winTRun(t *testing.T, name string, cfg Config, steps []winTStep) State {
 	return st
 }
 
+// winTCase is a timeline played against a new state of an algorithm.
+type winTCase struct {
+	name  string
+	cfg   Config
+	steps []winTStep
+}
+
+func winTRunCases(t *testing.T, name string, cases []winTCase) {
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) { winTRun(t, name, c.cfg, c.steps) })
+	}
+}
+
+// Timelines that the window algorithms (fixed_window and sliding_log; the
+// first all three) decide alike.
+var (
+	winTCostAboveOneOfTwo = winTCase{"cost above one tier of two", Config{Tiers: []Tier{{3, time.Second}, {5, 10 * time.Second}}}, []winTStep{
+		{at: 0, cost: 4, want: winTNo(0, 3, 3, 0, time.Second)},
+		{at: 0, cost: 6, want: winTNo(1, 5, 5, 0, 10*time.Second)},
+	}}
+	winTCostAboveLimit = winTCase{"cost above the limit", Config{Tiers: []Tier{{3, time.Second}}}, []winTStep{
+		{at: 0, cost: 4, want: winTNo(0, 3, 3, 0, time.Second)},
+		{at: 0, cost: 3, want: winTOK(0, 3, 0, time.Second)},
+		{at: 10 * winTms, cost: 100, want: winTNo(0, 3, 0, 990*winTms, time.Second)},
+	}}
+	winTNegativeCost = winTCase{"negative cost is zero", Config{Tiers: []Tier{{3, time.Second}}}, []winTStep{
+		{at: 0, cost: -5, want: winTOK(0, 3, 3, 0)},
+	}}
+)
+
 // winTClone deep-copies one of the three window states.
 func winTClone(st State) State {
 	switch s := st.(type) {
@@ -95,6 +125,37 @@ func winTRandConfig(r *rand.Rand, countRejected bool) Config {
 		})
 	}
 	return cfg
+}
+
+// winTIdleAt is whether a state is idle at winT0+at.
+type winTIdleAt struct {
+	at   time.Duration
+	idle bool
+}
+
+// winTIdle checks Idle of a state of name with tiers 3/s and 5/10s that
+// took 1 unit at winT0 and 1 at 500ms: at the instants of want, and once
+// the only take is undone.
+func winTIdle(t *testing.T, name string, want []winTIdleAt) {
+	l := winTNew(t, name, Config{Tiers: []Tier{{3, time.Second}, {5, 10 * time.Second}}})
+	st := l.NewState()
+	if !st.Idle(winT0) {
+		t.Fatal("new state not idle")
+	}
+	st.Take(winT0, 1)
+	st.Take(winT0.Add(500*winTms), 1)
+	for _, c := range want {
+		if got := st.Idle(winT0.Add(c.at)); got != c.idle {
+			t.Errorf("Idle(t0+%v) = %v, want %v", c.at, got, c.idle)
+		}
+	}
+	// An Undo of everything makes it idle at once.
+	st = l.NewState()
+	d := st.Take(winT0, 2)
+	st.Undo(winT0, 2, d)
+	if !st.Idle(winT0) {
+		t.Error("not idle after undoing the only take")
+	}
 }
 
 // winTRef is a reference model to compare a State against, step by step.
@@ -350,11 +411,7 @@ func TestSlidingLogTimeline(t *testing.T) {
 	one := Config{Tiers: []Tier{{3, time.Second}}}
 	two := Config{Tiers: []Tier{{3, time.Second}, {5, 10 * time.Second}}}
 	ms := winTms
-	cases := []struct {
-		name  string
-		cfg   Config
-		steps []winTStep
-	}{
+	cases := []winTCase{
 		{"3 per second", one, []winTStep{
 			{at: 0, cost: 1, want: winTOK(0, 3, 2, time.Second)},
 			{at: 100 * ms, cost: 1, want: winTOK(0, 3, 1, time.Second)},
@@ -369,14 +426,6 @@ func TestSlidingLogTimeline(t *testing.T) {
 			{at: 2100 * ms, cost: 3, want: winTNo(0, 3, 1, 200*ms, 200*ms)},
 			{at: 2300 * ms, cost: 3, want: winTOK(0, 3, 0, time.Second)},
 		}},
-		{"cost above the limit", one, []winTStep{
-			{at: 0, cost: 4, want: winTNo(0, 3, 3, 0, time.Second)},
-			{at: 0, cost: 3, want: winTOK(0, 3, 0, time.Second)},
-			{at: 10 * ms, cost: 100, want: winTNo(0, 3, 0, 990*ms, time.Second)},
-		}},
-		{"negative cost is zero", one, []winTStep{
-			{at: 0, cost: -5, want: winTOK(0, 3, 3, 0)},
-		}},
 		{"3 per second and 5 per 10s", two, []winTStep{
 			{at: 0, cost: 1, want: winTOK(0, 3, 2, time.Second)},
 			{at: 100 * ms, cost: 1, want: winTOK(0, 3, 1, time.Second)},
@@ -386,10 +435,6 @@ func TestSlidingLogTimeline(t *testing.T) {
 			{at: 1250 * ms, cost: 1, want: winTOK(1, 5, 0, 10*time.Second)},
 			{at: 1500 * ms, cost: 1, want: winTNo(1, 5, 0, 9750*ms, 8500*ms)},
 			{at: 10 * time.Second, cost: 1, want: winTOK(1, 5, 0, 10*time.Second)},
-		}},
-		{"cost above one tier of two", two, []winTStep{
-			{at: 0, cost: 4, want: winTNo(0, 3, 3, 0, time.Second)},
-			{at: 0, cost: 6, want: winTNo(1, 5, 5, 0, 10*time.Second)},
 		}},
 		{"time going backwards", one, []winTStep{
 			{at: time.Second, cost: 1, want: winTOK(0, 3, 2, time.Second)},
@@ -422,9 +467,7 @@ func TestSlidingLogTimeline(t *testing.T) {
 			{at: 62 * time.Second, cost: 1e9, want: winTOK(0, 1e9, 0, time.Minute)},
 		}},
 	}
-	for _, c := range cases {
-		t.Run(c.name, func(t *testing.T) { winTRun(t, SlidingLog, c.cfg, c.steps) })
-	}
+	winTRunCases(t, SlidingLog, append(cases, winTCostAboveOneOfTwo, winTCostAboveLimit, winTNegativeCost))
 }
 
 func TestSlidingLogCountRejected(t *testing.T) {
@@ -461,34 +504,13 @@ func TestSlidingLogCountRejected(t *testing.T) {
 
 func TestSlidingLogIdle(t *testing.T) {
 	ms := winTms
-	l := winTNew(t, SlidingLog, Config{Tiers: []Tier{{3, time.Second}, {5, 10 * time.Second}}})
-	st := l.NewState()
-	if !st.Idle(winT0) {
-		t.Fatal("new state not idle")
-	}
-	st.Take(winT0, 1)
-	st.Take(winT0.Add(500*ms), 1)
-	for _, c := range []struct {
-		at   time.Duration
-		idle bool
-	}{
+	winTIdle(t, SlidingLog, []winTIdleAt{
 		{-time.Hour, false}, // clamped to the latest instant seen
 		{0, false},
 		{1500 * ms, false}, // the 10s tier still holds both
 		{10*time.Second + 500*ms - time.Microsecond, false},
 		{10*time.Second + 500*ms, true},
-	} {
-		if got := st.Idle(winT0.Add(c.at)); got != c.idle {
-			t.Errorf("Idle(t0+%v) = %v, want %v", c.at, got, c.idle)
-		}
-	}
-	// An Undo of everything makes it idle at once.
-	st = l.NewState()
-	d := st.Take(winT0, 2)
-	st.Undo(winT0, 2, d)
-	if !st.Idle(winT0) {
-		t.Error("not idle after undoing the only take")
-	}
+	})
 }
 
 // TestSlidingLogBounded checks that a flood of takes at distinct instants

@@ -64,80 +64,62 @@ import (
 	"time"
 )
 
-type slidingWindow struct {
-	cfg Config
-}
-
-func newSlidingWindow(cfg Config) (Limiter, error) {
-	cfg.Tiers = append([]Tier(nil), cfg.Tiers...)
-	return &slidingWindow{cfg: cfg}, nil
-}
-
-func (l *slidingWindow) Name() string   { return SlidingWindow }
-func (l *slidingWindow) Config() Config { return l.cfg }
-
-func (l *slidingWindow) NewState() State {
-	s := &slidingWindowState{
-		last:          math.MinInt64,
-		countRejected: l.cfg.CountRejected,
-		tiers:         make([]swTier, len(l.cfg.Tiers)),
-	}
-	for i, t := range l.cfg.Tiers {
-		s.tiers[i] = swTier{events: t.Events, window: t.Window.Microseconds()}
-	}
-	return s
-}
-
-type swTier struct {
-	events, window   int64 // E, W (µs)
-	start, prev, cur int64
-}
+// SlidingWindow is the name of sliding_window.
+const SlidingWindow = "sliding_window"
 
 type slidingWindowState struct {
-	last          int64 // latest instant seen (µs)
-	countRejected bool
-	tiers         []swTier
+	winState
+	tiers []SlidingCounts
 }
 
-// counters returns start, prev and cur as they are at t (t >= start).
-func (tr *swTier) counters(t int64) (start, prev, cur int64) {
-	ws := t - winMod(t, tr.window)
-	switch ws {
-	case tr.start:
-		return tr.start, tr.prev, tr.cur
-	case tr.start + tr.window:
-		return ws, tr.cur, 0
+// SlidingCounts is one tier of sliding_window: Events per Window (µs), Cur
+// units counted in the window that starts at Start and Prev in the one
+// before. Its methods are the model's arithmetic above, for an instant t
+// in that window (Start <= t < Start + Window, Cur and Prev >= 0); the
+// two-layer store (package lua) applies them to the counts of a fleet.
+type SlidingCounts struct {
+	Events, Window   int64 // E, W (µs)
+	Start, Prev, Cur int64
+}
+
+// roll moves the counts to the window that holds t (t >= Start).
+func (c *SlidingCounts) roll(t int64) {
+	switch ws := winStart(t, c.Window); ws {
+	case c.Start:
+	case c.Start + c.Window:
+		c.Start, c.Prev, c.Cur = ws, c.Cur, 0
+	default:
+		c.Start, c.Prev, c.Cur = ws, 0, 0
 	}
-	return ws, 0, 0
 }
 
 // weighted is p(P, e): the part of P still inside the rolling window.
-func (tr *swTier) weighted(P, e int64) float64 {
+func (c *SlidingCounts) weighted(P, e int64) float64 {
 	if P == 0 {
 		return 0
 	}
-	x := float64(float64(P) * float64(tr.window-e))
-	return x / float64(tr.window)
+	x := float64(float64(P) * float64(c.Window-e))
+	return x / float64(c.Window)
 }
 
 // fits reports whether a request of cost fits at offset e of a window
 // whose previous and current counts are P and C.
-func (tr *swTier) fits(P, C, e, cost int64) bool {
-	a := tr.events - cost - C
-	return a >= 0 && tr.weighted(P, e) <= float64(a)
+func (c *SlidingCounts) fits(P, C, e, cost int64) bool {
+	a := c.Events - cost - C
+	return a >= 0 && c.weighted(P, e) <= float64(a)
 }
 
 // first returns the smallest x in [lo, W) with fits(P, C, x), or -1.
-func (tr *swTier) first(P, C, lo, cost int64) int64 {
-	a := tr.events - cost - C
+func (c *SlidingCounts) first(P, C, lo, cost int64) int64 {
+	a := c.Events - cost - C
 	if a < 0 {
 		return -1
 	}
-	if tr.fits(P, C, lo, cost) {
+	if c.fits(P, C, lo, cost) {
 		return lo
 	}
-	W := tr.window
-	if !tr.fits(P, C, W-1, cost) {
+	W := c.Window
+	if !c.fits(P, C, W-1, cost) {
 		return -1
 	}
 	// Here P > 0 and lo < W-1: the answer is in (lo, W-1]. fits is
@@ -147,9 +129,9 @@ func (tr *swTier) first(P, C, lo, cost int64) int64 {
 	bad, good := lo, W-1 // !fits(bad), fits(good)
 	if f > float64(bad) && f < float64(good) {
 		x := int64(f)
-		if tr.fits(P, C, x, cost) {
+		if c.fits(P, C, x, cost) {
 			good = x
-			if x-1 > bad && !tr.fits(P, C, x-1, cost) {
+			if x-1 > bad && !c.fits(P, C, x-1, cost) {
 				bad = x - 1
 			}
 		} else {
@@ -158,7 +140,7 @@ func (tr *swTier) first(P, C, lo, cost int64) int64 {
 	}
 	for good-bad > 1 { // at most log2(W) < 50 rounds
 		m := bad + (good-bad)/2
-		if tr.fits(P, C, m, cost) {
+		if c.fits(P, C, m, cost) {
 			good = m
 		} else {
 			bad = m
@@ -167,91 +149,100 @@ func (tr *swTier) first(P, C, lo, cost int64) int64 {
 	return good
 }
 
-// wait is how long after t a request of cost fits, the tier's state being
-// already rolled to t.
-func (tr *swTier) wait(t, cost int64) int64 {
-	if cost > tr.events {
-		return tr.window
+// rollFits rolls the counts to t and reports whether cost fits then.
+func (c *SlidingCounts) rollFits(t, cost int64) bool {
+	c.roll(t)
+	return c.Fits(t, cost)
+}
+
+// Fits reports whether a request of cost is admitted at t.
+func (c *SlidingCounts) Fits(t, cost int64) bool {
+	return cost <= c.Events && c.fits(c.Prev, c.Cur, t-c.Start, cost)
+}
+
+// Remaining is how many units are admitted at t: floor(E - estimate), at
+// least 0.
+func (c *SlidingCounts) Remaining(t int64) int64 {
+	if w := math.Ceil(c.weighted(c.Prev, t-c.Start)); w < float64(c.Events-c.Cur) {
+		return c.Events - c.Cur - int64(w)
 	}
-	e := t - tr.start
-	if x := tr.first(tr.prev, tr.cur, e, cost); x >= 0 {
+	return 0
+}
+
+// ResetAfter is how long after t (µs) the estimate is 0 if nothing more
+// arrives.
+func (c *SlidingCounts) ResetAfter(t int64) int64 {
+	switch {
+	case c.Cur > 0:
+		return c.Start + 2*c.Window - t
+	case c.Prev > 0:
+		return c.Start + c.Window - t
+	}
+	return 0
+}
+
+// RetryAfter is how long after t (µs) a request of cost is admitted if
+// nothing else arrives: 0 if it is now, Window if it never is (cost above
+// Events).
+func (c *SlidingCounts) RetryAfter(t, cost int64) int64 {
+	if cost > c.Events {
+		return c.Window
+	}
+	e := t - c.Start
+	if x := c.first(c.Prev, c.Cur, e, cost); x >= 0 {
 		return x - e
 	}
-	if x := tr.first(tr.cur, 0, 0, cost); x >= 0 {
-		return tr.start + tr.window + x - t
+	if x := c.first(c.Cur, 0, 0, cost); x >= 0 {
+		return c.Start + c.Window + x - t
 	}
-	return tr.start + 2*tr.window - t
+	return c.Start + 2*c.Window - t
 }
 
 func (s *slidingWindowState) Take(now time.Time, cost int64) Decision {
-	t := winClamp(&s.last, now)
-	if cost < 0 {
-		cost = 0
-	}
+	t, cost := s.begin(now, cost)
 	ok := true
 	for i := range s.tiers {
-		tr := &s.tiers[i]
-		tr.start, tr.prev, tr.cur = tr.counters(t)
-		if cost > tr.events || !tr.fits(tr.prev, tr.cur, t-tr.start, cost) {
-			ok = false
-		}
-	}
-	switch {
-	case ok:
-		for i := range s.tiers {
-			s.tiers[i].cur += cost
-		}
-	case s.countRejected:
-		for i := range s.tiers {
-			tr := &s.tiers[i]
-			if cost >= tr.events-tr.cur {
-				tr.cur = tr.events
-			} else {
-				tr.cur += cost
-			}
-		}
+		ok = s.tiers[i].rollFits(t, cost) && ok
 	}
 	p := TierPick{Allowed: ok}
 	for i := range s.tiers {
 		tr := &s.tiers[i]
-		var reset, wait int64
-		switch {
-		case tr.cur > 0:
-			reset = tr.start + 2*tr.window - t
-		case tr.prev > 0:
-			reset = tr.start + tr.window - t
-		}
+		tr.Cur = winCount(tr.Cur, cost, tr.Events, ok, s.countRejected)
+		var wait int64
 		if !ok {
-			wait = tr.wait(t, cost)
+			wait = tr.RetryAfter(t, cost)
 		}
-		var rem int64
-		if c := math.Ceil(tr.weighted(tr.prev, t-tr.start)); c < float64(tr.events-tr.cur) {
-			rem = tr.events - tr.cur - int64(c)
-		}
-		p.Offer(i, tr.events, rem, reset, wait)
+		p.Offer(i, tr.Events, tr.Remaining(t), tr.ResetAfter(t), wait)
 	}
 	return p.Decision()
 }
 
 func (s *slidingWindowState) Undo(now time.Time, cost int64, d Decision) {
-	if !d.Allowed || cost <= 0 {
-		return
-	}
-	t := winClamp(&s.last, now)
-	for i := range s.tiers {
-		tr := &s.tiers[i]
-		if tr.start == t-winMod(t, tr.window) {
-			tr.cur -= min(tr.cur, cost)
+	if t, ok := s.undoes(now, cost, d); ok {
+		for i := range s.tiers {
+			if tr := &s.tiers[i]; tr.Start == winStart(t, tr.Window) {
+				tr.Cur -= min(tr.Cur, cost)
+			}
 		}
 	}
 }
 
 func (s *slidingWindowState) Idle(now time.Time) bool {
-	t := max(now.UnixMicro(), s.last)
+	t := s.at(now)
 	for i := range s.tiers {
-		if _, prev, cur := s.tiers[i].counters(t); prev != 0 || cur != 0 {
+		c := s.tiers[i]
+		if c.roll(t); c.Prev != 0 || c.Cur != 0 {
 			return false
 		}
 	}
 	return true
+}
+
+func init() {
+	register(Algorithm{Name: SlidingWindow, New: newWinAlgorithm(SlidingWindow, newSlidingWindowState), Summable: true, rank: 1})
+}
+
+func newSlidingWindowState(cfg Config) State {
+	tiers := winTiers(cfg, func(e, w int64) SlidingCounts { return SlidingCounts{Events: e, Window: w} })
+	return &slidingWindowState{winState: newWinState(cfg), tiers: tiers}
 }

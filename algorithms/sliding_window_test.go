@@ -11,11 +11,7 @@ func TestSlidingWindowTimeline(t *testing.T) {
 	ten := Config{Tiers: []Tier{{10, time.Second}}}
 	two := Config{Tiers: []Tier{{3, time.Second}, {5, 10 * time.Second}}}
 	ms, us := winTms, time.Microsecond
-	cases := []struct {
-		name  string
-		cfg   Config
-		steps []winTStep
-	}{
+	cases := []winTCase{
 		{"10 per second", ten, []winTStep{
 			{at: 0, cost: 5, want: winTOK(0, 10, 5, 2*time.Second)},
 			{at: 500 * ms, cost: 5, want: winTOK(0, 10, 0, 1500*ms)},
@@ -49,10 +45,6 @@ func TestSlidingWindowTimeline(t *testing.T) {
 			// the 10s tier: 5 x 80% = 4 at 12s
 			{at: 2600 * ms, cost: 1, want: winTNo(1, 5, 0, 17400*ms, 9400*ms)},
 		}},
-		{"cost above one tier of two", two, []winTStep{
-			{at: 0, cost: 4, want: winTNo(0, 3, 3, 0, time.Second)},
-			{at: 0, cost: 6, want: winTNo(1, 5, 5, 0, 10*time.Second)},
-		}},
 		{"time going backwards", ten, []winTStep{
 			{at: 1500 * ms, cost: 1, want: winTOK(0, 10, 9, 1500*ms)},
 			{at: 500 * ms, cost: 1, want: winTOK(0, 10, 8, 1500*ms)},
@@ -82,9 +74,7 @@ func TestSlidingWindowTimeline(t *testing.T) {
 			{at: 0, cost: 1, want: winTNo(0, math.MaxInt64, 0, 2*time.Second, time.Second)},
 		}},
 	}
-	for _, c := range cases {
-		t.Run(c.name, func(t *testing.T) { winTRun(t, SlidingWindow, c.cfg, c.steps) })
-	}
+	winTRunCases(t, SlidingWindow, append(cases, winTCostAboveOneOfTwo))
 }
 
 // TestSlidingWindowLarge: a billion per hour, where the weighted previous
@@ -124,34 +114,14 @@ func TestSlidingWindowCountRejected(t *testing.T) {
 
 func TestSlidingWindowIdle(t *testing.T) {
 	ms := winTms
-	l := winTNew(t, SlidingWindow, Config{Tiers: []Tier{{3, time.Second}, {5, 10 * time.Second}}})
-	st := l.NewState()
-	if !st.Idle(winT0) {
-		t.Fatal("new state not idle")
-	}
-	st.Take(winT0, 1)
-	st.Take(winT0.Add(500*ms), 1)
-	for _, c := range []struct {
-		at   time.Duration
-		idle bool
-	}{
+	winTIdle(t, SlidingWindow, []winTIdleAt{
 		{-time.Hour, false},
 		{0, false},
 		{1500 * ms, false},
 		{10 * time.Second, false}, // the 10s tier still weighs the previous window
 		{20*time.Second - time.Microsecond, false},
 		{20 * time.Second, true},
-	} {
-		if got := st.Idle(winT0.Add(c.at)); got != c.idle {
-			t.Errorf("Idle(t0+%v) = %v, want %v", c.at, got, c.idle)
-		}
-	}
-	st = l.NewState()
-	d := st.Take(winT0, 2)
-	st.Undo(winT0, 2, d)
-	if !st.Idle(winT0) {
-		t.Error("not idle after undoing the only take")
-	}
+	})
 }
 
 func TestSlidingWindowProperties(t *testing.T) { winTRunProperty(t, SlidingWindow, nil) }

@@ -77,47 +77,99 @@ func bktTDelay(d Decision, delay time.Duration) Decision {
 	return d
 }
 
+// bktTCase is a timeline played against a new state of an algorithm.
+type bktTCase struct {
+	name  string
+	cfg   Config
+	steps []bktTStep
+}
+
+func bktTRunCases(t *testing.T, name string, cases []bktTCase) {
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			bktTRun(t, bktTNew(t, name, c.cfg), c.steps)
+		})
+	}
+}
+
+// Timelines that token_bucket and gcra (and, where said, leaky_bucket and
+// concurrency) decide alike.
+var (
+	bktTFivePerSecond = bktTCase{"five per second", Config{Tiers: []Tier{{5, time.Second}}}, []bktTStep{
+		{op: "idle"},
+		{cost: 1, want: bktTAllow(0, 5, 4, 200*bktTms)},
+		{cost: 1, want: bktTAllow(0, 5, 3, 400*bktTms)},
+		{cost: 1, want: bktTAllow(0, 5, 2, 600*bktTms)},
+		{cost: 1, want: bktTAllow(0, 5, 1, 800*bktTms)},
+		{cost: 1, want: bktTAllow(0, 5, 0, time.Second)},
+		{cost: 1, want: bktTDeny(0, 5, 0, time.Second, 200*bktTms)},
+		{op: "busy"},
+		{at: 200*bktTms - bktTus, cost: 1, want: bktTDeny(0, 5, 0, 800*bktTms+bktTus, bktTus)},
+		{at: 200 * bktTms, cost: 1, want: bktTAllow(0, 5, 0, time.Second)},
+		{at: 500 * bktTms, cost: 1, want: bktTAllow(0, 5, 0, 900*bktTms)},
+		{at: 1400*bktTms - bktTus, op: "busy"},
+		{at: 1400 * bktTms, op: "idle"},
+		{at: 10 * time.Second, cost: 1, want: bktTAllow(0, 5, 4, 200*bktTms)},
+	}}
+	bktTBurstAbove = bktTCase{"burst above events", Config{Tiers: []Tier{{5, time.Second}}, Burst: 10}, []bktTStep{
+		{cost: 10, want: bktTAllow(0, 10, 0, 2*time.Second)},
+		{cost: 1, want: bktTDeny(0, 10, 0, 2*time.Second, 200*bktTms)},
+		{at: time.Second, cost: 5, want: bktTAllow(0, 10, 0, 2*time.Second)},
+	}}
+	bktTBurstBelow = bktTCase{"burst below events", Config{Tiers: []Tier{{10, time.Second}}, Burst: 2}, []bktTStep{
+		{cost: 1, want: bktTAllow(0, 2, 1, 100*bktTms)},
+		{cost: 1, want: bktTAllow(0, 2, 0, 200*bktTms)},
+		{cost: 1, want: bktTDeny(0, 2, 0, 200*bktTms, 100*bktTms)},
+		{at: 150 * bktTms, cost: 1, want: bktTAllow(0, 2, 0, 150*bktTms)},
+	}}
+	bktTCostAboveOne = bktTCase{"cost above one", Config{Tiers: []Tier{{5, time.Second}}}, []bktTStep{
+		{cost: 3, want: bktTAllow(0, 5, 2, 600*bktTms)},
+		{cost: 3, want: bktTDeny(0, 5, 2, 600*bktTms, 200*bktTms)},
+		{cost: 2, want: bktTAllow(0, 5, 0, time.Second)},
+		{at: 100 * bktTms, cost: 0, want: bktTAllow(0, 5, 0, 900*bktTms)},
+	}}
+	bktTBackwards = bktTCase{"time going backwards", Config{Tiers: []Tier{{1, time.Second}}}, []bktTStep{
+		{at: 10 * time.Second, cost: 1, want: bktTAllow(0, 1, 0, time.Second)},
+		{at: 0, cost: 1, want: bktTDeny(0, 1, 0, time.Second, time.Second)},
+		{at: 9 * time.Second, op: "busy"},
+		{at: 10*time.Second + 500*bktTms, cost: 1, want: bktTDeny(0, 1, 0, 500*bktTms, 500*bktTms)},
+		{at: 10 * time.Second, cost: 1, want: bktTDeny(0, 1, 0, 500*bktTms, 500*bktTms)},
+		{at: 11 * time.Second, cost: 1, want: bktTAllow(0, 1, 0, time.Second)},
+	}}
+	bktTCountRejected = bktTCase{"count rejected", Config{Tiers: []Tier{{1, time.Second}}, CountRejected: true}, []bktTStep{
+		{cost: 1, want: bktTAllow(0, 1, 0, time.Second)},
+		{cost: 1, want: bktTDeny(0, 1, 0, 2*time.Second, 2*time.Second)},
+		{cost: 1, want: bktTDeny(0, 1, 0, 2*time.Second, 2*time.Second)}, // clamped at one capacity below empty
+		{cost: 0, want: bktTDeny(0, 1, 0, 2*time.Second, time.Second)},   // in debt: even cost 0 waits
+		{at: 2*time.Second - bktTus, op: "busy"},
+		{at: 2 * time.Second, cost: 1, want: bktTAllow(0, 1, 0, time.Second)},
+		{at: 3 * time.Second, cost: 9, want: bktTDeny(0, 1, 0, 2*time.Second, time.Second)},
+	}}
+	bktTCountRejectedTiers = bktTCase{"count rejected, tiers", Config{Tiers: []Tier{{1, time.Second}, {10, time.Second}}, CountRejected: true}, []bktTStep{
+		{cost: 1, want: bktTAllow(0, 1, 0, time.Second)},
+		{cost: 1, want: bktTDeny(0, 1, 0, 2*time.Second, 2*time.Second)},
+		{at: 2 * time.Second, cost: 1, want: bktTAllow(0, 1, 0, time.Second)},
+	}}
+	bktTUndo = bktTCase{"undo", Config{Tiers: []Tier{{2, time.Second}}}, []bktTStep{
+		{cost: 1, want: bktTAllow(0, 2, 1, 500*bktTms)},
+		{cost: 1, want: bktTAllow(0, 2, 0, time.Second)},
+		{cost: 1, want: bktTDeny(0, 2, 0, time.Second, 500*bktTms)},
+		{op: "undo", cost: 1, ref: 2}, // denied: nothing to give back
+		{cost: 1, want: bktTDeny(0, 2, 0, time.Second, 500*bktTms)},
+		{op: "undo", cost: 1, ref: 1},
+		{cost: 1, want: bktTAllow(0, 2, 0, time.Second)},
+		{at: 400 * bktTms, op: "undo", cost: 1, ref: 6},
+		{at: 400 * bktTms, cost: 0, want: bktTAllow(0, 2, 1, 100*bktTms)},
+		{at: 2 * time.Second, op: "undo", cost: 1, ref: 0}, // already full: capped
+		{at: 2 * time.Second, op: "idle"},
+		{at: 2 * time.Second, cost: 2, want: bktTAllow(0, 2, 0, time.Second)},
+	}}
+)
+
 func TestBktTokenBucket(t *testing.T) {
 	sec := time.Second
 	five := Config{Tiers: []Tier{{5, sec}}}
-	cases := []struct {
-		name  string
-		cfg   Config
-		steps []bktTStep
-	}{
-		{"five per second", five, []bktTStep{
-			{op: "idle"},
-			{cost: 1, want: bktTAllow(0, 5, 4, 200*bktTms)},
-			{cost: 1, want: bktTAllow(0, 5, 3, 400*bktTms)},
-			{cost: 1, want: bktTAllow(0, 5, 2, 600*bktTms)},
-			{cost: 1, want: bktTAllow(0, 5, 1, 800*bktTms)},
-			{cost: 1, want: bktTAllow(0, 5, 0, sec)},
-			{cost: 1, want: bktTDeny(0, 5, 0, sec, 200*bktTms)},
-			{op: "busy"},
-			{at: 200*bktTms - bktTus, cost: 1, want: bktTDeny(0, 5, 0, 800*bktTms+bktTus, bktTus)},
-			{at: 200 * bktTms, cost: 1, want: bktTAllow(0, 5, 0, sec)},
-			{at: 500 * bktTms, cost: 1, want: bktTAllow(0, 5, 0, 900*bktTms)},
-			{at: 1400*bktTms - bktTus, op: "busy"},
-			{at: 1400 * bktTms, op: "idle"},
-			{at: 10 * sec, cost: 1, want: bktTAllow(0, 5, 4, 200*bktTms)},
-		}},
-		{"burst above events", Config{Tiers: []Tier{{5, sec}}, Burst: 10}, []bktTStep{
-			{cost: 10, want: bktTAllow(0, 10, 0, 2*sec)},
-			{cost: 1, want: bktTDeny(0, 10, 0, 2*sec, 200*bktTms)},
-			{at: sec, cost: 5, want: bktTAllow(0, 10, 0, 2*sec)},
-		}},
-		{"burst below events", Config{Tiers: []Tier{{10, sec}}, Burst: 2}, []bktTStep{
-			{cost: 1, want: bktTAllow(0, 2, 1, 100*bktTms)},
-			{cost: 1, want: bktTAllow(0, 2, 0, 200*bktTms)},
-			{cost: 1, want: bktTDeny(0, 2, 0, 200*bktTms, 100*bktTms)},
-			{at: 150 * bktTms, cost: 1, want: bktTAllow(0, 2, 0, 150*bktTms)},
-		}},
-		{"cost above one", five, []bktTStep{
-			{cost: 3, want: bktTAllow(0, 5, 2, 600*bktTms)},
-			{cost: 3, want: bktTDeny(0, 5, 2, 600*bktTms, 200*bktTms)},
-			{cost: 2, want: bktTAllow(0, 5, 0, sec)},
-			{at: 100 * bktTms, cost: 0, want: bktTAllow(0, 5, 0, 900*bktTms)},
-		}},
+	cases := []bktTCase{
 		{"cost above capacity", five, []bktTStep{
 			{cost: 6, want: bktTDeny(0, 5, 5, 0, sec)},
 			{cost: 5, want: bktTAllow(0, 5, 0, sec)},
@@ -137,42 +189,6 @@ func TestBktTokenBucket(t *testing.T) {
 		{"tiers, cost above one tier's capacity", Config{Tiers: []Tier{{2, sec}, {3, 10 * sec}}}, []bktTStep{
 			{cost: 3, want: bktTDeny(0, 2, 2, 0, sec)},
 		}},
-		{"count rejected", Config{Tiers: []Tier{{1, sec}}, CountRejected: true}, []bktTStep{
-			{cost: 1, want: bktTAllow(0, 1, 0, sec)},
-			{cost: 1, want: bktTDeny(0, 1, 0, 2*sec, 2*sec)},
-			{cost: 1, want: bktTDeny(0, 1, 0, 2*sec, 2*sec)}, // clamped at one capacity below empty
-			{cost: 0, want: bktTDeny(0, 1, 0, 2*sec, sec)},   // in debt: even cost 0 waits
-			{at: 2*sec - bktTus, op: "busy"},
-			{at: 2 * sec, cost: 1, want: bktTAllow(0, 1, 0, sec)},
-			{at: 3 * sec, cost: 9, want: bktTDeny(0, 1, 0, 2*sec, sec)},
-		}},
-		{"count rejected, tiers", Config{Tiers: []Tier{{1, sec}, {10, sec}}, CountRejected: true}, []bktTStep{
-			{cost: 1, want: bktTAllow(0, 1, 0, sec)},
-			{cost: 1, want: bktTDeny(0, 1, 0, 2*sec, 2*sec)},
-			{at: 2 * sec, cost: 1, want: bktTAllow(0, 1, 0, sec)},
-		}},
-		{"time going backwards", Config{Tiers: []Tier{{1, sec}}}, []bktTStep{
-			{at: 10 * sec, cost: 1, want: bktTAllow(0, 1, 0, sec)},
-			{at: 0, cost: 1, want: bktTDeny(0, 1, 0, sec, sec)},
-			{at: 9 * sec, op: "busy"},
-			{at: 10*sec + 500*bktTms, cost: 1, want: bktTDeny(0, 1, 0, 500*bktTms, 500*bktTms)},
-			{at: 10 * sec, cost: 1, want: bktTDeny(0, 1, 0, 500*bktTms, 500*bktTms)},
-			{at: 11 * sec, cost: 1, want: bktTAllow(0, 1, 0, sec)},
-		}},
-		{"undo", Config{Tiers: []Tier{{2, sec}}}, []bktTStep{
-			{cost: 1, want: bktTAllow(0, 2, 1, 500*bktTms)},
-			{cost: 1, want: bktTAllow(0, 2, 0, sec)},
-			{cost: 1, want: bktTDeny(0, 2, 0, sec, 500*bktTms)},
-			{op: "undo", cost: 1, ref: 2}, // denied: nothing to give back
-			{cost: 1, want: bktTDeny(0, 2, 0, sec, 500*bktTms)},
-			{op: "undo", cost: 1, ref: 1},
-			{cost: 1, want: bktTAllow(0, 2, 0, sec)},
-			{at: 400 * bktTms, op: "undo", cost: 1, ref: 6},
-			{at: 400 * bktTms, cost: 0, want: bktTAllow(0, 2, 1, 100*bktTms)},
-			{at: 2 * sec, op: "undo", cost: 1, ref: 0}, // already full: capped
-			{at: 2 * sec, op: "idle"},
-			{at: 2 * sec, cost: 2, want: bktTAllow(0, 2, 0, sec)},
-		}},
 		{"a billion per second", Config{Tiers: []Tier{{1e9, sec}}}, []bktTStep{
 			{cost: 1e9, want: bktTAllow(0, 1e9, 0, sec)},
 			{cost: 1, want: bktTDeny(0, 1e9, 0, sec, bktTus)},
@@ -185,11 +201,7 @@ func TestBktTokenBucket(t *testing.T) {
 			{cost: 2, want: bktTDeny(0, 1e9, 1, 3599999997*bktTus, 4*bktTus)},
 		}},
 	}
-	for _, c := range cases {
-		t.Run(c.name, func(t *testing.T) {
-			bktTRun(t, bktTNew(t, TokenBucket, c.cfg), c.steps)
-		})
-	}
+	bktTRunCases(t, TokenBucket, append(cases, bktTFivePerSecond, bktTBurstAbove, bktTBurstBelow, bktTCostAboveOne, bktTBackwards, bktTCountRejected, bktTCountRejectedTiers, bktTUndo))
 }
 
 func TestBktBucketParams(t *testing.T) {
@@ -351,15 +363,22 @@ func bktTReplay(l Limiter, ops []bktTOp) State {
 	return s
 }
 
+// bktTRandLimiters calls f with 60 random configurations for name, drawn
+// from seed, and their Limiters.
+func bktTRandLimiters(t *testing.T, name string, seed int64, f func(rng *rand.Rand, n int, cfg Config, l Limiter)) {
+	rng := rand.New(rand.NewSource(seed))
+	for n := 0; n < 60; n++ {
+		cfg := bktTRandConfig(rng)
+		f(rng, n, cfg, bktTNew(t, name, cfg))
+	}
+}
+
 // bktTRetryProperty checks on random timelines that a denied request of the
 // same cost is admitted at exactly RetryAfter and not one µs earlier, and
 // that every decision is well formed.
 func bktTRetryProperty(t *testing.T, name string, seed int64) {
-	rng := rand.New(rand.NewSource(seed))
 	checked := 0
-	for n := 0; n < 60; n++ {
-		cfg := bktTRandConfig(rng)
-		l := bktTNew(t, name, cfg)
+	bktTRandLimiters(t, name, seed, func(rng *rand.Rand, n int, cfg Config, l Limiter) {
 		s := l.NewState()
 		var ops []bktTOp
 		var last, seen int64
@@ -403,7 +422,7 @@ func bktTRetryProperty(t *testing.T, name string, seed int64) {
 				t.Fatalf("%s: admitted 1µs before RetryAfter", where)
 			}
 		}
-	}
+	})
 	if checked < 100 {
 		t.Fatalf("only %d denials checked", checked)
 	}
@@ -429,8 +448,11 @@ func bktTNoAlloc(t *testing.T, name string, cfg Config) {
 	}
 }
 
-func TestBktTokenBucketNoAlloc(t *testing.T) {
-	bktTNoAlloc(t, TokenBucket, Config{Tiers: []Tier{{100, time.Second}, {1000, time.Minute}}})
+func TestBktNoAlloc(t *testing.T) {
+	for _, name := range []string{TokenBucket, LeakyBucket, GCRA} {
+		bktTNoAlloc(t, name, Config{Tiers: []Tier{{100, time.Second}, {1000, time.Minute}}})
+	}
+	bktTNoAlloc(t, Concurrency, Config{Tiers: []Tier{{50, time.Second}}})
 }
 
 // bktTBench runs Take on one state per goroutine with time moving at 1µs
@@ -463,21 +485,22 @@ func bktTBench(b *testing.B, name string, cfg Config) {
 	})
 }
 
+// bktTBenchTiers benchmarks name with one tier of 100/s, and with the tiers
+// of three.
+func bktTBenchTiers(b *testing.B, name string, three ...Tier) {
+	b.Run("1tier", func(b *testing.B) { bktTBench(b, name, Config{Tiers: []Tier{{100, time.Second}}}) })
+	b.Run("3tiers", func(b *testing.B) { bktTBench(b, name, Config{Tiers: three}) })
+}
+
 func BenchmarkBktTokenBucket(b *testing.B) {
-	b.Run("1tier", func(b *testing.B) { bktTBench(b, TokenBucket, Config{Tiers: []Tier{{100, time.Second}}}) })
-	b.Run("3tiers", func(b *testing.B) {
-		bktTBench(b, TokenBucket, Config{Tiers: []Tier{{1e9, time.Second}, {1e8, time.Minute}, {1e9, time.Hour}}})
-	})
+	bktTBenchTiers(b, TokenBucket, Tier{1e9, time.Second}, Tier{1e8, time.Minute}, Tier{1e9, time.Hour})
 }
 
 // bktTUndoProperty checks on random timelines that Take then Undo leaves a
 // state that decides like one that never saw the Take.
 func bktTUndoProperty(t *testing.T, name string, seed int64) {
-	rng := rand.New(rand.NewSource(seed))
 	undone := 0
-	for n := 0; n < 60; n++ {
-		cfg := bktTRandConfig(rng)
-		l := bktTNew(t, name, cfg)
+	bktTRandLimiters(t, name, seed, func(rng *rand.Rand, n int, cfg Config, l Limiter) {
 		var ops []bktTOp
 		var last int64
 		for step := 0; step < 30; step++ {
@@ -507,7 +530,7 @@ func bktTUndoProperty(t *testing.T, name string, seed int64) {
 				}
 			}
 		}
-	}
+	})
 	if undone < 50 {
 		t.Fatalf("only %d undos checked", undone)
 	}

@@ -1,0 +1,251 @@
+package algorithms
+
+// What token_bucket, leaky_bucket and gcra share: each is a bucket per tier
+// whose level drains at rate sub-units per µs, into which a request pours
+// cost*scale sub-units, admitted iff the level stays within cap:
+//
+//   - leaky_bucket: the level is the water;
+//   - token_bucket: the level is cap minus the tokens (the tokens missing),
+//     so a refill is a leak and a Take pours what it spends;
+//   - gcra: the level is TAT - t, the µs the TAT is ahead of now, draining
+//     1 per µs; a unit is the emission interval T and cap is tau.
+//
+// With these levels the three models of the algorithms' files are one:
+//
+//	t  = max(now, last); dt = t - last; last = t
+//	leak:  level = (dt*rate >= level) ? 0 : level - dt*rate
+//	c  = cost*scale
+//	allowed iff cost <= burst and level + c <= cap, in every tier
+//	allowed: (leaky_bucket) delay = max over tiers of ceil(level/rate)
+//	         level += c in every tier
+//	denied with CountRejected: level = min(level + c, 2*cap) in every tier
+//	         (with min(cost, 2*burst) for cost: the same level, no overflow)
+//	remaining  = max(0, floor((cap - level)/scale))
+//	resetAfter = ceil(level/rate)
+//	retryAfter = max(0, ceil((level + c - cap)/rate))   after the update
+//	             (Window when cost > burst: it can never pass)
+//	undo (admitted only): leak, level = max(0, level - c)
+//	idle: every tier empty after the leak
+
+import (
+	"fmt"
+	"math/bits"
+	"time"
+)
+
+// bktTier holds the integer constants of one tier of a bucket.
+type bktTier struct {
+	rate   int64 // sub-units drained per µs
+	scale  int64 // sub-units per unit
+	cap    int64 // burst*scale
+	burst  int64 // capacity in units
+	window int64 // µs
+}
+
+// drained is how many µs a level of x sub-units takes to drain: ceil(x/rate).
+func (p *bktTier) drained(x int64) int64 {
+	if p.rate == 1 { // gcra: no division on its hot path
+		return x
+	}
+	return bktCeilDiv(x, p.rate)
+}
+
+// leak is level after dt >= 0 µs of draining.
+func (p *bktTier) leak(level, dt int64) int64 {
+	if level <= 0 {
+		return 0
+	}
+	// dt >= ceil(level/rate) iff dt*rate >= level; the product may not
+	// fit in 64 bits.
+	hi, lo := bits.Mul64(uint64(dt), uint64(p.rate))
+	if hi != 0 || lo >= uint64(level) {
+		return 0
+	}
+	return level - int64(lo)
+}
+
+type bucket struct {
+	limiter
+	tiers []bktTier
+	delay bool // an admitted Decision carries the Delay (leaky_bucket)
+}
+
+// newBucket returns the bucket algorithm name with the constants params
+// gives for each tier.
+func newBucket(name string, cfg Config, params func(Tier, int64) (bktTier, error), delay bool) (Limiter, error) {
+	ps := make([]bktTier, len(cfg.Tiers))
+	for i, t := range cfg.Tiers {
+		p, err := params(t, cfg.Burst)
+		if err != nil {
+			field := "tiers"
+			if cfg.Burst > 0 {
+				field = "burst"
+			}
+			return nil, &ConfigError{Field: field, Tier: i, Err: fmt.Errorf("%s: limit %d: %v", name, i+1, err)}
+		}
+		ps[i] = p
+	}
+	return &bucket{limiter: newLimiter(name, cfg), tiers: ps, delay: delay}, nil
+}
+
+func (l *bucket) NewState() State {
+	return &bucketState{l: l, level: make([]int64, len(l.tiers))}
+}
+
+type bucketState struct {
+	l     *bucket
+	last  int64   // latest instant seen, µs since the epoch
+	level []int64 // per tier, in sub-units (0: empty)
+}
+
+// advance clamps now to the latest instant seen and drains every tier to
+// it.
+func (s *bucketState) advance(now time.Time) {
+	t := now.UnixMicro()
+	if t <= s.last {
+		return
+	}
+	dt := t - s.last
+	s.last = t
+	for i := range s.level {
+		s.level[i] = s.l.tiers[i].leak(s.level[i], dt)
+	}
+}
+
+func (s *bucketState) Take(now time.Time, cost int64) Decision {
+	cost = max(cost, 0)
+	s.advance(now)
+	tiers := s.l.tiers
+	allowed := true
+	for i := range tiers {
+		if cost > tiers[i].burst || s.level[i]+cost*tiers[i].scale > tiers[i].cap {
+			allowed = false
+			break
+		}
+	}
+	var delay int64
+	if allowed && s.l.delay {
+		for i := range tiers {
+			delay = max(delay, tiers[i].drained(s.level[i]))
+		}
+	}
+	if allowed || s.l.cfg.CountRejected {
+		for i := range tiers {
+			p := &tiers[i]
+			c := min(cost, 2*p.burst) // the clamp below gives the same level
+			s.level[i] = min(s.level[i]+c*p.scale, 2*p.cap)
+		}
+	}
+	best := bktPick{tier: -1}
+	for i := range tiers {
+		p := &tiers[i]
+		lv := s.level[i]
+		v := bktPick{tier: i, resetAfter: p.drained(lv)}
+		if lv < p.cap {
+			v.remaining = (p.cap - lv) / p.scale
+		}
+		if allowed {
+			if bktBetterAllowed(v, best) {
+				best = v
+			}
+			continue
+		}
+		if cost > p.burst {
+			v.impossible, v.wait = true, p.window
+		} else if over := lv + cost*p.scale - p.cap; over > 0 {
+			v.wait = p.drained(over)
+		}
+		if bktBetterDenied(v, best) {
+			best = v
+		}
+	}
+	return bktDecision(allowed, best, tiers[best.tier].burst, delay)
+}
+
+func (s *bucketState) Undo(now time.Time, cost int64, d Decision) {
+	if !d.Allowed || cost <= 0 {
+		return
+	}
+	s.advance(now)
+	for i := range s.l.tiers {
+		if p := &s.l.tiers[i]; cost <= p.burst {
+			s.level[i] = max(s.level[i]-cost*p.scale, 0)
+		}
+	}
+}
+
+func (s *bucketState) Idle(now time.Time) bool {
+	dt := max(now.UnixMicro()-s.last, 0)
+	for i := range s.level {
+		if s.l.tiers[i].leak(s.level[i], dt) != 0 {
+			return false
+		}
+	}
+	return true
+}
+
+func bktGCD(a, b int64) int64 {
+	for b != 0 {
+		a, b = b, a%b
+	}
+	return a
+}
+
+// bktCeilDiv is ceil(a/b) for a >= 0, b > 0.
+func bktCeilDiv(a, b int64) int64 {
+	return (a + b - 1) / b
+}
+
+// bktDur converts microseconds to a Duration, saturating instead of
+// overflowing, and never negative.
+func bktDur(us int64) time.Duration {
+	if us <= 0 {
+		return 0
+	}
+	return winDur(us)
+}
+
+// bktPick is the per-tier view a Decision is chosen from.
+type bktPick struct {
+	tier       int
+	remaining  int64
+	resetAfter int64 // µs
+	wait       int64 // µs until the same cost passes this tier
+	impossible bool  // cost exceeds this tier's capacity
+}
+
+// bktBetterDenied reports whether tier view a should describe a denial
+// rather than b (b may be unset: tier < 0).
+func bktBetterDenied(a, b bktPick) bool {
+	if b.tier < 0 {
+		return true
+	}
+	if a.impossible != b.impossible {
+		return a.impossible
+	}
+	return a.wait > b.wait // ties: the lower index, seen first, stays
+}
+
+// bktBetterAllowed reports whether tier view a should describe an
+// admission rather than b.
+func bktBetterAllowed(a, b bktPick) bool {
+	return b.tier < 0 || a.remaining < b.remaining
+}
+
+func bktDecision(allowed bool, p bktPick, limit, delay int64) Decision {
+	d := Decision{
+		Allowed:    allowed,
+		Tier:       p.tier,
+		Limit:      limit,
+		Remaining:  p.remaining,
+		ResetAfter: bktDur(p.resetAfter),
+		Delay:      bktDur(delay),
+	}
+	if !allowed {
+		d.RetryAfter = bktDur(p.wait)
+		if d.RetryAfter <= 0 {
+			d.RetryAfter = time.Microsecond
+		}
+	}
+	return d
+}

@@ -1,0 +1,157 @@
+package algorithms
+
+import (
+	"math"
+	"time"
+)
+
+// What sliding_log, sliding_window and fixed_window share: a state that
+// clamps time to the latest instant it has seen, windows in integer
+// microseconds, and the choice of the tier a Decision describes.
+
+// winLimiter is the Limiter of a window algorithm: newState builds its
+// states.
+type winLimiter struct {
+	limiter
+	newState func(Config) State
+}
+
+// newWinAlgorithm returns the constructor of the window algorithm name.
+func newWinAlgorithm(name string, newState func(Config) State) func(Config) (Limiter, error) {
+	return func(cfg Config) (Limiter, error) {
+		return &winLimiter{limiter: newLimiter(name, cfg), newState: newState}, nil
+	}
+}
+
+func (l *winLimiter) NewState() State { return l.newState(l.cfg) }
+
+// winTiers returns the per-tier state mk makes of each tier's events and
+// window (µs).
+func winTiers[T any](cfg Config, mk func(events, window int64) T) []T {
+	ts := make([]T, len(cfg.Tiers))
+	for i, t := range cfg.Tiers {
+		ts[i] = mk(t.Events, t.Window.Microseconds())
+	}
+	return ts
+}
+
+// winState is the part of a window algorithm's state that is not per tier.
+type winState struct {
+	last          int64 // latest instant seen (µs)
+	countRejected bool
+}
+
+func newWinState(cfg Config) winState {
+	return winState{last: math.MinInt64, countRejected: cfg.CountRejected}
+}
+
+// begin returns now in µs, never earlier than the latest instant seen
+// (which it advances), and cost, a negative one taken as 0.
+func (s *winState) begin(now time.Time, cost int64) (int64, int64) {
+	return winClamp(&s.last, now), max(cost, 0)
+}
+
+// undoes reports whether Undo of an admitted Take of cost has anything to
+// give back; when it has, it advances the latest instant seen to now and
+// returns it in µs.
+func (s *winState) undoes(now time.Time, cost int64, d Decision) (int64, bool) {
+	if !d.Allowed || cost <= 0 {
+		return 0, false
+	}
+	return winClamp(&s.last, now), true
+}
+
+// at is max(now, the latest instant seen) in µs, for Idle.
+func (s *winState) at(now time.Time) int64 {
+	return max(now.UnixMicro(), s.last)
+}
+
+// winClamp returns now in µs, never earlier than *last, and advances *last.
+func winClamp(last *int64, now time.Time) int64 {
+	t := now.UnixMicro()
+	if t < *last {
+		return *last
+	}
+	*last = t
+	return t
+}
+
+// winMod is a mod b rounded toward minus infinity (Lua's %), b > 0.
+func winMod(a, b int64) int64 {
+	m := a % b
+	if m < 0 {
+		m += b
+	}
+	return m
+}
+
+// winStart is the start of the window of length w (µs) that holds t,
+// windows being aligned to the Unix epoch.
+func winStart(t, w int64) int64 { return t - winMod(t, w) }
+
+// winCount is a window's count after a decision on cost: cost more when
+// admitted; when denied with CountRejected, cost more but at most events
+// (lossless: any count >= events refuses everything).
+func winCount(count, cost, events int64, ok, countRejected bool) int64 {
+	switch {
+	case ok:
+		return count + cost
+	case !countRejected:
+		return count
+	case cost >= events-count:
+		return events
+	}
+	return count + cost
+}
+
+// winDur converts µs to a Duration, saturating instead of overflowing.
+func winDur(us int64) time.Duration {
+	if us > math.MaxInt64/int64(time.Microsecond) {
+		return math.MaxInt64
+	}
+	return time.Duration(us) * time.Microsecond
+}
+
+// TierPick chooses the tier a Decision describes: when allowed the one with
+// the fewest remaining, when denied the one with the longest wait; ties go
+// to the lowest index (the first offered). The window algorithms use it,
+// and so does the two-layer store (package lua), so that their decisions
+// describe the same tier.
+type TierPick struct {
+	// Allowed is whether every tier admitted the request.
+	Allowed bool
+
+	set                     bool
+	tier                    int
+	limit, rem, reset, wait int64
+}
+
+// Offer considers tier i: its limit, remaining units, and the microseconds
+// until it is whole again (reset) and, when denied, until the request
+// would be admitted (wait).
+func (p *TierPick) Offer(i int, limit, rem, reset, wait int64) {
+	if rem < 0 {
+		rem = 0
+	}
+	if p.set {
+		if p.Allowed && rem >= p.rem || !p.Allowed && wait <= p.wait {
+			return
+		}
+	}
+	p.set, p.tier, p.limit, p.rem, p.reset, p.wait = true, i, limit, rem, reset, wait
+}
+
+// Decision is the decision describing the tier picked.
+func (p *TierPick) Decision() Decision {
+	d := Decision{
+		Allowed:    p.Allowed,
+		Tier:       p.tier,
+		Limit:      p.limit,
+		Remaining:  p.rem,
+		ResetAfter: winDur(p.reset),
+	}
+	if !p.Allowed {
+		d.RetryAfter = winDur(p.wait)
+	}
+	return d
+}

@@ -1,0 +1,259 @@
+package ratelimit
+
+import (
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+
+	"github.com/caddyserver/caddy/v2"
+	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
+	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
+)
+
+// unmarshalZone parses one zone block, the cursor on its "zone" token, and
+// validates the zone; errors point at the line at fault.
+func (h *Handler) unmarshalZone(d *caddyfile.Dispenser, zoneLines map[string]int) error {
+	zoneTok := d.Token()
+	args := d.RemainingArgs()
+	if len(args) != 1 {
+		return d.Errf("zone takes exactly one argument, its name (zone <name> { ... }), got %d", len(args))
+	}
+	name := args[0]
+	if line, dup := zoneLines[name]; dup {
+		return d.Errf("duplicate zone name %q (first defined at line %d): zone names must be unique", name, line)
+	}
+	zoneLines[name] = d.Line()
+
+	z := &Zone{Name: name}
+	// The first token of each subdirective line, to point errors found
+	// after the block at the line at fault.
+	lines := make(map[string]caddyfile.Token)
+	var limitLines []caddyfile.Token // every limit line, for errors of one tier
+	var events, window bool
+	for nesting := d.Nesting(); d.NextBlock(nesting); {
+		sub := d.Val()
+		if tok, dup := lines[sub]; dup && sub != "match" && sub != "limit" {
+			return d.Errf("zone %q: %s already specified (at line %d)", name, sub, tok.Line)
+		}
+		if _, dup := lines[sub]; !dup {
+			lines[sub] = d.Token()
+		}
+		if sub == "limit" {
+			limitLines = append(limitLines, d.Token())
+		}
+		zerr := func(err error) error { return d.Errf("zone %q: %v", name, err) }
+
+		switch sub {
+		case "match":
+			matchTok := d.Token()
+			set, err := caddyhttp.ParseCaddyfileNestedMatcherSet(d)
+			if err != nil {
+				return err
+			}
+			if len(set) == 0 {
+				return errAt(matchTok, fmt.Errorf("zone %q: match needs at least one request matcher: match { <matchers> }", name))
+			}
+			z.MatcherSetsRaw = append(z.MatcherSetsRaw, set)
+
+		case "key":
+			v, err := oneArg(d, "key", "<template> (quote it if it contains spaces)")
+			if err != nil {
+				return err
+			}
+			if v == "" {
+				return zerr(errors.New("key is empty"))
+			}
+			z.Key = v
+
+		case "algorithm":
+			v, err := oneArg(d, "algorithm", "<name>")
+			if err != nil {
+				return err
+			}
+			z.Algorithm = v
+
+		case "limit":
+			if tok, ok := firstOf(lines, "events", "window"); ok {
+				return zerr(mixErr(tok))
+			}
+			args := d.RemainingArgs()
+			if len(args) != 2 {
+				return d.Errf("zone %q: limit takes two arguments, <events> <window> (e.g. limit 100 1m), got %d", name, len(args))
+			}
+			n, err := parseEvents(args[0])
+			if err != nil {
+				return zerr(err)
+			}
+			w, err := parseWindow(args[1])
+			if err != nil {
+				return zerr(err)
+			}
+			if err := noBlock(d, "limit"); err != nil {
+				return err
+			}
+			z.Limits = append(z.Limits, Limit{Events: n, Window: caddy.Duration(w)})
+
+		case "events":
+			if tok, ok := lines["limit"]; ok {
+				return zerr(mixErr(tok))
+			}
+			v, err := oneArg(d, "events", "<n>")
+			if err != nil {
+				return err
+			}
+			n, err := parseEvents(v)
+			if err != nil {
+				return zerr(err)
+			}
+			events = true
+			shorthand(z).Events = n
+
+		case "window":
+			if tok, ok := lines["limit"]; ok {
+				return zerr(mixErr(tok))
+			}
+			v, err := oneArg(d, "window", "<duration>")
+			if err != nil {
+				return err
+			}
+			w, err := parseWindow(v)
+			if err != nil {
+				return zerr(err)
+			}
+			window = true
+			shorthand(z).Window = caddy.Duration(w)
+
+		case "burst":
+			n, err := positiveIntArg(d, "burst")
+			if err != nil {
+				return err
+			}
+			z.Burst = n
+
+		case "cost":
+			v, err := oneArg(d, "cost", "<n | placeholder>")
+			if err != nil {
+				return err
+			}
+			z.Cost = v
+
+		case "on_limit":
+			args := d.RemainingArgs()
+			switch {
+			case len(args) == 1 && args[0] == "reject":
+			case len(args) >= 1 && args[0] == "wait":
+				if len(args) != 2 {
+					return d.Errf("zone %q: on_limit wait takes one argument, the longest wait (on_limit wait <max_wait>), got %d", name, len(args)-1)
+				}
+				w, err := caddy.ParseDuration(args[1])
+				if err != nil {
+					return d.Errf("zone %q: on_limit wait: bad duration %q: %v", name, args[1], err)
+				}
+				if w <= 0 { // JSON's 0 and negatives mean something else
+					return d.Errf("zone %q: on_limit wait: %v", name, checkAtLeast("max_wait", w, durationFloor("max_wait")))
+				}
+				z.MaxWait = caddy.Duration(w)
+			case len(args) == 0:
+				return d.Errf("zone %q: on_limit takes reject or wait <max_wait>", name)
+			case args[0] == "reject":
+				return d.Errf("zone %q: on_limit reject takes no further arguments, got %d", name, len(args)-1)
+			}
+			if err := noBlock(d, "on_limit"); err != nil {
+				return err
+			}
+			z.OnLimit = args[0]
+
+		case "max_waiters":
+			n, err := positiveIntArg(d, "max_waiters")
+			if err != nil {
+				return err
+			}
+			if n > int64(maxInt) {
+				return d.Errf("zone %q: max_waiters must be at most %d, got %d", name, maxInt, n)
+			}
+			z.MaxWaiters = int(n)
+
+		case "count_rejected":
+			if err := noArgs(d, "count_rejected"); err != nil {
+				return err
+			}
+			z.CountRejected = true
+
+		case "ipv4_prefix", "ipv6_prefix":
+			v, err := oneArg(d, sub, "<bits>")
+			if err != nil {
+				return err
+			}
+			max := maxIPv4Prefix
+			if sub == "ipv6_prefix" {
+				max = maxIPv6Prefix
+			}
+			bits, err := strconv.Atoi(v)
+			if err != nil {
+				return d.Errf("zone %q: %s must be a number of bits between 1 and %d (or 0: not set), got %q", name, sub, max, v)
+			}
+			if sub == "ipv4_prefix" {
+				z.IPv4Prefix = bits
+			} else {
+				z.IPv6Prefix = bits
+			}
+
+		case "empty_key":
+			v, err := oneArg(d, "empty_key", emptyKeyEnum.usage())
+			if err != nil {
+				return err
+			}
+			z.EmptyKey = v
+
+		default:
+			return d.Errf("zone %q: unknown subdirective %q (want one of %s)", name, sub, strings.Join(zoneSubdirectives, ", "))
+		}
+	}
+
+	// The events/window shorthand needs both halves.
+	if events != window {
+		have, missing := "events", "window"
+		if window {
+			have, missing = "window", "events"
+		}
+		return errAt(lines[have], fmt.Errorf("zone %q: %s without %s: the shorthand needs both (or use limit <events> <window>)", name, have, missing))
+	}
+
+	if err := z.validate(); err != nil {
+		tok := zoneTok
+		var ze *zoneError
+		if errors.As(err, &ze) {
+			tok = ze.token(zoneTok, lines, limitLines)
+			err = ze.err // without the hint for JSON
+		}
+		return errAt(tok, fmt.Errorf("zone %q: %v", name, err))
+	}
+	h.Zones = append(h.Zones, z)
+	return nil
+}
+
+// shorthand returns the single Limit the events/window shorthand fills,
+// creating it on first use.
+func shorthand(z *Zone) *Limit {
+	if len(z.Limits) == 0 {
+		z.Limits = append(z.Limits, Limit{})
+	}
+	return &z.Limits[0]
+}
+
+func mixErr(tok caddyfile.Token) error {
+	return fmt.Errorf("limit cannot be mixed with the events/window shorthand (%s at line %d): use limit lines only", tok.Text, tok.Line)
+}
+
+// firstOf returns the token of the first of names that lines holds.
+func firstOf(lines map[string]caddyfile.Token, names ...string) (caddyfile.Token, bool) {
+	var first caddyfile.Token
+	found := false
+	for _, n := range names {
+		if t, ok := lines[n]; ok && (!found || t.Line < first.Line) {
+			first, found = t, true
+		}
+	}
+	return first, found
+}
