@@ -12,7 +12,7 @@ import (
 
 // A zone without a key has one count for all its requests.
 func TestZoneWithoutKey(t *testing.T) {
-	h := provision(t, `{"zones":[{"name":"all","limits":[{"events":2,"window":"1m"}]}]}`, newFakeClock())
+	h := provision(t, `{"zones":[{"name":"all","limits":[{"events":2,"window":"1m"}]}]}`, newClock())
 	for i, remote := range []string{"192.0.2.1:1", "198.51.100.2:1"} {
 		if res := serve(h, newReq(remote)); res.code != 200 {
 			t.Fatalf("request %d from %s: %d, want 200", i+1, remote, res.code)
@@ -29,7 +29,7 @@ func TestZoneWithoutKey(t *testing.T) {
 // ipv4_prefix 0 and ipv6_prefix 0 mean not set: each address alone.
 func TestPrefixZeroIsNotSet(t *testing.T) {
 	h := provision(t, `{"zones":[{"name":"p","key":"{http.request.remote.host}","ipv4_prefix":0,"ipv6_prefix":0,
-		"limits":[{"events":1,"window":"1m"}]}]}`, newFakeClock())
+		"limits":[{"events":1,"window":"1m"}]}]}`, newClock())
 	for _, c := range []struct{ remote, key string }{
 		{"192.0.2.1:1", "192.0.2.1"},
 		{"192.0.2.2:1", "192.0.2.2"},
@@ -49,7 +49,7 @@ func TestPrefixZeroIsNotSet(t *testing.T) {
 // A jitter above 1 adds up to that multiple of the wait to Retry-After,
 // never less than the wait.
 func TestJitterAboveOne(t *testing.T) {
-	h := provision(t, `{"jitter":3,"zones":[{"name":"j","key":"k","limits":[{"events":1,"window":"10s"}]}]}`, newFakeClock())
+	h := provision(t, `{"jitter":3,"zones":[{"name":"j","key":"k","limits":[{"events":1,"window":"10s"}]}]}`, newClock())
 	serve(h, newReq("192.0.2.1:1"))
 	most := 0
 	for i := 0; i < 200; i++ {

@@ -2,20 +2,17 @@ package ratelimit
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/modules/caddyevents"
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
-	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
 
 	"github.com/zonelimit/caddy-ratelimit/algorithms"
@@ -38,115 +35,6 @@ const (
 	defaultIPv6Prefix    = 128
 )
 
-// pool holds what outlives a config reload: the store of each zone (keyed
-// by storeKey), the metrics' counters, and, while a config is loaded, the
-// zones it defines (keyed by loadKey). It is the only package-level mutable
-// state.
-var pool = caddy.NewUsagePool()
-
-// storeKey identifies a zone's store across handlers and config loads: a
-// zone name is one limit in the whole config, so every handler naming it
-// shares its store (its counts), in a site or in another, as they share its
-// Redis keys with store redis.
-//
-// config is the zone's identity (see zoneIdentity): its name and every
-// setting that gives its counts their meaning or says where they live, as
-// JSON with the defaults filled in, plus a suffix for the stores a zone
-// may have besides its main one (the on_error local fallback). A zone keeps
-// its state across `caddy reload` when its identity is unchanged: the new
-// config's handlers take the store before the old config's release it.
-// Changing any of these settings starts the zone afresh, so a new limit
-// applies at once. Settings that only change what is done with a decision
-// (match, cost, on_limit, max_wait, empty_key, headers, status, dry_run,
-// jitter, on_error) keep the counts, and may differ between the handlers
-// that name the zone: e.g. leaving dry_run keeps what was counted in it.
-//
-// Two zones of one name whose identities differ in one config load are a
-// configuration error (see loadZones.claim), so a name never means two
-// limits.
-type storeKey struct {
-	config string
-}
-
-// loadKey is the pool key of the zones of one config load: Caddy gives
-// each load a metrics registry of its own.
-type loadKey struct {
-	reg *prometheus.Registry
-}
-
-// loadZones is what the rate_limit handlers of one config load have
-// defined so far: each zone name's identity and where it was first
-// defined.
-type loadZones struct {
-	mu       sync.Mutex
-	handlers int // handlers provisioned so far, to number them in errors
-	zones    map[string]zoneDefinition
-}
-
-type zoneDefinition struct {
-	identity string
-	fields   map[string]json.RawMessage // identity by field, to name what differs
-	place    string
-}
-
-func (*loadZones) Destruct() error { return nil }
-
-// next numbers a handler of the load, from 1.
-func (lz *loadZones) next() int {
-	lz.mu.Lock()
-	defer lz.mu.Unlock()
-	lz.handlers++
-	return lz.handlers
-}
-
-// claim records that the zone name with identity is defined at place, or
-// fails when the load already defines that name with another identity.
-func (lz *loadZones) claim(name, identity, place string) error {
-	lz.mu.Lock()
-	defer lz.mu.Unlock()
-	def, ok := lz.zones[name]
-	if !ok {
-		lz.zones[name] = zoneDefinition{identity: identity, fields: identityFields(identity), place: place}
-		return nil
-	}
-	if def.identity == identity {
-		return nil
-	}
-	return fmt.Errorf("defined differently in %s and in %s (they differ in %s): "+
-		"a zone name is one limit in the whole config, shared by every handler that names it, "+
-		"so its limit settings must be the same everywhere; give one of them another name",
-		def.place, place, strings.Join(differingFields(def.fields, identityFields(identity)), ", "))
-}
-
-// identityFields splits an identity's JSON by field.
-func identityFields(identity string) map[string]json.RawMessage {
-	var m map[string]json.RawMessage
-	if err := json.Unmarshal([]byte(identity), &m); err != nil {
-		return nil
-	}
-	return m
-}
-
-// differingFields names, sorted, the fields in which a and b differ.
-func differingFields(a, b map[string]json.RawMessage) []string {
-	var names []string
-	for k, v := range a {
-		if w, ok := b[k]; !ok || string(v) != string(w) {
-			names = append(names, k)
-		}
-	}
-	for k := range b {
-		if _, ok := a[k]; !ok {
-			names = append(names, k)
-		}
-	}
-	slices.Sort(names)
-	if len(names) == 0 {
-		names = []string{"settings"}
-	}
-	return names
-}
-
 // handlerRuntime is what Provision builds from the configuration: all that
 // ServeHTTP reads, never written after Provision.
 type handlerRuntime struct {
@@ -167,9 +55,8 @@ type handlerRuntime struct {
 	policyAll []string
 
 	// poolKeys are the pool entries this handler holds; Cleanup releases
-	// them. private are stores outside the pool (tests with a clock).
+	// them.
 	poolKeys []any
-	private  []caddy.Destructor
 
 	// redis is the shared Redis client of store redis (nil otherwise) and
 	// redisConf its settings with placeholders replaced and defaults in.
@@ -193,19 +80,28 @@ type handlerRuntime struct {
 	// value (CaddyModule).
 	inflight *atomic.Int64
 
-	// clock, when set (tests), is the time source of the memory stores
-	// and of on_limit wait; sleep, when set, replaces the real timer.
-	clock func() time.Time
-	sleep func(ctx context.Context, d time.Duration) error
+	// opts are the handler's clock and pool scope (see provisionOptions).
+	opts provisionOptions
 }
 
-type errorRoutesMode uint8
+// provisionOptions are what provision takes from its caller rather than
+// from the configuration. Provision passes the zero value: the real clock
+// and the shared pool. Tests pass a synthetic clock, and a scope that keeps
+// their zones' state to themselves.
+type provisionOptions struct {
+	// now is the clock of the memory stores, of sync_interval and of
+	// on_limit wait; nil means time.Now.
+	now func() time.Time
 
-const (
-	errorRoutesUnknown errorRoutesMode = iota
-	errorRoutesYes
-	errorRoutesNo
-)
+	// sleep waits d or until ctx is done (then returns its error), for
+	// on_limit wait; nil means a timer.
+	sleep func(ctx context.Context, d time.Duration) error
+
+	// poolScope, when not empty, is part of the pool key of every store
+	// of the handler's zones: they share no state with zones of another
+	// scope (see storeKey).
+	poolScope string
+}
 
 type emptyKeyMode uint8
 
@@ -267,6 +163,12 @@ type zone struct {
 // Provision validates the configuration, fills in the defaults and sets up
 // the zones: matchers, key resolvers, algorithms and stores.
 func (h *Handler) Provision(ctx caddy.Context) error {
+	return h.provision(ctx, provisionOptions{})
+}
+
+// provision is Provision with the clock and pool scope of opts.
+func (h *Handler) provision(ctx caddy.Context, opts provisionOptions) error {
+	h.rt.opts = opts
 	h.rt.logger = ctx.Logger()
 	if err := h.convertMholt(); err != nil {
 		return err
@@ -275,21 +177,11 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 		return err
 	}
 
-	if h.Store == "" {
-		h.Store = defaultStore
-	}
-	if h.Headers == "" {
-		h.Headers = defaultHeaders
-	}
-	if h.Status == 0 {
-		h.Status = defaultStatus
-	}
-	if h.SweepInterval == 0 {
-		h.SweepInterval = caddy.Duration(defaultSweepInterval)
-	}
-	if h.MaxKeys == 0 {
-		h.MaxKeys = defaultMaxKeys
-	}
+	orDefault(&h.Store, defaultStore)
+	orDefault(&h.Headers, defaultHeaders)
+	orDefault(&h.Status, defaultStatus)
+	orDefault(&h.SweepInterval, caddy.Duration(defaultSweepInterval))
+	orDefault(&h.MaxKeys, defaultMaxKeys)
 	mode, err := parseHeaderMode(h.Headers)
 	if err != nil {
 		return err
@@ -332,26 +224,14 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 
 // provisionZone fills in the defaults of zc and builds its runtime zone.
 func (h *Handler) provisionZone(ctx caddy.Context, zc *Zone, lz *loadZones, place string) (*zone, error) {
-	if zc.Algorithm == "" {
-		zc.Algorithm = algorithms.SlidingLog
-	}
-	if zc.Cost == "" {
-		zc.Cost = defaultCost
-	}
-	if zc.OnLimit == "" {
-		zc.OnLimit = defaultOnLimit
-	}
-	if zc.EmptyKey == "" {
-		zc.EmptyKey = defaultEmptyKey
-	}
-	if zc.IPv4Prefix == 0 {
-		zc.IPv4Prefix = defaultIPv4Prefix
-	}
-	if zc.IPv6Prefix == 0 {
-		zc.IPv6Prefix = defaultIPv6Prefix
-	}
-	if zc.OnLimit == "wait" && zc.MaxWaiters == 0 {
-		zc.MaxWaiters = defaultMaxWaiters
+	orDefault(&zc.Algorithm, algorithms.SlidingLog)
+	orDefault(&zc.Cost, defaultCost)
+	orDefault(&zc.OnLimit, defaultOnLimit)
+	orDefault(&zc.EmptyKey, defaultEmptyKey)
+	orDefault(&zc.IPv4Prefix, defaultIPv4Prefix)
+	orDefault(&zc.IPv6Prefix, defaultIPv6Prefix)
+	if zc.OnLimit == "wait" {
+		orDefault(&zc.MaxWaiters, defaultMaxWaiters)
 	}
 
 	z := &zone{
@@ -441,7 +321,7 @@ func (h *Handler) provisionZone(ctx caddy.Context, zc *Zone, lz *loadZones, plac
 	}
 	z.limiter = lim
 
-	if err := h.zoneStores(z, lim, storeKey{config: identity}); err != nil {
+	if err := h.zoneStores(z, lim, storeKey{scope: h.rt.opts.poolScope, config: identity}); err != nil {
 		return nil, err
 	}
 
@@ -452,271 +332,29 @@ func (h *Handler) provisionZone(ctx caddy.Context, zc *Zone, lz *loadZones, plac
 	return z, nil
 }
 
-// zoneIdentity is what gives a zone's counts their meaning and says where
-// they live (see storeKey): the zone's limit settings and its handler's
-// store settings, defaults filled in.
-type zoneIdentity struct {
-	Name          string          `json:"name"`
-	Algorithm     string          `json:"algorithm"`
-	Limits        []Limit         `json:"limits"`
-	Burst         int64           `json:"burst"`
-	CountRejected bool            `json:"count_rejected"`
-	Key           string          `json:"key"`
-	KeyResolver   json.RawMessage `json:"key_resolver,omitempty"`
-	IPv4Prefix    int             `json:"ipv4_prefix"`
-	IPv6Prefix    int             `json:"ipv6_prefix"`
-	Store         string          `json:"store"`
-	MaxKeys       int             `json:"max_keys"`
-	SweepInterval caddy.Duration  `json:"sweep_interval"`
-	Redis         *redisLocation  `json:"redis,omitempty"`
-	SyncInterval  caddy.Duration  `json:"sync_interval,omitempty"`
-}
-
-// redisLocation is which Redis database and keys hold a zone's counts (the
-// resolved settings that choose them): handlers whose clients differ only
-// in how they connect (timeouts, pool size, TLS, credentials) share the
-// counts.
-type redisLocation struct {
-	Addresses         []string `json:"addresses,omitempty"`
-	URL               string   `json:"url,omitempty"`
-	SentinelMaster    string   `json:"sentinel_master,omitempty"`
-	SentinelAddresses []string `json:"sentinel_addresses,omitempty"`
-	DB                int      `json:"db,omitempty"`
-	KeyPrefix         string   `json:"key_prefix"`
-}
-
-// storeIdentity returns the JSON of zc's zoneIdentity.
-func (h *Handler) storeIdentity(zc *Zone) (string, error) {
-	id := zoneIdentity{
-		Name: zc.Name, Algorithm: zc.Algorithm, Limits: zc.Limits, Burst: zc.Burst,
-		CountRejected: zc.CountRejected, Key: zc.Key, KeyResolver: zc.KeyResolverRaw,
-		IPv4Prefix: zc.IPv4Prefix, IPv6Prefix: zc.IPv6Prefix,
-		Store: h.Store, MaxKeys: h.MaxKeys, SweepInterval: h.SweepInterval,
+// orDefault sets *v to def when it is the zero value (not configured).
+func orDefault[T comparable](v *T, def T) {
+	var zero T
+	if *v == zero {
+		*v = def
 	}
-	if rc := h.rt.redisConf; h.Store == "redis" && rc != nil {
-		// Another Redis, key prefix or mode is another count.
-		id.Redis = &redisLocation{
-			Addresses: rc.Addresses, URL: rc.URL,
-			SentinelMaster: rc.SentinelMaster, SentinelAddresses: rc.SentinelAddresses,
-			DB: rc.DB, KeyPrefix: rc.KeyPrefix,
-		}
-		id.SyncInterval = h.SyncInterval
-	}
-	b, err := json.Marshal(id)
-	return string(b), err
-}
-
-// provisionLoad takes the handler's share of its config load's zones (nil
-// outside a config load: a bare context has no metrics registry) and
-// describes where the handler is, for errors.
-func (h *Handler) provisionLoad(ctx caddy.Context) (*loadZones, string, error) {
-	reg := ctx.GetMetricsRegistry()
-	if reg == nil {
-		return nil, "", nil
-	}
-	key := loadKey{reg}
-	v, _, err := pool.LoadOrNew(key, func() (caddy.Destructor, error) {
-		return &loadZones{zones: make(map[string]zoneDefinition)}, nil
-	})
-	if err != nil {
-		return nil, "", err
-	}
-	h.rt.poolKeys = append(h.rt.poolKeys, key)
-	lz := v.(*loadZones)
-	return lz, placeOf(ctx, lz.next()), nil
-}
-
-// placeOf describes the n-th rate_limit handler of a config load: its
-// order, its server (name and listen addresses) and its site (the matchers
-// of the server's top-level route that holds it, e.g. a Caddyfile site's
-// host matcher).
-func placeOf(ctx caddy.Context, n int) string {
-	place := fmt.Sprintf("rate_limit handler #%d", n)
-	srv, ok := ctx.Context.Value(caddyhttp.ServerCtxKey).(*caddyhttp.Server)
-	if !ok || srv == nil {
-		return place
-	}
-	place += fmt.Sprintf(" (server %q listening on %s", srv.Name(), strings.Join(srv.Listen, " "))
-	if site := siteOf(srv.Routes); site != "" {
-		place += ", site " + site
-	}
-	return place + ")"
-}
-
-// siteOf describes the matchers of the route of routes whose handlers are
-// being provisioned: Caddy provisions the routes in order, and a route's
-// HandlersRaw is consumed (and Handlers set) once all its handlers are
-// provisioned, so it is the first route with raw handlers but no handlers
-// yet. "" if there is none or it has no matchers.
-func siteOf(routes caddyhttp.RouteList) string {
-	for i := range routes {
-		r := &routes[i]
-		if r.Handlers != nil || len(r.HandlersRaw) == 0 {
-			continue
-		}
-		var sets []string
-		for _, set := range r.MatcherSets {
-			var ms []string
-			for _, m := range set {
-				name := fmt.Sprintf("%T", m)
-				if mod, ok := m.(caddy.Module); ok {
-					name = mod.CaddyModule().ID.Name()
-				}
-				j, err := json.Marshal(m)
-				if err != nil {
-					j = []byte("?")
-				}
-				ms = append(ms, name+" "+string(j))
-			}
-			sets = append(sets, strings.Join(ms, " "))
-		}
-		return strings.Join(sets, " or ")
-	}
-	return ""
-}
-
-// errorRoutesFor tells, at provision time, whether an error returned by the
-// handler reaches error routes: the errors routes of an enclosing subroute,
-// or the server's handle_errors routes unless none of them can match this
-// site's requests.
-func errorRoutesFor(ctx caddy.Context) errorRoutesMode {
-	for _, m := range ctx.Modules() {
-		if sr, ok := m.(*caddyhttp.Subroute); ok && sr.Errors != nil && len(sr.Errors.Routes) > 0 {
-			return errorRoutesYes
-		}
-	}
-	srv, ok := ctx.Context.Value(caddyhttp.ServerCtxKey).(*caddyhttp.Server)
-	if !ok || srv == nil {
-		return errorRoutesUnknown
-	}
-	if srv.Errors == nil || len(srv.Errors.Routes) == 0 {
-		return errorRoutesNo
-	}
-	if errorRoutesMayMatch(srv) {
-		return errorRoutesYes
-	}
-	return errorRoutesNo
-}
-
-// errorRoutesMayMatch reports whether one of the server's error routes may
-// match a request of the site being provisioned. The Caddyfile gives a
-// site's handle_errors routes the site's host matcher, so a site without
-// handle_errors shares a server with sites that have some: their routes
-// match other hosts, and a rejection here can be written directly, saving
-// Caddy's error path. Anything but plain host lists on both sides (no
-// wildcards, no placeholders) counts as a possible match.
-func errorRoutesMayMatch(srv *caddyhttp.Server) bool {
-	ours, ok := currentRouteHosts(srv.Routes)
-	if !ok {
-		return true
-	}
-	for i := range srv.Errors.Routes {
-		theirs, ok := rawHosts(srv.Errors.Routes[i].MatcherSetsRaw)
-		if !ok {
-			return true
-		}
-		for _, h := range theirs {
-			if _, dup := ours[strings.ToLower(h)]; dup {
-				return true
-			}
-		}
-	}
-	return false
-}
-
-// currentRouteHosts returns the hosts of the top-level route being
-// provisioned (see siteOf), when its matchers are host lists only.
-func currentRouteHosts(routes caddyhttp.RouteList) (map[string]struct{}, bool) {
-	for i := range routes {
-		r := &routes[i]
-		if r.Handlers != nil || len(r.HandlersRaw) == 0 {
-			continue
-		}
-		if len(r.MatcherSets) == 0 {
-			return nil, false
-		}
-		hosts := make(map[string]struct{})
-		for _, set := range r.MatcherSets {
-			if len(set) != 1 {
-				return nil, false
-			}
-			mh, ok := set[0].(caddyhttp.MatchHost)
-			if !ok {
-				if p, isPtr := set[0].(*caddyhttp.MatchHost); isPtr && p != nil {
-					mh, ok = *p, true
-				}
-			}
-			if !ok || !plainHosts(mh) {
-				return nil, false
-			}
-			for _, h := range mh {
-				hosts[strings.ToLower(h)] = struct{}{}
-			}
-		}
-		return hosts, true
-	}
-	return nil, false
-}
-
-// rawHosts returns the hosts of unprovisioned matcher sets that are host
-// lists only.
-func rawHosts(sets caddyhttp.RawMatcherSets) ([]string, bool) {
-	if len(sets) == 0 {
-		return nil, false // matches every request
-	}
-	var all []string
-	for _, set := range sets {
-		raw, ok := set["host"]
-		if len(set) != 1 || !ok {
-			return nil, false
-		}
-		var hosts []string
-		if err := json.Unmarshal(raw, &hosts); err != nil || !plainHosts(hosts) {
-			return nil, false
-		}
-		all = append(all, hosts...)
-	}
-	return all, true
-}
-
-// plainHosts reports whether hosts are literal names, matched only by
-// themselves.
-func plainHosts(hosts []string) bool {
-	if len(hosts) == 0 {
-		return false
-	}
-	for _, h := range hosts {
-		if h == "" || strings.ContainsAny(h, "*{}") {
-			return false
-		}
-	}
-	return true
 }
 
 // Cleanup releases the zones' state: a store no other config load uses is
 // destroyed.
 func (h *Handler) Cleanup() error {
-	var errs []error
 	if h.rt.metrics != nil {
 		for _, z := range h.rt.zones {
 			h.rt.metrics.zones.remove(z)
 		}
 	}
-	// Stores before the Redis client they use (the two-layer store makes a
-	// last push): private stores first, then the pool's (releasePoolKeys).
-	for _, m := range slices.Backward(h.rt.private) {
-		if err := m.Destruct(); err != nil {
-			errs = append(errs, err)
-		}
-	}
-	h.rt.private = nil
 	keys := h.rt.poolKeys
 	h.rt.poolKeys = nil
 	if h.rt.inflight != nil && h.rt.inflight.Load() > 0 {
 		go h.releaseWhenIdle(keys)
-		return errors.Join(errs...)
+		return nil
 	}
-	return errors.Join(append(errs, releasePoolKeys(keys))...)
+	return releasePoolKeys(keys)
 }
 
 // drainLimit bounds how long Cleanup's release waits for requests still

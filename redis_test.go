@@ -289,7 +289,7 @@ func waitFor(t *testing.T, limit time.Duration, what string, cond func() bool) {
 // most (instances-1) x the per-interval budget (the README's bound).
 func TestRedisSyncIntervalThreeInstances(t *testing.T) {
 	srv := redistest.Start(t)
-	clock := newFakeClock()
+	clock := newClock()
 	const events, instances = 600, 3
 	var hs []*Handler
 	for i := 0; i < instances; i++ {
