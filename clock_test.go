@@ -56,12 +56,6 @@ func (c *testClock) Now() time.Time {
 	return c.t
 }
 
-func (c *testClock) Advance(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.t = c.t.Add(d)
-}
-
 func (c *testClock) Sleep(ctx context.Context, d time.Duration) error {
 	if err := ctx.Err(); err != nil {
 		return err
@@ -91,6 +85,13 @@ func (c *testClock) Sleep(ctx context.Context, d time.Duration) error {
 		c.mu.Unlock()
 		return ctx.Err()
 	}
+}
+
+// Advance moves the clock on by d, without waking a sleeper.
+func (c *testClock) Advance(d time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.t = c.t.Add(d)
 }
 
 // Slept returns the sleeps so far (not with a step clock).

@@ -6,11 +6,8 @@ import (
 	"encoding/hex"
 	"errors"
 	"net/http"
-	"strconv"
-	"strings"
 	"time"
 
-	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
@@ -169,23 +166,6 @@ var errBreakerOpen = errors.New("redis circuit breaker open (repeated failures):
 // errStoreDown is the error of a decision not asked of Redis because it
 // failed earlier in the same request.
 var errStoreDown = errors.New("redis failed earlier in this request: not called again")
-
-// costOf is the cost of the request in zone z: the static cost, or the
-// placeholder's value when it is a positive integer, else 1.
-func (z *zone) costOf(r *http.Request) int64 {
-	if z.costTmpl == "" {
-		return z.cost
-	}
-	repl, _ := r.Context().Value(caddy.ReplacerCtxKey).(*caddy.Replacer)
-	if repl == nil {
-		return 1
-	}
-	n, err := strconv.ParseInt(strings.TrimSpace(repl.ReplaceAll(z.costTmpl, "")), 10, 64)
-	if err != nil || n <= 0 {
-		return 1
-	}
-	return n
-}
 
 // emptyKeyDenial is the decision of a zone with empty_key deny for a
 // request without a key: it will never be admitted; come back after the

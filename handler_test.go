@@ -88,6 +88,17 @@ func serve(h *Handler, r *http.Request, fn ...func(http.ResponseWriter, *http.Re
 	return res
 }
 
+// expectPlaceholders fails the test unless the placeholders of the request
+// of res have the values of want ("-" when unknown).
+func expectPlaceholders(t *testing.T, res result, want map[string]string) {
+	t.Helper()
+	for ph, w := range want {
+		if got := res.repl.ReplaceAll(ph, "-"); got != w {
+			t.Errorf("%s = %q, want %q", ph, got, w)
+		}
+	}
+}
+
 func expectHeaders(t *testing.T, res result, want map[string]string) {
 	t.Helper()
 	for k, v := range want {
@@ -139,18 +150,14 @@ func TestAllowThenReject(t *testing.T) {
 		"X-RateLimit-Remaining": "0",
 		"X-RateLimit-Reset":     "50",
 	})
-	for ph, want := range map[string]string{
+	expectPlaceholders(t, res, map[string]string{
 		"{http.rate_limit.zone}":          "api",
 		"{http.rate_limit.key}":           "192.0.2.1",
 		"{http.rate_limit.remaining}":     "0",
 		"{http.rate_limit.limit}":         "3",
 		"{http.rate_limit.retry_after}":   "50",
 		"{http.rate_limit.exceeded.name}": "api",
-	} {
-		if got := res.repl.ReplaceAll(ph, "-"); got != want {
-			t.Errorf("%s = %q, want %q", ph, got, want)
-		}
-	}
+	})
 
 	// Another client is not affected.
 	if res := serve(h, newReq("192.0.2.2:1000")); res.code != 200 || !res.called {
@@ -167,17 +174,13 @@ func TestAllowThenReject(t *testing.T) {
 func TestAllowedPlaceholders(t *testing.T) {
 	h := provision(t, perIP3, newClock())
 	res := serve(h, newReq("192.0.2.1:1000"))
-	for ph, want := range map[string]string{
+	expectPlaceholders(t, res, map[string]string{
 		"{http.rate_limit.zone}":        "api",
 		"{http.rate_limit.key}":         "192.0.2.1",
 		"{http.rate_limit.remaining}":   "2",
 		"{http.rate_limit.limit}":       "3",
 		"{http.rate_limit.retry_after}": "0",
-	} {
-		if got := res.repl.ReplaceAll(ph, "-"); got != want {
-			t.Errorf("%s = %q, want %q", ph, got, want)
-		}
-	}
+	})
 }
 
 func TestHeaderModes(t *testing.T) {

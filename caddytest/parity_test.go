@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -275,7 +274,7 @@ func TestEventExceeded(t *testing.T) {
 		Origin: "http.handlers.rate_limit",
 		Data: map[string][2]string{
 			"zone":      {"it_parity_event", "string"},
-			"wait":      {(time.Duration(mustAtoi(t, r.Header.Get("Retry-After"))) * time.Second).String(), "time.Duration"},
+			"wait":      {(time.Duration(caddytesting.RetryAfter(t, r)) * time.Second).String(), "time.Duration"},
 			"remote_ip": {"127.0.0.1", "string"},
 		},
 	}
@@ -285,13 +284,4 @@ func TestEventExceeded(t *testing.T) {
 	if len(got) != 0 {
 		t.Fatalf("%d more events, want 1 in all (none for the admission)", len(got))
 	}
-}
-
-func mustAtoi(t *testing.T, s string) int {
-	t.Helper()
-	n, err := strconv.Atoi(s)
-	if err != nil {
-		t.Fatalf("%q: %v", s, err)
-	}
-	return n
 }

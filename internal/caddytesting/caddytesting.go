@@ -251,13 +251,22 @@ func ExpectCode(t *testing.T, r Response, code int, what string) {
 	}
 }
 
+// RetryAfter returns r's Retry-After, which must be a number of seconds.
+func RetryAfter(t *testing.T, r Response) int {
+	t.Helper()
+	n, err := strconv.Atoi(r.Header.Get("Retry-After"))
+	if err != nil {
+		t.Fatalf("Retry-After %q: %v", r.Header.Get("Retry-After"), err)
+	}
+	return n
+}
+
 // ExpectRetryAfter fails the test unless r's Retry-After is within
 // [lo, hi] seconds.
 func ExpectRetryAfter(t *testing.T, r Response, lo, hi int) {
 	t.Helper()
-	n, err := strconv.Atoi(r.Header.Get("Retry-After"))
-	if err != nil || n < lo || n > hi {
-		t.Fatalf("Retry-After %q, want %d..%d", r.Header.Get("Retry-After"), lo, hi)
+	if n := RetryAfter(t, r); n < lo || n > hi {
+		t.Fatalf("Retry-After %d, want %d..%d", n, lo, hi)
 	}
 }
 
