@@ -22,6 +22,20 @@ import (
 	"github.com/zonelimit/caddy-ratelimit/store"
 )
 
+// waitOnePerSecond is a zone of one key admitting one request a second,
+// where the others wait up to a minute.
+const waitOnePerSecond = `{"zones":[{"name":"w","key":"k","on_limit":"wait","max_wait":"1m",
+	"limits":[{"events":1,"window":"1s"}]}]}`
+
+// expectNoWaiters fails the test unless the first zone of h has no
+// waiters left, nor lines.
+func expectNoWaiters(t *testing.T, h *Handler) {
+	t.Helper()
+	if w, k := h.rt.zones[0].waiters.size(); w != 0 || k != 0 {
+		t.Fatalf("%d waiters, %d lines left", w, k)
+	}
+}
+
 // countingStore counts the Takes of a zone's store, with their instants
 // and results; onTake, when set, sees each decision.
 type countingStore struct {
@@ -168,17 +182,14 @@ func TestWaitFIFO(t *testing.T) {
 			t.Fatalf("request %d admitted at t0+%s, want t0+%s", i, d, time.Duration(i)*100*time.Millisecond)
 		}
 	}
-	if w, k := h.rt.zones[0].waiters.size(); w != 0 || k != 0 {
-		t.Fatalf("after the line emptied: %d waiters, %d lines", w, k)
-	}
+	expectNoWaiters(t, h)
 }
 
 // Only the head of a line asks the store: once per retry interval, plus
 // the admissions.
 func TestWaitStoreCallsPerRetryInterval(t *testing.T) {
 	c := newStepClock()
-	h := provision(t, `{"zones":[{"name":"w","key":"k","on_limit":"wait","max_wait":"1m",
-		"limits":[{"events":1,"window":"1s"}]}]}`, c)
+	h := provision(t, waitOnePerSecond, c)
 	cs := countTakes(h, c)
 	t0 := c.Now()
 	a := newAdmissions(c)
@@ -249,9 +260,7 @@ func TestWaitMaxWaitersRejectsAtOnce(t *testing.T) {
 	}
 	c.drain(t)
 	a.expectOrder(t, 0, 5, 1, 2, 3)
-	if w, k := h.rt.zones[0].waiters.size(); w != 0 || k != 0 {
-		t.Fatalf("after the lines emptied: %d waiters, %d lines", w, k)
-	}
+	expectNoWaiters(t, h)
 }
 
 // A waiter whose client goes away leaves the line at once; when it was the
@@ -259,8 +268,7 @@ func TestWaitMaxWaitersRejectsAtOnce(t *testing.T) {
 // the store, and gets in when the one who left would have.
 func TestWaitClientGone(t *testing.T) {
 	c := newStepClock()
-	h := provision(t, `{"zones":[{"name":"w","key":"k","on_limit":"wait","max_wait":"1m",
-		"limits":[{"events":1,"window":"1s"}]}]}`, c)
+	h := provision(t, waitOnePerSecond, c)
 	cs := countTakes(h, c)
 	t0 := c.Now()
 	a := newAdmissions(c)
@@ -298,8 +306,7 @@ type goneKey struct{}
 // back: the next in line gets it at the same instant.
 func TestWaitClientGoneAtAdmission(t *testing.T) {
 	c := newStepClock()
-	h := provision(t, `{"zones":[{"name":"w","key":"k","on_limit":"wait","max_wait":"1m",
-		"limits":[{"events":1,"window":"1s"}]}]}`, c)
+	h := provision(t, waitOnePerSecond, c)
 	cs := countTakes(h, c)
 	cs.onTake = func(ctx context.Context, d algorithms.Decision) {
 		if cancel, ok := ctx.Value(goneKey{}).(context.CancelFunc); ok && d.Allowed {

@@ -149,25 +149,19 @@ func TestZoneConflictFailsToLoad(t *testing.T) {
 http://a.test:9080 {
 	respond "running"
 }`)
-	msg := live.LoadError(t, live.Globals("")+`
-http://a.test:9080 {
+	site := func(host string, events int) string {
+		return fmt.Sprintf(`
+http://%s:9080 {
 	rate_limit {
 		zone it_parity_conflict {
 			key {http.request.header.X-Client}
-			limit 3 1h
+			limit %d 1h
 		}
 	}
-	respond "a"
-}
-http://b.test:9080 {
-	rate_limit {
-		zone it_parity_conflict {
-			key {http.request.header.X-Client}
-			limit 4 1h
-		}
+	respond %q
+}`, host, events, host[:1])
 	}
-	respond "b"
-}`)
+	msg := live.LoadError(t, live.Globals("")+site("a.test", 3)+site("b.test", 4))
 	for _, want := range []string{`zone \"it_parity_conflict\": defined differently in rate_limit handler #`,
 		`site host [\"a.test\"]`, `site host [\"b.test\"]`, "differ in limits"} {
 		if !strings.Contains(msg, want) {
