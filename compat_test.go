@@ -71,9 +71,11 @@ func TestJitterAboveOne(t *testing.T) {
 // Retry-After: it is neither dropped nor wrapped around to a short one.
 func TestRetryAfterHugeJitter(t *testing.T) {
 	for _, d := range []time.Duration{time.Second, time.Hour, math.MaxInt64 / 2} {
-		for _, j := range []float64{1e12, 1e300, math.MaxFloat64} {
-			// The random fraction would have to be below 1e-12 for
-			// the jitter to fit: the result is the saturated one.
+		for _, j := range []float64{1e31, 1e300, math.MaxFloat64} {
+			// The random fraction would have to be below 1e-21 for
+			// the jitter to fit, and rand.Float64's smallest one
+			// above 0 is 2^-53: the result is the saturated one.
+			// (With 1e12, a fraction below 0.009 fits 1s's jitter.)
 			if got, want := retryAfterSeconds(d, j), ceilSeconds(math.MaxInt64); got != want {
 				t.Errorf("retryAfterSeconds(%s, %g) = %d, want %d (saturated)", d, j, got, want)
 			}
