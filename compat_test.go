@@ -12,7 +12,7 @@ import (
 
 // A zone without a key has one count for all its requests.
 func TestZoneWithoutKey(t *testing.T) {
-	h := provision(t, `{"zones":[{"name":"all","limits":[{"events":2,"window":"1m"}]}]}`, newFakeClock())
+	h := provision(t, `{"zones":[{"name":"all","limits":[{"events":2,"window":"1m"}]}]}`, newClock())
 	for i, remote := range []string{"192.0.2.1:1", "198.51.100.2:1"} {
 		if res := serve(h, newReq(remote)); res.code != 200 {
 			t.Fatalf("request %d from %s: %d, want 200", i+1, remote, res.code)
@@ -29,7 +29,7 @@ func TestZoneWithoutKey(t *testing.T) {
 // ipv4_prefix 0 and ipv6_prefix 0 mean not set: each address alone.
 func TestPrefixZeroIsNotSet(t *testing.T) {
 	h := provision(t, `{"zones":[{"name":"p","key":"{http.request.remote.host}","ipv4_prefix":0,"ipv6_prefix":0,
-		"limits":[{"events":1,"window":"1m"}]}]}`, newFakeClock())
+		"limits":[{"events":1,"window":"1m"}]}]}`, newClock())
 	for _, c := range []struct{ remote, key string }{
 		{"192.0.2.1:1", "192.0.2.1"},
 		{"192.0.2.2:1", "192.0.2.2"},
@@ -49,7 +49,7 @@ func TestPrefixZeroIsNotSet(t *testing.T) {
 // A jitter above 1 adds up to that multiple of the wait to Retry-After,
 // never less than the wait.
 func TestJitterAboveOne(t *testing.T) {
-	h := provision(t, `{"jitter":3,"zones":[{"name":"j","key":"k","limits":[{"events":1,"window":"10s"}]}]}`, newFakeClock())
+	h := provision(t, `{"jitter":3,"zones":[{"name":"j","key":"k","limits":[{"events":1,"window":"10s"}]}]}`, newClock())
 	serve(h, newReq("192.0.2.1:1"))
 	most := 0
 	for i := 0; i < 200; i++ {
@@ -71,9 +71,11 @@ func TestJitterAboveOne(t *testing.T) {
 // Retry-After: it is neither dropped nor wrapped around to a short one.
 func TestRetryAfterHugeJitter(t *testing.T) {
 	for _, d := range []time.Duration{time.Second, time.Hour, math.MaxInt64 / 2} {
-		for _, j := range []float64{1e12, 1e300, math.MaxFloat64} {
-			// The random fraction would have to be below 1e-12 for
-			// the jitter to fit: the result is the saturated one.
+		for _, j := range []float64{1e31, 1e300, math.MaxFloat64} {
+			// The random fraction would have to be below 1e-21 for
+			// the jitter to fit, and rand.Float64's smallest one
+			// above 0 is 2^-53: the result is the saturated one.
+			// (With 1e12, a fraction below 0.009 fits 1s's jitter.)
 			if got, want := retryAfterSeconds(d, j), ceilSeconds(math.MaxInt64); got != want {
 				t.Errorf("retryAfterSeconds(%s, %g) = %d, want %d (saturated)", d, j, got, want)
 			}

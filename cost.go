@@ -2,6 +2,11 @@ package ratelimit
 
 import (
 	"math"
+	"net/http"
+	"strconv"
+	"strings"
+
+	"github.com/caddyserver/caddy/v2"
 
 	"github.com/zonelimit/caddy-ratelimit/algorithms"
 )
@@ -50,4 +55,21 @@ func (z *zone) neverAdmitted(cost int64) (algorithms.Decision, bool) {
 		}
 	}
 	return d, true
+}
+
+// costOf is the cost of the request in zone z: the static cost, or the
+// placeholder's value when it is a positive integer, else 1.
+func (z *zone) costOf(r *http.Request) int64 {
+	if z.costTmpl == "" {
+		return z.cost
+	}
+	repl, _ := r.Context().Value(caddy.ReplacerCtxKey).(*caddy.Replacer)
+	if repl == nil {
+		return 1
+	}
+	n, err := strconv.ParseInt(strings.TrimSpace(repl.ReplaceAll(z.costTmpl, "")), 10, 64)
+	if err != nil || n <= 0 {
+		return 1
+	}
+	return n
 }

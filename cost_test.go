@@ -44,7 +44,7 @@ func TestCostNeverAdmittedSkipsStore(t *testing.T) {
 		{"count_rejected", `"count_rejected":true,"limits":[{"events":10,"window":"1m"}]`, 10, 11, "10", "60", 2, 429}, // the refusal consumed the tier
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			h := provision(t, `{"zones":[{"name":"c","key":"k","cost":"{http.request.header.X-Cost}",`+tc.zone+`}]}`, newFakeClock())
+			h := provision(t, `{"zones":[{"name":"c","key":"k","cost":"{http.request.header.X-Cost}",`+tc.zone+`}]}`, newClock())
 			counter := &takeCounter{Store: h.rt.zones[0].store}
 			h.rt.zones[0].store = counter
 

@@ -1,13 +1,21 @@
 package ratelimit
 
-// Whether a rejection returned as an error reaches error routes.
-
 import (
 	"encoding/json"
 	"strings"
 
 	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
+)
+
+// errorRoutesMode says whether a rejection is returned as an error, for
+// the site's handle_errors routes to render, or written by the handler.
+type errorRoutesMode uint8
+
+const (
+	errorRoutesUnknown errorRoutesMode = iota
+	errorRoutesYes
+	errorRoutesNo
 )
 
 // errorRoutesFor tells, at provision time, whether an error returned by the

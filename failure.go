@@ -2,7 +2,6 @@ package ratelimit
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"net/http"
 	"strings"
@@ -14,73 +13,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
-
-	"github.com/zonelimit/caddy-ratelimit/algorithms"
-	"github.com/zonelimit/caddy-ratelimit/store"
 )
-
-// take decides zone z for key: one call to the zone's store. When the store
-// fails (Redis down or slow), on_error local decides with the zone's memory
-// fallback instead; with open and closed the error goes back to ServeHTTP,
-// which lets the request through or answers 503.
-//
-// While the client's circuit breaker is open the store is not called at
-// all: the request is decided by on_error at once. Nor is it once the same
-// request has seen it fail (*down, set here, is the request's): a request
-// pays at most one Redis timeout, however many zones it goes through.
-func (h *Handler) take(ctx context.Context, z *zone, key string, cost int64, down *bool) (algorithms.Decision, store.Store, error) {
-	if d, never := z.neverAdmitted(cost); never {
-		return d, z.store, nil // no store call: its answer is known
-	}
-	var d algorithms.Decision
-	err := errBreakerOpen
-	if *down && z.breaker != nil {
-		// Every zone with a breaker is on the handler's one client.
-		err = errStoreDown
-	} else if z.breaker.Allow() {
-		start := time.Now()
-		if d, ok := z.denies.get(key, start); ok {
-			return d, z.store, nil // still denied: no need to ask Redis
-		}
-		var at time.Time // zero: the store's clock (Redis TIME, a test's)
-		if z.sharesClock {
-			at = start // one clock reading for the memory store and the metric
-		}
-		d, err = z.store.Take(ctx, key, at, cost)
-		z.m.observe(start)
-		if err == nil {
-			z.breaker.Record(nil)
-			if !d.Allowed && z.denies != nil {
-				// From the reply's arrival: the cached denial ends no
-				// earlier than Redis's.
-				z.denies.put(key, time.Now(), d)
-			}
-			return d, z.store, nil
-		}
-		if ctx.Err() != nil {
-			// The client went away: not a failure of the store.
-			return d, z.store, err
-		}
-		*down = z.breaker != nil
-		z.breaker.Record(err)
-		z.m.storeErrors.Inc()
-		h.logStoreError(z, key, err)
-	}
-	z.m.failed.Inc()
-	if z.fallback != nil {
-		d, err = z.fallback.Take(ctx, key, time.Time{}, cost)
-		return d, z.fallback, err
-	}
-	return d, z.store, err
-}
-
-// errBreakerOpen is the error of a decision not asked of Redis because its
-// circuit breaker is open.
-var errBreakerOpen = errors.New("redis circuit breaker open (repeated failures): not called")
-
-// errStoreDown is the error of a decision not asked of Redis because it
-// failed earlier in the same request.
-var errStoreDown = errors.New("redis failed earlier in this request: not called again")
 
 // skipUndo reports whether giving back t would call a Redis that failed
 // earlier in the request (down): it would most likely fail too, after

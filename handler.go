@@ -2,44 +2,26 @@ package ratelimit
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"math/rand/v2"
 	"net"
 	"net/http"
-	"strconv"
 	"strings"
 	"time"
 
-	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 
 	"github.com/zonelimit/caddy-ratelimit/algorithms"
-	"github.com/zonelimit/caddy-ratelimit/store"
 )
 
 // statusClientClosed is the status of a request whose client went away
 // while it waited (nginx's 499, as Caddy's reverse proxy uses it).
 const statusClientClosed = 499
 
-// taken is one zone's admission of the request, kept to be undone.
-type taken struct {
-	z    *zone
-	st   store.Store // the store that admitted it: the zone's, or its fallback
-	key  string
-	cost int64
-	d    algorithms.Decision
-}
-
 // leasePoll is how often a request waiting for a concurrency slot looks
 // again.
 const leasePoll = 50 * time.Millisecond
-
-// maxKeyLen is the longest key kept as is; a longer one (a header a client
-// filled) is replaced by its hash, so that a key costs bounded memory.
-const maxKeyLen = 256
 
 // ServeHTTP decides the request in every zone that applies, in order. A
 // zone that denies it undoes what the zones before it admitted, and the
@@ -65,21 +47,22 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 	return next.ServeHTTP(w, r)
 }
 
-// admit decides the request in every zone. It returns done with the error
-// for ServeHTTP to return when the request was answered here (rejected,
-// 503, the client gone); otherwise the request proceeds, and leases are
-// the concurrency admissions to release when it ends (nil when none).
+// admit decides the request in every zone, in order. It returns done with
+// the error for ServeHTTP to return when the request was answered here
+// (rejected, 503, the client gone); otherwise the request proceeds, and
+// leases are the concurrency admissions to release when it ends (nil when
+// none).
 func (h *Handler) admit(w http.ResponseWriter, r *http.Request) (leases []taken, done bool, err error) {
 	rt := &h.rt
 	ctx := r.Context()
 
 	var takesBuf [4]taken
-	takes := takesBuf[:0]
+	takes := takesBuf[:0] // the admissions, undone if a later zone denies
 	var appliedBuf [4]*zone
 	applied := appliedBuf[:0] // zones that decided, for RateLimit-Policy
 
 	// The decision reported in the headers: the one with the fewest
-	// remaining, or a (dry-run) denial.
+	// remaining, or the first (dry-run) denial.
 	var rep taken
 	reported, repDenied := false, false
 
@@ -88,88 +71,43 @@ func (h *Handler) admit(w http.ResponseWriter, r *http.Request) (leases []taken,
 	down := false // Redis failed: the later zones do not call it (see take)
 
 	for _, z := range rt.zones {
-		if len(z.matchers) > 0 {
-			ok, err := z.matchers.AnyMatchWithError(r)
-			if err != nil {
-				h.undoAll(ctx, takes, down)
-				return nil, true, err
-			}
-			if !ok {
-				continue
-			}
-		}
-
-		key, err := z.resolver.Key(r)
-		if err != nil {
-			if c := rt.logger.Check(zapcore.DebugLevel, "resolving rate limit key"); c != nil {
-				c.Write(zap.String("zone", z.name), zap.Error(err))
-			}
-			key = ""
-		}
-		if len(key) > maxKeyLen {
-			key = hashKey(key)
-		}
-		if key == "" {
-			switch z.emptyKey {
-			case emptyKeyAllow:
-				continue
-			case emptyKeyDeny:
-				d := z.emptyKeyDenial()
-				applied = append(applied, z)
-				if rt.dryRun {
-					z.m.dryRun.Inc()
-					h.logDenial(r, z, key, &d, true)
-					if !repDenied {
-						rep, reported, repDenied = taken{z: z, key: key, d: d}, true, true
-					}
-					continue
-				}
-				h.undoAll(ctx, takes, down)
-				return nil, true, h.reject(w, r, z, key, &d, h.policy(applied))
-			}
-		}
-
-		cost := z.costOf(r)
-		d, st, err := h.takeOrWait(ctx, z, key, cost, &down)
-		if err != nil {
-			if ctx.Err() != nil {
-				// The client went away (while waiting, or while the
-				// store answered): nobody reads a response.
-				h.undoAll(ctx, takes, down)
-				return nil, true, caddyhttp.Error(statusClientClosed, err)
-			}
-			if rt.onError == onErrorClosed && !rt.dryRun {
-				h.undoAll(ctx, takes, down)
-				return nil, true, h.unavailable(w, r, z, err)
-			}
-			// on_error open: this zone lets the request through.
+		zd := h.decide(r, z, &down)
+		switch zd.outcome {
+		case zoneSkipped:
 			continue
+		case zoneFailed:
+			h.undoAll(ctx, takes, down)
+			return nil, true, zd.err
+		case zoneUnavailable:
+			h.undoAll(ctx, takes, down)
+			return nil, true, h.unavailable(w, r, z, zd.err)
 		}
 		applied = append(applied, z)
+		t := &zd.taken
 
-		if !d.Allowed {
-			if rt.dryRun {
-				z.m.dryRun.Inc()
-				h.logDenial(r, z, key, &d, true)
-				if !repDenied {
-					rep, reported, repDenied = taken{z: z, st: st, key: key, cost: cost, d: d}, true, true
-				}
-				continue
+		if zd.outcome == zoneDenied {
+			if !rt.dryRun {
+				h.undoAll(ctx, takes, down)
+				return nil, true, h.reject(w, r, z, t.key, &t.d, h.policy(applied))
 			}
-			h.undoAll(ctx, takes, down)
-			return nil, true, h.reject(w, r, z, key, &d, h.policy(applied))
+			z.m.dryRun.Inc()
+			h.logDenial(r, z, t.key, &t.d, true)
+			if !repDenied {
+				rep, reported, repDenied = *t, true, true
+			}
+			continue
 		}
 
 		z.m.allowed.Inc()
-		takes = append(takes, taken{z: z, st: st, key: key, cost: cost, d: d})
+		takes = append(takes, *t)
 		if z.lease {
 			hasLeases = true
 		}
-		if z.shape && d.Delay > delay && !rt.dryRun {
-			delay = d.Delay
+		if z.shape && t.d.Delay > delay && !rt.dryRun {
+			delay = t.d.Delay
 		}
-		if !repDenied && (!reported || d.Remaining < rep.d.Remaining) {
-			rep, reported = taken{z: z, st: st, key: key, cost: cost, d: d}, true
+		if !repDenied && (!reported || t.d.Remaining < rep.d.Remaining) {
+			rep, reported = *t, true
 		}
 	}
 
@@ -320,17 +258,19 @@ func (h *Handler) release(ctx context.Context, takes []taken) {
 	}
 }
 
+// now reads the handler's clock (see provisionOptions).
 func (h *Handler) now() time.Time {
-	if h.rt.clock != nil {
-		return h.rt.clock()
+	if h.rt.opts.now != nil {
+		return h.rt.opts.now()
 	}
 	return time.Now()
 }
 
-// sleepFor waits d, or until ctx is done (then returns its error).
+// sleepFor waits d, or until ctx is done (then returns its error), on the
+// handler's clock.
 func (h *Handler) sleepFor(ctx context.Context, d time.Duration) error {
-	if h.rt.sleep != nil {
-		return h.rt.sleep(ctx, d)
+	if h.rt.opts.sleep != nil {
+		return h.rt.opts.sleep(ctx, d)
 	}
 	t := time.NewTimer(d)
 	defer t.Stop()
@@ -339,34 +279,6 @@ func (h *Handler) sleepFor(ctx context.Context, d time.Duration) error {
 		return nil
 	case <-ctx.Done():
 		return ctx.Err()
-	}
-}
-
-// costOf is the cost of the request in zone z: the static cost, or the
-// placeholder's value when it is a positive integer, else 1.
-func (z *zone) costOf(r *http.Request) int64 {
-	if z.costTmpl == "" {
-		return z.cost
-	}
-	repl, _ := r.Context().Value(caddy.ReplacerCtxKey).(*caddy.Replacer)
-	if repl == nil {
-		return 1
-	}
-	n, err := strconv.ParseInt(strings.TrimSpace(repl.ReplaceAll(z.costTmpl, "")), 10, 64)
-	if err != nil || n <= 0 {
-		return 1
-	}
-	return n
-}
-
-// emptyKeyDenial is the decision of a zone with empty_key deny for a
-// request without a key: it will never be admitted; come back after the
-// longest window.
-func (z *zone) emptyKeyDenial() algorithms.Decision {
-	return algorithms.Decision{
-		Limit:      z.tiers[0].Events,
-		ResetAfter: z.maxWindow,
-		RetryAfter: z.maxWindow,
 	}
 }
 
@@ -390,11 +302,4 @@ func errorID() string {
 		n /= uint64(len(chars))
 	}
 	return string(b[:])
-}
-
-// hashKey replaces an overlong key by "#" and its hex SHA-256 (a key of
-// that exact form would need a SHA-256 preimage to collide).
-func hashKey(key string) string {
-	sum := sha256.Sum256([]byte(key))
-	return "#" + hex.EncodeToString(sum[:])
 }

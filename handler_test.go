@@ -8,7 +8,6 @@ import (
 	"net/http/httptest"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -20,45 +19,6 @@ import (
 	"github.com/zonelimit/caddy-ratelimit/store"
 )
 
-// fakeClock is the clock of the stores and of on_limit wait in tests;
-// sleeping advances it.
-type fakeClock struct {
-	mu    sync.Mutex
-	t     time.Time
-	slept []time.Duration
-}
-
-func newFakeClock() *fakeClock { return &fakeClock{t: time.Unix(1_700_000_000, 0)} }
-
-func (c *fakeClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.t
-}
-
-func (c *fakeClock) Advance(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.t = c.t.Add(d)
-}
-
-func (c *fakeClock) Sleep(ctx context.Context, d time.Duration) error {
-	if err := ctx.Err(); err != nil {
-		return err
-	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.slept = append(c.slept, d)
-	c.t = c.t.Add(d)
-	return nil
-}
-
-func (c *fakeClock) Slept() []time.Duration {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return append([]time.Duration(nil), c.slept...)
-}
-
 func testContext(t *testing.T) caddy.Context {
 	t.Helper()
 	ctx, cancel := caddy.NewContext(caddy.Context{Context: context.Background()})
@@ -68,17 +28,13 @@ func testContext(t *testing.T) caddy.Context {
 
 // provision provisions the handler given as JSON, with clock (if not nil)
 // as its clock, and cleans it up at the end of the test.
-func provision(t *testing.T, config string, clock *fakeClock) *Handler {
+func provision(t *testing.T, config string, clock *testClock) *Handler {
 	t.Helper()
 	h := new(Handler)
 	if err := json.Unmarshal([]byte(config), h); err != nil {
 		t.Fatalf("config: %v", err)
 	}
-	if clock != nil {
-		h.rt.clock = clock.Now
-		h.rt.sleep = clock.Sleep
-	}
-	if err := h.Provision(testContext(t)); err != nil {
+	if err := provisionOn(testContext(t), h, clock); err != nil {
 		t.Fatalf("provision: %v", err)
 	}
 	t.Cleanup(func() {
@@ -132,6 +88,17 @@ func serve(h *Handler, r *http.Request, fn ...func(http.ResponseWriter, *http.Re
 	return res
 }
 
+// expectPlaceholders fails the test unless the placeholders of the request
+// of res have the values of want ("-" when unknown).
+func expectPlaceholders(t *testing.T, res result, want map[string]string) {
+	t.Helper()
+	for ph, w := range want {
+		if got := res.repl.ReplaceAll(ph, "-"); got != w {
+			t.Errorf("%s = %q, want %q", ph, got, w)
+		}
+	}
+}
+
 func expectHeaders(t *testing.T, res result, want map[string]string) {
 	t.Helper()
 	for k, v := range want {
@@ -151,7 +118,7 @@ func expectHeaders(t *testing.T, res result, want map[string]string) {
 const perIP3 = `{"zones":[{"name":"api","key":"{http.request.remote.host}","limits":[{"events":3,"window":"1m"}]}]}`
 
 func TestAllowThenReject(t *testing.T) {
-	clock := newFakeClock()
+	clock := newClock()
 	h := provision(t, perIP3, clock)
 
 	for i := 0; i < 3; i++ {
@@ -183,18 +150,14 @@ func TestAllowThenReject(t *testing.T) {
 		"X-RateLimit-Remaining": "0",
 		"X-RateLimit-Reset":     "50",
 	})
-	for ph, want := range map[string]string{
+	expectPlaceholders(t, res, map[string]string{
 		"{http.rate_limit.zone}":          "api",
 		"{http.rate_limit.key}":           "192.0.2.1",
 		"{http.rate_limit.remaining}":     "0",
 		"{http.rate_limit.limit}":         "3",
 		"{http.rate_limit.retry_after}":   "50",
 		"{http.rate_limit.exceeded.name}": "api",
-	} {
-		if got := res.repl.ReplaceAll(ph, "-"); got != want {
-			t.Errorf("%s = %q, want %q", ph, got, want)
-		}
-	}
+	})
 
 	// Another client is not affected.
 	if res := serve(h, newReq("192.0.2.2:1000")); res.code != 200 || !res.called {
@@ -209,19 +172,15 @@ func TestAllowThenReject(t *testing.T) {
 }
 
 func TestAllowedPlaceholders(t *testing.T) {
-	h := provision(t, perIP3, newFakeClock())
+	h := provision(t, perIP3, newClock())
 	res := serve(h, newReq("192.0.2.1:1000"))
-	for ph, want := range map[string]string{
+	expectPlaceholders(t, res, map[string]string{
 		"{http.rate_limit.zone}":        "api",
 		"{http.rate_limit.key}":         "192.0.2.1",
 		"{http.rate_limit.remaining}":   "2",
 		"{http.rate_limit.limit}":       "3",
 		"{http.rate_limit.retry_after}": "0",
-	} {
-		if got := res.repl.ReplaceAll(ph, "-"); got != want {
-			t.Errorf("%s = %q, want %q", ph, got, want)
-		}
-	}
+	})
 }
 
 func TestHeaderModes(t *testing.T) {
@@ -242,7 +201,7 @@ func TestHeaderModes(t *testing.T) {
 				cfg += `,"status":` + strconv.Itoa(tc.statusOverride)
 			}
 			cfg += `}`
-			h := provision(t, cfg, newFakeClock())
+			h := provision(t, cfg, newClock())
 			serve(h, newReq("192.0.2.1:1"))
 			res := serve(h, newReq("192.0.2.1:1"))
 			wantCode := 429
@@ -269,7 +228,7 @@ func TestHeaderModes(t *testing.T) {
 }
 
 func TestTiersReportTightest(t *testing.T) {
-	clock := newFakeClock()
+	clock := newClock()
 	h := provision(t, `{"zones":[{"name":"t","key":"k","limits":[
 		{"events":2,"window":"1s"},{"events":5,"window":"1m"}]}]}`, clock)
 
@@ -308,7 +267,7 @@ func TestTiersReportTightest(t *testing.T) {
 func TestDenialUndoesEarlierZones(t *testing.T) {
 	h := provision(t, `{"zones":[
 		{"name":"site","key":"all","limits":[{"events":2,"window":"1m"}]},
-		{"name":"ip","key":"{http.request.remote.host}","limits":[{"events":1,"window":"1m"}]}]}`, newFakeClock())
+		{"name":"ip","key":"{http.request.remote.host}","limits":[{"events":1,"window":"1m"}]}]}`, newClock())
 
 	steps := []struct {
 		remote string
@@ -339,7 +298,7 @@ func TestDenialUndoesEarlierZones(t *testing.T) {
 func TestMatchers(t *testing.T) {
 	h := provision(t, `{"zones":[
 		{"name":"api","match":[{"path":["/api/*"]}],"key":"{http.request.remote.host}","limits":[{"events":1,"window":"1m"}]},
-		{"name":"login","match":[{"path":["/login"]}],"key":"{http.request.remote.host}","limits":[{"events":2,"window":"1m"}]}]}`, newFakeClock())
+		{"name":"login","match":[{"path":["/login"]}],"key":"{http.request.remote.host}","limits":[{"events":2,"window":"1m"}]}]}`, newClock())
 
 	if res := serve(h, newReq("192.0.2.1:1", path("/static/a.css"))); res.code != 200 || len(res.hdr) != 0 {
 		t.Fatalf("unmatched: code %d headers %v", res.code, res.hdr)
@@ -371,7 +330,7 @@ func TestEmptyKey(t *testing.T) {
 			`","limits":[{"events":1,"window":"30s"}]}]}`
 	}
 	t.Run("allow", func(t *testing.T) {
-		h := provision(t, cfg("allow"), newFakeClock())
+		h := provision(t, cfg("allow"), newClock())
 		for i := 0; i < 3; i++ {
 			if res := serve(h, newReq("192.0.2.1:1")); res.code != 200 || len(res.hdr) != 0 {
 				t.Fatalf("request %d: code %d headers %v", i, res.code, res.hdr)
@@ -383,7 +342,7 @@ func TestEmptyKey(t *testing.T) {
 		}
 	})
 	t.Run("deny", func(t *testing.T) {
-		h := provision(t, cfg("deny"), newFakeClock())
+		h := provision(t, cfg("deny"), newClock())
 		res := serve(h, newReq("192.0.2.1:1"))
 		if res.code != 429 || res.called {
 			t.Fatalf("code %d called %v", res.code, res.called)
@@ -395,7 +354,7 @@ func TestEmptyKey(t *testing.T) {
 	})
 	t.Run("global", func(t *testing.T) {
 		for _, mode := range []string{"global", ""} {
-			h := provision(t, cfg(mode), newFakeClock())
+			h := provision(t, cfg(mode), newClock())
 			if res := serve(h, newReq("192.0.2.1:1")); res.code != 200 {
 				t.Fatalf("first: %d", res.code)
 			}
@@ -411,7 +370,7 @@ func TestEmptyKey(t *testing.T) {
 }
 
 func TestCostPlaceholder(t *testing.T) {
-	h := provision(t, `{"zones":[{"name":"c","key":"k","cost":"{http.request.header.X-Cost}","limits":[{"events":10,"window":"1m"}]}]}`, newFakeClock())
+	h := provision(t, `{"zones":[{"name":"c","key":"k","cost":"{http.request.header.X-Cost}","limits":[{"events":10,"window":"1m"}]}]}`, newClock())
 	for i, tc := range []struct {
 		cost      string
 		remaining string
@@ -438,7 +397,7 @@ func TestCostPlaceholder(t *testing.T) {
 }
 
 func TestStaticCost(t *testing.T) {
-	h := provision(t, `{"zones":[{"name":"c","key":"k","cost":"3","limits":[{"events":7,"window":"1m"}]}]}`, newFakeClock())
+	h := provision(t, `{"zones":[{"name":"c","key":"k","cost":"3","limits":[{"events":7,"window":"1m"}]}]}`, newClock())
 	for _, want := range []int{200, 200, 429} {
 		if res := serve(h, newReq("192.0.2.1:1")); res.code != want {
 			t.Fatalf("code %d, want %d", res.code, want)
@@ -448,7 +407,7 @@ func TestStaticCost(t *testing.T) {
 
 func TestIPv6PrefixGrouping(t *testing.T) {
 	h := provision(t, `{"zones":[{"name":"v6","key":"{http.request.remote.host}","ipv6_prefix":64,"ipv4_prefix":24,
-		"limits":[{"events":1,"window":"1m"}]}]}`, newFakeClock())
+		"limits":[{"events":1,"window":"1m"}]}]}`, newClock())
 	if res := serve(h, newReq("[2001:db8:1:2::1]:5000")); res.code != 200 {
 		t.Fatalf("first: %d", res.code)
 	} else if got := res.repl.ReplaceAll("{http.rate_limit.key}", ""); got != "2001:db8:1:2::/64" {
@@ -467,7 +426,7 @@ func TestIPv6PrefixGrouping(t *testing.T) {
 }
 
 func TestDryRun(t *testing.T) {
-	h := provision(t, `{"dry_run":true,"zones":[{"name":"d","key":"k","limits":[{"events":1,"window":"1m"}]}]}`, newFakeClock())
+	h := provision(t, `{"dry_run":true,"zones":[{"name":"d","key":"k","limits":[{"events":1,"window":"1m"}]}]}`, newClock())
 	serve(h, newReq("192.0.2.1:1"))
 	for i := 0; i < 3; i++ {
 		res := serve(h, newReq("192.0.2.1:1"))
@@ -479,7 +438,7 @@ func TestDryRun(t *testing.T) {
 }
 
 func TestErrorRoutes(t *testing.T) {
-	h := provision(t, `{"zones":[{"name":"e","key":"k","limits":[{"events":1,"window":"2s"}]}]}`, newFakeClock())
+	h := provision(t, `{"zones":[{"name":"e","key":"k","limits":[{"events":1,"window":"2s"}]}]}`, newClock())
 	h.rt.errorRoutes = errorRoutesYes
 	serve(h, newReq("192.0.2.1:1"))
 	res := serve(h, newReq("192.0.2.1:1"))
@@ -526,7 +485,7 @@ func TestErrorRoutes(t *testing.T) {
 }
 
 func TestJitter(t *testing.T) {
-	h := provision(t, `{"jitter":0.5,"zones":[{"name":"j","key":"k","limits":[{"events":1,"window":"10s"}]}]}`, newFakeClock())
+	h := provision(t, `{"jitter":0.5,"zones":[{"name":"j","key":"k","limits":[{"events":1,"window":"10s"}]}]}`, newClock())
 	serve(h, newReq("192.0.2.1:1"))
 	seen := map[string]bool{}
 	for i := 0; i < 200; i++ {
@@ -543,7 +502,7 @@ func TestJitter(t *testing.T) {
 }
 
 func TestConcurrencyRelease(t *testing.T) {
-	h := provision(t, `{"zones":[{"name":"c","algorithm":"concurrency","key":"k","limits":[{"events":1,"window":"1m"}]}]}`, newFakeClock())
+	h := provision(t, `{"zones":[{"name":"c","algorithm":"concurrency","key":"k","limits":[{"events":1,"window":"1m"}]}]}`, newClock())
 
 	// A request in flight holds the only lease.
 	inside, leave := make(chan struct{}), make(chan struct{})
@@ -598,7 +557,7 @@ func TestConcurrencyRelease(t *testing.T) {
 func TestConcurrencyUndoneOnLaterDenial(t *testing.T) {
 	h := provision(t, `{"zones":[
 		{"name":"c","algorithm":"concurrency","key":"k","limits":[{"events":1,"window":"1m"}]},
-		{"name":"r","key":"k","limits":[{"events":1,"window":"1m"}]}]}`, newFakeClock())
+		{"name":"r","key":"k","limits":[{"events":1,"window":"1m"}]}]}`, newClock())
 	serve(h, newReq("192.0.2.1:1"))
 	if res := serve(h, newReq("192.0.2.1:1")); res.code != 429 || res.repl.ReplaceAll("{http.rate_limit.zone}", "") != "r" {
 		t.Fatalf("code %d", res.code)
@@ -616,7 +575,7 @@ func TestConcurrencyUndoneOnLaterDenial(t *testing.T) {
 }
 
 func TestWaitMode(t *testing.T) {
-	clock := newFakeClock()
+	clock := newClock()
 	h := provision(t, `{"zones":[{"name":"w","key":"k","on_limit":"wait","max_wait":"5s",
 		"limits":[{"events":1,"window":"1s"}]}]}`, clock)
 
@@ -632,7 +591,7 @@ func TestWaitMode(t *testing.T) {
 }
 
 func TestWaitModeMaxWait(t *testing.T) {
-	clock := newFakeClock()
+	clock := newClock()
 	h := provision(t, `{"zones":[{"name":"w","key":"k","on_limit":"wait","max_wait":"2s",
 		"limits":[{"events":1,"window":"10s"}]}]}`, clock)
 	serve(h, newReq("192.0.2.1:1"))
@@ -649,7 +608,7 @@ func TestWaitModeMaxWait(t *testing.T) {
 }
 
 func TestWaitModeClientGone(t *testing.T) {
-	clock := newFakeClock()
+	clock := newClock()
 	h := provision(t, `{"zones":[
 		{"name":"site","key":"all","limits":[{"events":5,"window":"1m"}]},
 		{"name":"w","key":"k","on_limit":"wait","max_wait":"5s","limits":[{"events":1,"window":"1s"}]}]}`, clock)
@@ -673,7 +632,7 @@ func TestWaitModeClientGone(t *testing.T) {
 }
 
 func TestLeakyBucketShaping(t *testing.T) {
-	clock := newFakeClock()
+	clock := newClock()
 	h := provision(t, `{"zones":[{"name":"l","algorithm":"leaky_bucket","key":"k","on_limit":"wait","max_wait":"10s",
 		"limits":[{"events":2,"window":"1s"}],"burst":4}]}`, clock)
 	// Four requests at once fit the bucket; with wait they are spaced out at
@@ -695,7 +654,7 @@ func TestLeakyBucketShaping(t *testing.T) {
 }
 
 func TestLeakyBucketRejectIgnoresDelay(t *testing.T) {
-	clock := newFakeClock()
+	clock := newClock()
 	h := provision(t, `{"zones":[{"name":"l","algorithm":"leaky_bucket","key":"k","limits":[{"events":2,"window":"1s"}],"burst":4}]}`, clock)
 	for i := 0; i < 4; i++ {
 		serve(h, newReq("192.0.2.1:1"))
@@ -711,7 +670,7 @@ func TestLeakyBucketRejectIgnoresDelay(t *testing.T) {
 func TestAllAlgorithmsLimit(t *testing.T) {
 	for _, alg := range []string{"sliding_log", "sliding_window", "fixed_window", "token_bucket", "leaky_bucket", "gcra"} {
 		t.Run(alg, func(t *testing.T) {
-			h := provision(t, `{"zones":[{"name":"a","algorithm":"`+alg+`","key":"k","limits":[{"events":3,"window":"1h"}]}]}`, newFakeClock())
+			h := provision(t, `{"zones":[{"name":"a","algorithm":"`+alg+`","key":"k","limits":[{"events":3,"window":"1h"}]}]}`, newClock())
 			for i := 0; i < 3; i++ {
 				if res := serve(h, newReq("192.0.2.1:1")); res.code != 200 {
 					t.Fatalf("request %d: %d", i+1, res.code)
@@ -874,7 +833,7 @@ func BenchmarkServeHTTPDeniedSlidingLog(b *testing.B) {
 }
 
 func TestLongKeysAreHashed(t *testing.T) {
-	h := provision(t, `{"zones":[{"name":"k","key":"{http.request.header.X-Key}","limits":[{"events":1,"window":"1m"}]}]}`, newFakeClock())
+	h := provision(t, `{"zones":[{"name":"k","key":"{http.request.header.X-Key}","limits":[{"events":1,"window":"1m"}]}]}`, newClock())
 	long := strings.Repeat("x", 10000)
 	res := serve(h, newReq("192.0.2.1:1", header("X-Key", long)))
 	if res.code != 200 {
@@ -893,7 +852,7 @@ func TestLongKeysAreHashed(t *testing.T) {
 }
 
 func TestWaitForConcurrencySlot(t *testing.T) {
-	clock := newFakeClock()
+	clock := newClock()
 	h := provision(t, `{"zones":[{"name":"c","algorithm":"concurrency","key":"k","on_limit":"wait","max_wait":"1s",
 		"limits":[{"events":1,"window":"1m"}]}]}`, clock)
 	// Hold the slot; the waiting request polls, and is refused when
@@ -933,9 +892,8 @@ func FuzzHandlerJSON(f *testing.F) {
 		if err := json.Unmarshal([]byte(config), h); err != nil {
 			return
 		}
-		clock := newFakeClock()
-		h.rt.clock, h.rt.sleep = clock.Now, clock.Sleep
-		err := h.Provision(testContext(t))
+		clock := newClock()
+		err := provisionOn(testContext(t), h, clock)
 		defer h.Cleanup()
 		if err != nil {
 			return
@@ -981,7 +939,7 @@ func init() { caddy.RegisterModule(testResolver{}) }
 
 func TestGuestKeyResolver(t *testing.T) {
 	h := provision(t, `{"zones":[{"name":"g","key_resolver":{"resolver":"test_header","header":"X-User"},
-		"empty_key":"deny","limits":[{"events":1,"window":"1m"}]}]}`, newFakeClock())
+		"empty_key":"deny","limits":[{"events":1,"window":"1m"}]}]}`, newClock())
 	if err := h.Validate(); err != nil {
 		t.Fatalf("Validate after Provision: %v", err)
 	}
@@ -1058,7 +1016,7 @@ func (f *failingStore) Take(ctx context.Context, key string, now time.Time, cost
 }
 
 func TestStoreFailureFailsOpen(t *testing.T) {
-	clock := newFakeClock()
+	clock := newClock()
 	h := provision(t, `{"zones":[
 		{"name":"ok","key":"k","limits":[{"events":5,"window":"1m"}]},
 		{"name":"down","key":"k","on_limit":"wait","max_wait":"10s","limits":[{"events":1,"window":"1s"}]}]}`, clock)
@@ -1079,7 +1037,7 @@ func TestStoreFailureFailsOpen(t *testing.T) {
 // On a denial, RateLimit's t is the time until more quota (as Retry-After);
 // X-RateLimit-Reset the time until the tier is whole again.
 func TestResetVersusRetry(t *testing.T) {
-	clock := newFakeClock()
+	clock := newClock()
 	h := provision(t, perIP3, clock)
 	for _, step := range []time.Duration{0, 20 * time.Second, 10 * time.Second} {
 		clock.Advance(step)
@@ -1100,8 +1058,8 @@ func TestResetVersusRetry(t *testing.T) {
 // the placeholders describe the latest decision, the inner handler's
 // rejection, whatever the outer one published before.
 func TestPlaceholdersLatestHandler(t *testing.T) {
-	outer := provision(t, `{"zones":[{"name":"outer","key":"k","limits":[{"events":10,"window":"1m"}]}]}`, newFakeClock())
-	inner := provision(t, `{"zones":[{"name":"inner","key":"k","limits":[{"events":1,"window":"1m"}]}]}`, newFakeClock())
+	outer := provision(t, `{"zones":[{"name":"outer","key":"k","limits":[{"events":10,"window":"1m"}]}]}`, newClock())
+	inner := provision(t, `{"zones":[{"name":"inner","key":"k","limits":[{"events":1,"window":"1m"}]}]}`, newClock())
 	for i, want := range []struct {
 		code                   int
 		zone, remaining, limit string

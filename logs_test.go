@@ -30,7 +30,7 @@ func TestLogsDenials(t *testing.T) {
 		if logKeys {
 			cfg = `{"log_keys":true,` + cfg[1:]
 		}
-		h := provision(t, cfg, newFakeClock())
+		h := provision(t, cfg, newClock())
 		info := observe(h, zapcore.InfoLevel)
 		for i := 0; i < 5; i++ {
 			serve(h, newReq("192.0.2.77:1")) // the first is admitted
@@ -65,7 +65,7 @@ func TestLogsDenials(t *testing.T) {
 // With log_keys, a dry run logs what it would have denied at info too.
 func TestLogsDryRunDenialsWithLogKeys(t *testing.T) {
 	h := provision(t, `{"log_keys":true,"dry_run":true,"zones":[{"name":"z","key":"{http.request.header.X-User}",
-		"limits":[{"events":1,"window":"1m"}]}]}`, newFakeClock())
+		"limits":[{"events":1,"window":"1m"}]}]}`, newClock())
 	info := observe(h, zapcore.InfoLevel)
 	for i := 0; i < 3; i++ {
 		serve(h, newReq("192.0.2.77:1", header("X-User", "ann")))

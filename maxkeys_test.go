@@ -15,7 +15,7 @@ import (
 func TestDefaultMaxKeysBoundsAFlood(t *testing.T) {
 	const flood = 80_000
 	h := provision(t, `{"zones":[{"name":"f","key":"{http.request.header.X-Key}",
-		"limits":[{"events":2,"window":"1m"}]}]}`, newFakeClock())
+		"limits":[{"events":2,"window":"1m"}]}]}`, newClock())
 	if h.MaxKeys != store.DefaultMaxKeys || store.DefaultMaxKeys != 50_000 {
 		t.Fatalf("max_keys %d by default, store default %d, want 50000", h.MaxKeys, store.DefaultMaxKeys)
 	}

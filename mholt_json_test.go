@@ -38,7 +38,7 @@ func TestMholtJSON(t *testing.T) {
 		t.Fatalf("strict decoding: %v", err)
 	}
 
-	h := provision(t, mholtConfig, newFakeClock())
+	h := provision(t, mholtConfig, newClock())
 	if len(h.Zones) != 2 || h.Zones[0].Name != "dynamic_example" || h.Zones[1].Name != "static_example" {
 		t.Fatalf("zones %+v, want dynamic_example then static_example", h.Zones)
 	}

@@ -31,12 +31,6 @@ const (
 	defaultIPv6Prefix    = 128
 )
 
-// pool holds what outlives a config reload: the store of each zone (keyed
-// by storeKey), the metrics' counters, and, while a config is loaded, the
-// zones it defines (keyed by loadKey). It is the only package-level mutable
-// state.
-var pool = caddy.NewUsagePool()
-
 // handlerRuntime is what Provision builds from the configuration: all that
 // ServeHTTP reads, never written after Provision.
 type handlerRuntime struct {
@@ -57,9 +51,8 @@ type handlerRuntime struct {
 	policyAll []string
 
 	// poolKeys are the pool entries this handler holds; Cleanup releases
-	// them. private are stores outside the pool (tests with a clock).
+	// them.
 	poolKeys []any
-	private  []caddy.Destructor
 
 	// redis is the shared Redis client of store redis (nil otherwise) and
 	// redisConf its settings with placeholders replaced and defaults in.
@@ -83,19 +76,28 @@ type handlerRuntime struct {
 	// value (CaddyModule).
 	inflight *atomic.Int64
 
-	// clock, when set (tests), is the time source of the memory stores
-	// and of on_limit wait; sleep, when set, replaces the real timer.
-	clock func() time.Time
-	sleep func(ctx context.Context, d time.Duration) error
+	// opts are the handler's clock and pool scope (see provisionOptions).
+	opts provisionOptions
 }
 
-type errorRoutesMode uint8
+// provisionOptions are what provision takes from its caller rather than
+// from the configuration. Provision passes the zero value: the real clock
+// and the shared pool. Tests pass a synthetic clock, and a scope that keeps
+// their zones' state to themselves.
+type provisionOptions struct {
+	// now is the clock of the memory stores, of sync_interval and of
+	// on_limit wait; nil means time.Now.
+	now func() time.Time
 
-const (
-	errorRoutesUnknown errorRoutesMode = iota
-	errorRoutesYes
-	errorRoutesNo
-)
+	// sleep waits d or until ctx is done (then returns its error), for
+	// on_limit wait; nil means a timer.
+	sleep func(ctx context.Context, d time.Duration) error
+
+	// poolScope, when not empty, is part of the pool key of every store
+	// of the handler's zones: they share no state with zones of another
+	// scope (see storeKey).
+	poolScope string
+}
 
 type emptyKeyMode uint8
 
@@ -157,6 +159,12 @@ type zone struct {
 // Provision validates the configuration, fills in the defaults and sets up
 // the zones: matchers, key resolvers, algorithms and stores.
 func (h *Handler) Provision(ctx caddy.Context) error {
+	return h.provision(ctx, provisionOptions{})
+}
+
+// provision is Provision with the clock and pool scope of opts.
+func (h *Handler) provision(ctx caddy.Context, opts provisionOptions) error {
+	h.rt.opts = opts
 	h.rt.logger = ctx.Logger()
 	if err := h.convertMholt(); err != nil {
 		return err
@@ -167,15 +175,9 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 
 	h.Store = storeEnum.orDefault(h.Store)
 	h.Headers = headersEnum.orDefault(h.Headers)
-	if h.Status == 0 {
-		h.Status = defaultStatus
-	}
-	if h.SweepInterval == 0 {
-		h.SweepInterval = caddy.Duration(defaultSweepInterval)
-	}
-	if h.MaxKeys == 0 {
-		h.MaxKeys = defaultMaxKeys
-	}
+	orDefault(&h.Status, defaultStatus)
+	orDefault(&h.SweepInterval, caddy.Duration(defaultSweepInterval))
+	orDefault(&h.MaxKeys, defaultMaxKeys)
 	h.rt.headers = headersEnum.mode(h.Headers)
 	h.rt.status = h.Status
 	h.rt.dryRun = h.DryRun
@@ -215,23 +217,15 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 
 // provisionZone fills in the defaults of zc and builds its runtime zone.
 func (h *Handler) provisionZone(ctx caddy.Context, zc *Zone, lz *loadZones, place string) (*zone, error) {
-	if zc.Algorithm == "" {
-		zc.Algorithm = algorithms.Default
-	}
-	if zc.Cost == "" {
-		zc.Cost = defaultCost
-	}
+	orDefault(&zc.Algorithm, algorithms.Default)
+	orDefault(&zc.Cost, defaultCost)
 	zc.OnLimit = onLimitEnum.orDefault(zc.OnLimit)
 	zc.EmptyKey = emptyKeyEnum.orDefault(zc.EmptyKey)
-	if zc.IPv4Prefix == 0 {
-		zc.IPv4Prefix = defaultIPv4Prefix
-	}
-	if zc.IPv6Prefix == 0 {
-		zc.IPv6Prefix = defaultIPv6Prefix
-	}
+	orDefault(&zc.IPv4Prefix, defaultIPv4Prefix)
+	orDefault(&zc.IPv6Prefix, defaultIPv6Prefix)
 	wait := onLimitEnum.mode(zc.OnLimit)
-	if wait && zc.MaxWaiters == 0 {
-		zc.MaxWaiters = defaultMaxWaiters
+	if wait {
+		orDefault(&zc.MaxWaiters, defaultMaxWaiters)
 	}
 
 	alg, err := algorithms.Lookup(zc.Algorithm)
@@ -312,7 +306,7 @@ func (h *Handler) provisionZone(ctx caddy.Context, zc *Zone, lz *loadZones, plac
 	}
 	z.limiter = lim
 
-	if err := h.zoneStores(z, lim, storeKey{config: identity}); err != nil {
+	if err := h.zoneStores(z, lim, storeKey{scope: h.rt.opts.poolScope, config: identity}); err != nil {
 		return nil, err
 	}
 
@@ -323,30 +317,29 @@ func (h *Handler) provisionZone(ctx caddy.Context, zc *Zone, lz *loadZones, plac
 	return z, nil
 }
 
+// orDefault sets *v to def when it is the zero value (not configured).
+func orDefault[T comparable](v *T, def T) {
+	var zero T
+	if *v == zero {
+		*v = def
+	}
+}
+
 // Cleanup releases the zones' state: a store no other config load uses is
 // destroyed.
 func (h *Handler) Cleanup() error {
-	var errs []error
 	if h.rt.metrics != nil {
 		for _, z := range h.rt.zones {
 			h.rt.metrics.zones.remove(z)
 		}
 	}
-	// Stores before the Redis client they use (the two-layer store makes a
-	// last push): private stores first, then the pool's (releasePoolKeys).
-	for _, m := range slices.Backward(h.rt.private) {
-		if err := m.Destruct(); err != nil {
-			errs = append(errs, err)
-		}
-	}
-	h.rt.private = nil
 	keys := h.rt.poolKeys
 	h.rt.poolKeys = nil
 	if h.rt.inflight != nil && h.rt.inflight.Load() > 0 {
 		go h.releaseWhenIdle(keys)
-		return errors.Join(errs...)
+		return nil
 	}
-	return errors.Join(append(errs, releasePoolKeys(keys))...)
+	return releasePoolKeys(keys)
 }
 
 // drainLimit bounds how long Cleanup's release waits for requests still

@@ -50,9 +50,7 @@ func TestRedisStoreLimits(t *testing.T) {
 		t.Fatalf("other key: %d", res.code)
 	}
 	// The count is in Redis, under the default prefix and the zone.
-	if keys := redisKeys(t, srv.Addr, "rl:api:*"); !strings.Contains(keys, "rl:api:{192.0.2.1}") {
-		t.Fatalf("keys %q", keys)
-	}
+	expectKey(t, srv.Addr, "rl:api:*", "rl:api:{192.0.2.1}")
 }
 
 // Two handlers (two Caddy instances' worth) with their own clients share
@@ -113,9 +111,7 @@ func TestRedisPlaceholders(t *testing.T) {
 	if res := serve(h, newReq("192.0.2.1:1")); res.code != 200 {
 		t.Fatalf("code %d", res.code)
 	}
-	if keys := redisKeys(t, srv.Addr, "ph:z:*"); !strings.Contains(keys, "ph:z:{k}") {
-		t.Fatalf("keys %q", keys)
-	}
+	expectKey(t, srv.Addr, "ph:z:*", "ph:z:{k}")
 }
 
 // on_error: what a request gets while Redis is down.
@@ -214,6 +210,15 @@ func redisKeys(t *testing.T, addr, pattern string) string {
 	return strings.Join(keys, " ")
 }
 
+// expectKey fails the test unless a key at addr that matches pattern
+// contains want.
+func expectKey(t *testing.T, addr, pattern, want string) {
+	t.Helper()
+	if keys := redisKeys(t, addr, pattern); !strings.Contains(keys, want) {
+		t.Fatalf("keys %s: %q, want one with %s", pattern, keys, want)
+	}
+}
+
 // Redis down: after breakerFailures failures the breaker opens and requests
 // are decided by on_error without calling Redis; once Redis is back (with
 // its scripts gone) the prober closes the breaker and decisions are shared
@@ -246,9 +251,7 @@ func TestRedisBreaker(t *testing.T) {
 	if res := serve(h, newReq("192.0.2.1:1")); res.code != 200 {
 		t.Fatalf("after restart: %d", res.code)
 	}
-	if keys := redisKeys(t, srv.Addr, "rl:api:*"); !strings.Contains(keys, "{192.0.2.1}") {
-		t.Fatalf("no count in the restarted Redis: %q", keys)
-	}
+	expectKey(t, srv.Addr, "rl:api:*", "{192.0.2.1}") // counted in the restarted Redis
 }
 
 // A Redis that does not answer (stopped with SIGSTOP: connections stay
@@ -289,7 +292,7 @@ func waitFor(t *testing.T, limit time.Duration, what string, cond func() bool) {
 // most (instances-1) x the per-interval budget (the README's bound).
 func TestRedisSyncIntervalThreeInstances(t *testing.T) {
 	srv := redistest.Start(t)
-	clock := newFakeClock()
+	clock := newClock()
 	const events, instances = 600, 3
 	var hs []*Handler
 	for i := 0; i < instances; i++ {

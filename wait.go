@@ -31,8 +31,8 @@ import (
 //     line without asking the store: an admission there would take the
 //     quota the line is waiting for.
 //
-// Time is read with Handler.now and slept with Handler.sleepFor, which
-// tests replace with a synthetic clock.
+// Time is read with Handler.now and slept with Handler.sleepFor: the
+// handler's clock (provisionOptions), which tests make synthetic.
 
 const (
 	// maxMaxWait is the longest max_wait allowed. A waiting request holds

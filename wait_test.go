@@ -22,145 +22,18 @@ import (
 	"github.com/zonelimit/caddy-ratelimit/store"
 )
 
-// stepClock is a synthetic clock for many requests waiting at once: a
-// sleeper blocks until the test moves the clock to the end of its sleep
-// (or its context ends). The test runs requests with start, waits with
-// settle until each of them sleeps or has finished, and moves time on with
-// next: what happens at each instant is then decided, and can be counted,
-// without real time passing.
-type stepClock struct {
-	mu       sync.Mutex
-	changed  *sync.Cond // broadcast when sleepers or running change
-	t        time.Time
-	sleepers map[*sleeper]struct{}
-	running  int // requests started and not finished
-}
+// waitOnePerSecond is a zone of one key admitting one request a second,
+// where the others wait up to a minute.
+const waitOnePerSecond = `{"zones":[{"name":"w","key":"k","on_limit":"wait","max_wait":"1m",
+	"limits":[{"events":1,"window":"1s"}]}]}`
 
-type sleeper struct {
-	until time.Time
-	ctx   context.Context
-	wake  chan struct{}
-}
-
-func newStepClock() *stepClock {
-	c := &stepClock{t: time.Unix(1_700_000_000, 0), sleepers: make(map[*sleeper]struct{})}
-	c.changed = sync.NewCond(&c.mu)
-	return c
-}
-
-func (c *stepClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.t
-}
-
-func (c *stepClock) Sleep(ctx context.Context, d time.Duration) error {
-	if err := ctx.Err(); err != nil {
-		return err
-	}
-	if d <= 0 {
-		return nil
-	}
-	c.mu.Lock()
-	s := &sleeper{until: c.t.Add(d), ctx: ctx, wake: make(chan struct{})}
-	c.sleepers[s] = struct{}{}
-	c.changed.Broadcast()
-	c.mu.Unlock()
-	select {
-	case <-s.wake:
-		return nil
-	case <-ctx.Done():
-		c.mu.Lock()
-		delete(c.sleepers, s)
-		c.changed.Broadcast()
-		c.mu.Unlock()
-		return ctx.Err()
-	}
-}
-
-// start runs f (a request) in a goroutine of its own, counted as running
-// until it returns.
-func (c *stepClock) start(f func()) {
-	c.mu.Lock()
-	c.running++
-	c.mu.Unlock()
-	go func() {
-		defer func() {
-			c.mu.Lock()
-			c.running--
-			c.changed.Broadcast()
-			c.mu.Unlock()
-		}()
-		f()
-	}()
-}
-
-// settle waits until every running request sleeps (its context alive) and
-// returns how many run.
-func (c *stepClock) settle() int {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	for {
-		live := 0
-		for s := range c.sleepers {
-			if s.ctx.Err() == nil {
-				live++
-			}
-		}
-		if live == c.running {
-			return c.running
-		}
-		c.changed.Wait()
-	}
-}
-
-// next moves the clock to the earliest end of a sleep and wakes the
-// sleepers whose sleep ends then; false when none sleeps.
-func (c *stepClock) next() bool {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	var first *sleeper
-	for s := range c.sleepers {
-		if s.ctx.Err() == nil && (first == nil || s.until.Before(first.until)) {
-			first = s
-		}
-	}
-	if first == nil {
-		return false
-	}
-	c.t = first.until
-	for s := range c.sleepers {
-		if !s.until.After(c.t) {
-			delete(c.sleepers, s)
-			close(s.wake)
-		}
-	}
-	return true
-}
-
-// drain moves time on until no request runs.
-func (c *stepClock) drain(t *testing.T) {
+// expectNoWaiters fails the test unless the first zone of h has no
+// waiters left, nor lines.
+func expectNoWaiters(t *testing.T, h *Handler) {
 	t.Helper()
-	for c.settle() > 0 {
-		if !c.next() {
-			t.Fatal("requests run, but none sleeps")
-		}
+	if w, k := h.rt.zones[0].waiters.size(); w != 0 || k != 0 {
+		t.Fatalf("%d waiters, %d lines left", w, k)
 	}
-}
-
-// provisionStep provisions the handler given as JSON on clock c.
-func provisionStep(t *testing.T, config string, c *stepClock) *Handler {
-	t.Helper()
-	h := new(Handler)
-	if err := json.Unmarshal([]byte(config), h); err != nil {
-		t.Fatalf("config: %v", err)
-	}
-	h.rt.clock, h.rt.sleep = c.Now, c.Sleep
-	if err := h.Provision(testContext(t)); err != nil {
-		t.Fatalf("provision: %v", err)
-	}
-	t.Cleanup(func() { h.Cleanup() })
-	return h
 }
 
 // countingStore counts the Takes of a zone's store, with their instants
@@ -203,7 +76,7 @@ func (s *countingStore) count() (allowed, denied int) {
 	return allowed, denied
 }
 
-func countTakes(h *Handler, c *stepClock) *countingStore {
+func countTakes(h *Handler, c *testClock) *countingStore {
 	z := h.rt.zones[0]
 	cs := &countingStore{Store: z.store, now: c.Now}
 	z.store = cs
@@ -214,13 +87,13 @@ func countTakes(h *Handler, c *stepClock) *countingStore {
 // next handler.
 type admissions struct {
 	mu    sync.Mutex
-	clock *stepClock
+	clock *testClock
 	ids   []int
 	at    []time.Time
 	done  map[int]result // the requests that have returned
 }
 
-func newAdmissions(c *stepClock) *admissions {
+func newAdmissions(c *testClock) *admissions {
 	return &admissions{clock: c, done: make(map[int]result)}
 }
 
@@ -291,7 +164,7 @@ func (w *waitLines) size() (waiters, keys int) {
 // interval, and the line is gone once empty.
 func TestWaitFIFO(t *testing.T) {
 	c := newStepClock()
-	h := provisionStep(t, `{"zones":[{"name":"w","key":"k","on_limit":"wait","max_wait":"1m",
+	h := provision(t, `{"zones":[{"name":"w","key":"k","on_limit":"wait","max_wait":"1m",
 		"limits":[{"events":1,"window":"100ms"}]}]}`, c)
 	t0 := c.Now()
 	a := newAdmissions(c)
@@ -309,17 +182,14 @@ func TestWaitFIFO(t *testing.T) {
 			t.Fatalf("request %d admitted at t0+%s, want t0+%s", i, d, time.Duration(i)*100*time.Millisecond)
 		}
 	}
-	if w, k := h.rt.zones[0].waiters.size(); w != 0 || k != 0 {
-		t.Fatalf("after the line emptied: %d waiters, %d lines", w, k)
-	}
+	expectNoWaiters(t, h)
 }
 
 // Only the head of a line asks the store: once per retry interval, plus
 // the admissions.
 func TestWaitStoreCallsPerRetryInterval(t *testing.T) {
 	c := newStepClock()
-	h := provisionStep(t, `{"zones":[{"name":"w","key":"k","on_limit":"wait","max_wait":"1m",
-		"limits":[{"events":1,"window":"1s"}]}]}`, c)
+	h := provision(t, waitOnePerSecond, c)
 	cs := countTakes(h, c)
 	t0 := c.Now()
 	a := newAdmissions(c)
@@ -353,7 +223,7 @@ func TestWaitStoreCallsPerRetryInterval(t *testing.T) {
 // is, without asking the store when its key has a line.
 func TestWaitMaxWaitersRejectsAtOnce(t *testing.T) {
 	c := newStepClock()
-	h := provisionStep(t, `{"zones":[{"name":"w","key":"{http.request.header.K}","on_limit":"wait","max_wait":"1m","max_waiters":3,
+	h := provision(t, `{"zones":[{"name":"w","key":"{http.request.header.K}","on_limit":"wait","max_wait":"1m","max_waiters":3,
 		"limits":[{"events":1,"window":"1s"}]}]}`, c)
 	cs := countTakes(h, c)
 	a := newAdmissions(c)
@@ -390,9 +260,7 @@ func TestWaitMaxWaitersRejectsAtOnce(t *testing.T) {
 	}
 	c.drain(t)
 	a.expectOrder(t, 0, 5, 1, 2, 3)
-	if w, k := h.rt.zones[0].waiters.size(); w != 0 || k != 0 {
-		t.Fatalf("after the lines emptied: %d waiters, %d lines", w, k)
-	}
+	expectNoWaiters(t, h)
 }
 
 // A waiter whose client goes away leaves the line at once; when it was the
@@ -400,8 +268,7 @@ func TestWaitMaxWaitersRejectsAtOnce(t *testing.T) {
 // the store, and gets in when the one who left would have.
 func TestWaitClientGone(t *testing.T) {
 	c := newStepClock()
-	h := provisionStep(t, `{"zones":[{"name":"w","key":"k","on_limit":"wait","max_wait":"1m",
-		"limits":[{"events":1,"window":"1s"}]}]}`, c)
+	h := provision(t, waitOnePerSecond, c)
 	cs := countTakes(h, c)
 	t0 := c.Now()
 	a := newAdmissions(c)
@@ -439,8 +306,7 @@ type goneKey struct{}
 // back: the next in line gets it at the same instant.
 func TestWaitClientGoneAtAdmission(t *testing.T) {
 	c := newStepClock()
-	h := provisionStep(t, `{"zones":[{"name":"w","key":"k","on_limit":"wait","max_wait":"1m",
-		"limits":[{"events":1,"window":"1s"}]}]}`, c)
+	h := provision(t, waitOnePerSecond, c)
 	cs := countTakes(h, c)
 	cs.onTake = func(ctx context.Context, d algorithms.Decision) {
 		if cancel, ok := ctx.Value(goneKey{}).(context.CancelFunc); ok && d.Allowed {
@@ -469,7 +335,7 @@ func TestWaitClientGoneAtAdmission(t *testing.T) {
 // others sleep, and they get slots in order.
 func TestWaitConcurrencyInLine(t *testing.T) {
 	c := newStepClock()
-	h := provisionStep(t, `{"zones":[{"name":"c","algorithm":"concurrency","key":"k","on_limit":"wait","max_wait":"10s",
+	h := provision(t, `{"zones":[{"name":"c","algorithm":"concurrency","key":"k","on_limit":"wait","max_wait":"10s",
 		"limits":[{"events":1,"window":"1m"}]}]}`, c)
 	cs := countTakes(h, c)
 	// The slot, held outside the clock's requests until released.
@@ -504,7 +370,7 @@ func TestWaitConcurrencyInLine(t *testing.T) {
 
 // dry_run never waits: the denied request passes at once.
 func TestWaitDryRunNeverWaits(t *testing.T) {
-	clock := newFakeClock()
+	clock := newClock()
 	h := provision(t, `{"dry_run":true,"zones":[{"name":"w","key":"k","on_limit":"wait","max_wait":"5s",
 		"limits":[{"events":1,"window":"1s"}]}]}`, clock)
 	serve(h, newReq("192.0.2.1:1"))

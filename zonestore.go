@@ -262,7 +262,7 @@ func (h *Handler) zoneStores(z *zone, lim algorithms.Limiter, key storeKey) erro
 			return err
 		}
 		z.store = m
-		z.sharesClock = h.rt.clock == nil
+		z.sharesClock = h.rt.opts.now == nil
 		return nil
 	case "redis":
 	default:
@@ -319,7 +319,7 @@ func (h *Handler) syncStore(lim algorithms.Limiter, name string, opts lua.Option
 	var throttle logThrottle
 	so := lua.SyncOptions{
 		Interval: time.Duration(h.SyncInterval),
-		Now:      h.rt.clock,
+		Now:      h.rt.opts.now,
 		MaxKeys:  h.MaxKeys,
 		OnError: func(err error) {
 			if c := logger.Check(throttle.level(), "rate limit sync to Redis failed; counts kept and pushed at the next interval"); c != nil {
@@ -342,7 +342,7 @@ func (h *Handler) memoryStore(lim algorithms.Limiter, name string, key storeKey)
 	opts := store.MemoryOptions{
 		MaxKeys:       h.MaxKeys,
 		SweepInterval: time.Duration(h.SweepInterval),
-		Now:           h.rt.clock,
+		Now:           h.rt.opts.now,
 	}
 	st, err := h.pooledStore(name, key, func() (caddy.Destructor, error) {
 		return store.NewMemory(lim, opts), nil
@@ -354,17 +354,8 @@ func (h *Handler) memoryStore(lim algorithms.Limiter, name string, key storeKey)
 }
 
 // pooledStore returns the store of key from the reload pool, made by
-// newStore when the previous config load has none. With a test clock the
-// store is the handler's own, never shared.
+// newStore when the previous config load has none.
 func (h *Handler) pooledStore(name string, key storeKey, newStore func() (caddy.Destructor, error)) (caddy.Destructor, error) {
-	if h.rt.clock != nil {
-		st, err := newStore()
-		if err != nil {
-			return nil, err
-		}
-		h.rt.private = append(h.rt.private, st)
-		return st, nil
-	}
 	v, loaded, err := pool.LoadOrNew(key, newStore)
 	if err != nil {
 		return nil, err

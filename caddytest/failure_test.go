@@ -6,18 +6,14 @@ import (
 	"bufio"
 	"encoding/json"
 	"fmt"
-	"io"
-	"net/http"
 	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
 
-	"github.com/caddyserver/caddy/v2/caddytest"
-
+	"github.com/zonelimit/caddy-ratelimit/internal/caddytesting"
 	"github.com/zonelimit/caddy-ratelimit/internal/redistest"
 )
 
@@ -29,17 +25,12 @@ func TestRedisClientLogsToCaddy(t *testing.T) {
 	srv.Stop() // nothing listens there any more: dials are refused
 
 	logFile := filepath.Join(t.TempDir(), "caddy.log")
-	globalsWithLog := strings.Replace(globals, "default_bind 127.0.0.1\n", fmt.Sprintf(`default_bind 127.0.0.1
-	log {
+	logBlock := fmt.Sprintf(`	log {
 		output file %s
 		format json
 		level DEBUG
-	}
-`, logFile), 1)
-	if globalsWithLog == globals {
-		t.Fatal("globals changed: no place for the log option")
-	}
-	tc := loadWith(t, globalsWithLog, fmt.Sprintf(`
+	}`, logFile)
+	live.Load(t, live.Globals(logBlock)+fmt.Sprintf(`
 http://:9080 {
 	rate_limit {
 		zone rf_logs {
@@ -57,7 +48,7 @@ http://:9080 {
 
 	stderr := captureStderr(t)
 	for i := 0; i < 10; i++ {
-		expectCode(t, get(t, tc, "/", "X-Key", "k"), 200, "Redis down, on_error open")
+		caddytesting.ExpectCode(t, live.Get(t, "/", "X-Key", "k"), 200, "Redis down, on_error open")
 	}
 	var dials []map[string]any
 	deadline := time.Now().Add(10 * time.Second)
@@ -76,42 +67,6 @@ http://:9080 {
 			t.Errorf("go-redis line %v: want logger http.handlers.rate_limit, source go-redis and the address %s", l, addr)
 		}
 	}
-}
-
-// loadWith is load with other global options than globals.
-func loadWith(t *testing.T, globalOptions, sites string) *caddytest.Tester {
-	t.Helper()
-	marker := "load-" + strconv.FormatInt(loads.Add(1), 10)
-	sites += fmt.Sprintf("\nhttp://marker.test:9080 {\n\trespond %q\n}\n", marker)
-	tc := caddytest.NewTester(t)
-	tc.InitServer(globalOptions+sites, "caddyfile")
-	if t.Failed() {
-		t.FailNow()
-	}
-	// As load: until 10 connections in a row get the new config.
-	client := &http.Client{Transport: &http.Transport{DisableKeepAlives: true}, Timeout: 5 * time.Second}
-	deadline := time.Now().Add(5 * time.Second)
-	for seen := 0; seen < 10; {
-		if time.Now().After(deadline) {
-			t.Fatalf("the config just loaded (%s) never served 10 connections in a row", marker)
-		}
-		req, _ := http.NewRequest("GET", base+"/", nil)
-		req.Host = "marker.test"
-		seen++
-		res, err := client.Do(req)
-		if err != nil {
-			seen = 0
-			time.Sleep(10 * time.Millisecond)
-			continue
-		}
-		body, _ := io.ReadAll(res.Body)
-		res.Body.Close()
-		if string(body) != marker {
-			seen = 0
-			time.Sleep(10 * time.Millisecond)
-		}
-	}
-	return tc
 }
 
 // logLines returns the JSON lines of file whose message contains msg.

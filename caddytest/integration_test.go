@@ -17,117 +17,20 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
-	"github.com/caddyserver/caddy/v2/caddytest"
+	"github.com/zonelimit/caddy-ratelimit/internal/caddytesting"
 
 	_ "github.com/caddyserver/caddy/v2/modules/standard"
 	_ "github.com/zonelimit/caddy-ratelimit"
 )
 
-const globals = `{
-	admin localhost:2999
-	http_port 9080
-	https_port 9443
-	grace_period 1ns
-	default_bind 127.0.0.1
-}
-`
-
-const base = "http://127.0.0.1:9080"
-
-// load (re)configures the shared Caddy with the given sites, and returns
-// once the new config serves every new connection: after a load, the
-// previous config's listening socket is closed in the background, and
-// until then the kernel may hand it new connections. Every config gets a
-// site of its own, marker.test, answering a number new to each load; load
-// waits until 10 connections in a row get it.
-func load(t *testing.T, sites string) *caddytest.Tester {
-	t.Helper()
-	marker := "load-" + strconv.FormatInt(loads.Add(1), 10)
-	sites += fmt.Sprintf("\nhttp://marker.test:9080 {\n\trespond %q\n}\n", marker)
-	tc := caddytest.NewTester(t)
-	tc.InitServer(globals+sites, "caddyfile")
-	if t.Failed() {
-		t.FailNow()
-	}
-	client := &http.Client{Transport: &http.Transport{DisableKeepAlives: true}, Timeout: 5 * time.Second}
-	deadline := time.Now().Add(5 * time.Second)
-	for seen := 0; seen < 10; {
-		if time.Now().After(deadline) {
-			t.Fatalf("the config just loaded (%s) never served 10 connections in a row", marker)
-		}
-		req, _ := http.NewRequest("GET", base+"/", nil)
-		req.Host = "marker.test"
-		seen++
-		res, err := client.Do(req)
-		if err != nil {
-			seen = 0
-			time.Sleep(10 * time.Millisecond)
-			continue
-		}
-		body, _ := io.ReadAll(res.Body)
-		res.Body.Close()
-		if string(body) != marker {
-			seen = 0
-			time.Sleep(10 * time.Millisecond)
-		}
-	}
-	return tc
-}
-
-// loads numbers the configs load has loaded.
-var loads atomic.Int64
-
-type response struct {
-	code int
-	hdr  http.Header
-	body string
-}
-
-// get requests path with the given header pairs ("Name", "value", ...).
-func get(t *testing.T, tc *caddytest.Tester, path string, hdr ...string) response {
-	t.Helper()
-	req, err := http.NewRequest("GET", base+path, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for i := 0; i+1 < len(hdr); i += 2 {
-		if hdr[i] == "Host" {
-			req.Host = hdr[i+1]
-			continue
-		}
-		req.Header.Set(hdr[i], hdr[i+1])
-	}
-	res, err := tc.Client.Do(req)
-	if err != nil {
-		t.Fatalf("GET %s: %v", path, err)
-	}
-	defer res.Body.Close()
-	body, _ := io.ReadAll(res.Body)
-	return response{res.StatusCode, res.Header, string(body)}
-}
-
-func expectCode(t *testing.T, r response, code int, what string) {
-	t.Helper()
-	if r.code != code {
-		t.Fatalf("%s: status %d, want %d (body %q, headers %v)", what, r.code, code, r.body, r.hdr)
-	}
-}
-
-// retryAfter returns Retry-After, which must be within [lo, hi] seconds.
-func expectRetryAfter(t *testing.T, r response, lo, hi int) {
-	t.Helper()
-	n, err := strconv.Atoi(r.hdr.Get("Retry-After"))
-	if err != nil || n < lo || n > hi {
-		t.Fatalf("Retry-After %q, want %d..%d", r.hdr.Get("Retry-After"), lo, hi)
-	}
-}
+// live is the package's Caddy, on caddytest's default admin port.
+var live = &caddytesting.Caddy{AdminPort: 2999, HTTPPort: 9080, HTTPSPort: 9443, GracePeriod: "1ns"}
 
 func TestLimitAndHeaders(t *testing.T) {
-	tc := load(t, `
+	live.LoadSites(t, `
 http://:9080 {
 	rate_limit {
 		zone it_basic {
@@ -138,10 +41,10 @@ http://:9080 {
 	respond "ok"
 }`)
 	for i := 0; i < 3; i++ {
-		r := get(t, tc, "/", "X-Client", "a")
-		expectCode(t, r, 200, fmt.Sprintf("request %d", i+1))
-		if r.body != "ok" {
-			t.Fatalf("body %q", r.body)
+		r := live.Get(t, "/", "X-Client", "a")
+		caddytesting.ExpectCode(t, r, 200, fmt.Sprintf("request %d", i+1))
+		if r.Body != "ok" {
+			t.Fatalf("body %q", r.Body)
 		}
 		rem := strconv.Itoa(2 - i)
 		for k, want := range map[string]string{
@@ -151,7 +54,7 @@ http://:9080 {
 			"X-RateLimit-Remaining": rem,
 			"X-RateLimit-Reset":     "60",
 		} {
-			got := r.hdr.Get(k)
+			got := r.Header.Get(k)
 			if k == "RateLimit" || k == "X-RateLimit-Reset" {
 				// Reset may be a second less if a second boundary passed.
 				got = strings.Replace(got, "t=59", "t=60", 1)
@@ -160,29 +63,29 @@ http://:9080 {
 				}
 			}
 			if got != want {
-				t.Errorf("request %d: %s = %q, want %q", i+1, k, r.hdr.Get(k), want)
+				t.Errorf("request %d: %s = %q, want %q", i+1, k, r.Header.Get(k), want)
 			}
 		}
-		if r.hdr.Get("Retry-After") != "" {
+		if r.Header.Get("Retry-After") != "" {
 			t.Errorf("Retry-After on an admitted request")
 		}
 	}
-	r := get(t, tc, "/", "X-Client", "a")
-	expectCode(t, r, 429, "4th request")
-	if r.body != "" {
-		t.Errorf("body of the 429: %q, want empty", r.body)
+	r := live.Get(t, "/", "X-Client", "a")
+	caddytesting.ExpectCode(t, r, 429, "4th request")
+	if r.Body != "" {
+		t.Errorf("body of the 429: %q, want empty", r.Body)
 	}
-	expectRetryAfter(t, r, 1, 60)
-	if r.hdr.Get("X-RateLimit-Remaining") != "0" || !strings.HasPrefix(r.hdr.Get("RateLimit"), `"it_basic";r=0;t=`) {
-		t.Errorf("headers of the 429: %v", r.hdr)
+	caddytesting.ExpectRetryAfter(t, r, 1, 60)
+	if r.Header.Get("X-RateLimit-Remaining") != "0" || !strings.HasPrefix(r.Header.Get("RateLimit"), `"it_basic";r=0;t=`) {
+		t.Errorf("headers of the 429: %v", r.Header)
 	}
 
 	// Another key has its own count.
-	expectCode(t, get(t, tc, "/", "X-Client", "b"), 200, "other client")
+	caddytesting.ExpectCode(t, live.Get(t, "/", "X-Client", "b"), 200, "other client")
 }
 
 func TestMatchersAndZones(t *testing.T) {
-	tc := load(t, `
+	live.LoadSites(t, `
 http://:9080 {
 	rate_limit {
 		zone it_login {
@@ -200,31 +103,31 @@ http://:9080 {
 	respond "ok"
 }`)
 	// login counts in both zones; other paths only in the site zone.
-	expectCode(t, get(t, tc, "/login", "X-Client", "a"), 200, "login 1")
-	expectCode(t, get(t, tc, "/login", "X-Client", "a"), 200, "login 2")
-	r := get(t, tc, "/login", "X-Client", "a")
-	expectCode(t, r, 429, "login 3")
-	if !strings.HasPrefix(r.hdr.Get("RateLimit"), `"it_login";`) {
-		t.Errorf("denied by it_login, RateLimit %q", r.hdr.Get("RateLimit"))
+	caddytesting.ExpectCode(t, live.Get(t, "/login", "X-Client", "a"), 200, "login 1")
+	caddytesting.ExpectCode(t, live.Get(t, "/login", "X-Client", "a"), 200, "login 2")
+	r := live.Get(t, "/login", "X-Client", "a")
+	caddytesting.ExpectCode(t, r, 429, "login 3")
+	if !strings.HasPrefix(r.Header.Get("RateLimit"), `"it_login";`) {
+		t.Errorf("denied by it_login, RateLimit %q", r.Header.Get("RateLimit"))
 	}
-	if got := r.hdr.Get("RateLimit-Policy"); got != `"it_login";q=2;w=60` {
+	if got := r.Header.Get("RateLimit-Policy"); got != `"it_login";q=2;w=60` {
 		t.Errorf("policy %q", got)
 	}
 	// The denied login consumed nothing in it_site: 2 of 4 used.
-	r = get(t, tc, "/page", "X-Client", "a")
-	expectCode(t, r, 200, "page 1")
-	if got := r.hdr.Get("RateLimit-Policy"); got != `"it_site";q=4;w=60` {
+	r = live.Get(t, "/page", "X-Client", "a")
+	caddytesting.ExpectCode(t, r, 200, "page 1")
+	if got := r.Header.Get("RateLimit-Policy"); got != `"it_site";q=4;w=60` {
 		t.Errorf("policy %q", got)
 	}
-	if got := r.hdr.Get("X-RateLimit-Remaining"); got != "1" {
+	if got := r.Header.Get("X-RateLimit-Remaining"); got != "1" {
 		t.Errorf("it_site remaining %q, want 1", got)
 	}
-	expectCode(t, get(t, tc, "/page", "X-Client", "a"), 200, "page 2")
-	expectCode(t, get(t, tc, "/page", "X-Client", "a"), 429, "page 3")
+	caddytesting.ExpectCode(t, live.Get(t, "/page", "X-Client", "a"), 200, "page 2")
+	caddytesting.ExpectCode(t, live.Get(t, "/page", "X-Client", "a"), 429, "page 3")
 }
 
 func TestTiers(t *testing.T) {
-	tc := load(t, `
+	live.LoadSites(t, `
 http://:9080 {
 	rate_limit {
 		zone it_tiers {
@@ -235,17 +138,17 @@ http://:9080 {
 	}
 	respond "ok"
 }`)
-	r := get(t, tc, "/", "X-Client", "a")
-	expectCode(t, r, 200, "1")
-	if got := r.hdr.Get("RateLimit-Policy"); got != `"it_tiers";q=2;w=60, "it_tiers";q=3;w=3600` {
+	r := live.Get(t, "/", "X-Client", "a")
+	caddytesting.ExpectCode(t, r, 200, "1")
+	if got := r.Header.Get("RateLimit-Policy"); got != `"it_tiers";q=2;w=60, "it_tiers";q=3;w=3600` {
 		t.Errorf("policy %q", got)
 	}
-	expectCode(t, get(t, tc, "/", "X-Client", "a"), 200, "2")
-	r = get(t, tc, "/", "X-Client", "a")
-	expectCode(t, r, 429, "3")
-	expectRetryAfter(t, r, 1, 60)
-	if r.hdr.Get("X-RateLimit-Limit") != "2" {
-		t.Errorf("limit of the refusing tier %q, want 2", r.hdr.Get("X-RateLimit-Limit"))
+	caddytesting.ExpectCode(t, live.Get(t, "/", "X-Client", "a"), 200, "2")
+	r = live.Get(t, "/", "X-Client", "a")
+	caddytesting.ExpectCode(t, r, 429, "3")
+	caddytesting.ExpectRetryAfter(t, r, 1, 60)
+	if r.Header.Get("X-RateLimit-Limit") != "2" {
+		t.Errorf("limit of the refusing tier %q, want 2", r.Header.Get("X-RateLimit-Limit"))
 	}
 }
 
@@ -262,40 +165,40 @@ http://:9080 {
 	respond %q
 }`, events, body)
 	}
-	tc := load(t, site(5, "one"))
+	live.LoadSites(t, site(5, "one"))
 	for i := 0; i < 2; i++ {
-		expectCode(t, get(t, tc, "/", "X-Client", "a"), 200, "before reload")
+		caddytesting.ExpectCode(t, live.Get(t, "/", "X-Client", "a"), 200, "before reload")
 	}
 
 	// The same config again, then a different config with the same zone:
 	// the count continues.
-	tc = load(t, site(5, "one"))
-	if r := get(t, tc, "/", "X-Client", "a"); r.hdr.Get("X-RateLimit-Remaining") != "2" {
-		t.Fatalf("after reloading the same config: remaining %q, want 2", r.hdr.Get("X-RateLimit-Remaining"))
+	live.LoadSites(t, site(5, "one"))
+	if r := live.Get(t, "/", "X-Client", "a"); r.Header.Get("X-RateLimit-Remaining") != "2" {
+		t.Fatalf("after reloading the same config: remaining %q, want 2", r.Header.Get("X-RateLimit-Remaining"))
 	}
-	tc = load(t, site(5, "two"))
-	r := get(t, tc, "/", "X-Client", "a")
-	if r.body != "two" {
-		t.Fatalf("new config not active: body %q", r.body)
+	live.LoadSites(t, site(5, "two"))
+	r := live.Get(t, "/", "X-Client", "a")
+	if r.Body != "two" {
+		t.Fatalf("new config not active: body %q", r.Body)
 	}
-	if r.hdr.Get("X-RateLimit-Remaining") != "1" {
-		t.Fatalf("after a reload with the zone unchanged: remaining %q, want 1", r.hdr.Get("X-RateLimit-Remaining"))
+	if r.Header.Get("X-RateLimit-Remaining") != "1" {
+		t.Fatalf("after a reload with the zone unchanged: remaining %q, want 1", r.Header.Get("X-RateLimit-Remaining"))
 	}
 
 	// A changed limit applies at once, from a fresh count.
-	tc = load(t, site(2, "three"))
-	r = get(t, tc, "/", "X-Client", "a")
-	expectCode(t, r, 200, "after changing the limit")
-	if r.hdr.Get("X-RateLimit-Limit") != "2" || r.hdr.Get("X-RateLimit-Remaining") != "1" {
+	live.LoadSites(t, site(2, "three"))
+	r = live.Get(t, "/", "X-Client", "a")
+	caddytesting.ExpectCode(t, r, 200, "after changing the limit")
+	if r.Header.Get("X-RateLimit-Limit") != "2" || r.Header.Get("X-RateLimit-Remaining") != "1" {
 		t.Fatalf("after changing the limit: limit %q remaining %q, want 2 and 1",
-			r.hdr.Get("X-RateLimit-Limit"), r.hdr.Get("X-RateLimit-Remaining"))
+			r.Header.Get("X-RateLimit-Limit"), r.Header.Get("X-RateLimit-Remaining"))
 	}
-	expectCode(t, get(t, tc, "/", "X-Client", "a"), 200, "2nd under the new limit")
-	expectCode(t, get(t, tc, "/", "X-Client", "a"), 429, "3rd under the new limit")
+	caddytesting.ExpectCode(t, live.Get(t, "/", "X-Client", "a"), 200, "2nd under the new limit")
+	caddytesting.ExpectCode(t, live.Get(t, "/", "X-Client", "a"), 429, "3rd under the new limit")
 }
 
 func TestHandleErrors(t *testing.T) {
-	tc := load(t, `
+	live.LoadSites(t, `
 http://:9080 {
 	rate_limit {
 		zone it_errors {
@@ -308,21 +211,21 @@ http://:9080 {
 		respond "limited by {http.rate_limit.zone}, retry in {http.rate_limit.retry_after}s ({err.status_code})"
 	}
 }`)
-	expectCode(t, get(t, tc, "/", "X-Client", "a"), 200, "first")
-	r := get(t, tc, "/", "X-Client", "a")
-	expectCode(t, r, 429, "second")
-	want := "limited by it_errors, retry in " + r.hdr.Get("Retry-After") + "s (429)"
-	if r.body != want {
-		t.Fatalf("body %q, want %q", r.body, want)
+	caddytesting.ExpectCode(t, live.Get(t, "/", "X-Client", "a"), 200, "first")
+	r := live.Get(t, "/", "X-Client", "a")
+	caddytesting.ExpectCode(t, r, 429, "second")
+	want := "limited by it_errors, retry in " + r.Header.Get("Retry-After") + "s (429)"
+	if r.Body != want {
+		t.Fatalf("body %q, want %q", r.Body, want)
 	}
-	expectRetryAfter(t, r, 1, 60)
-	if r.hdr.Get("X-RateLimit-Remaining") != "0" {
-		t.Errorf("rate-limit headers lost on the error path: %v", r.hdr)
+	caddytesting.ExpectRetryAfter(t, r, 1, 60)
+	if r.Header.Get("X-RateLimit-Remaining") != "0" {
+		t.Errorf("rate-limit headers lost on the error path: %v", r.Header)
 	}
 }
 
 func TestStatusAndHeaderModes(t *testing.T) {
-	tc := load(t, `
+	live.LoadSites(t, `
 http://:9080 {
 	rate_limit {
 		zone it_status {
@@ -334,17 +237,17 @@ http://:9080 {
 	}
 	respond "ok"
 }`)
-	r := get(t, tc, "/", "X-Client", "a")
-	if r.hdr.Get("X-RateLimit-Limit") != "" || r.hdr.Get("RateLimit") == "" {
-		t.Fatalf("headers ietf: %v", r.hdr)
+	r := live.Get(t, "/", "X-Client", "a")
+	if r.Header.Get("X-RateLimit-Limit") != "" || r.Header.Get("RateLimit") == "" {
+		t.Fatalf("headers ietf: %v", r.Header)
 	}
-	r = get(t, tc, "/", "X-Client", "a")
-	expectCode(t, r, 503, "denied")
-	expectRetryAfter(t, r, 1, 60)
+	r = live.Get(t, "/", "X-Client", "a")
+	caddytesting.ExpectCode(t, r, 503, "denied")
+	caddytesting.ExpectRetryAfter(t, r, 1, 60)
 }
 
 func TestDryRun(t *testing.T) {
-	tc := load(t, `
+	live.LoadSites(t, `
 http://:9080 {
 	rate_limit {
 		zone it_dry {
@@ -356,16 +259,16 @@ http://:9080 {
 	respond "ok"
 }`)
 	for i := 0; i < 3; i++ {
-		r := get(t, tc, "/", "X-Client", "a")
-		expectCode(t, r, 200, "dry run")
+		r := live.Get(t, "/", "X-Client", "a")
+		caddytesting.ExpectCode(t, r, 200, "dry run")
 	}
-	if r := get(t, tc, "/", "X-Client", "a"); r.hdr.Get("X-RateLimit-Remaining") != "0" {
-		t.Fatalf("dry run headers: %v", r.hdr)
+	if r := live.Get(t, "/", "X-Client", "a"); r.Header.Get("X-RateLimit-Remaining") != "0" {
+		t.Fatalf("dry run headers: %v", r.Header)
 	}
 }
 
 func TestEmptyKeyAndCost(t *testing.T) {
-	tc := load(t, `
+	live.LoadSites(t, `
 http://:9080 {
 	rate_limit {
 		zone it_tenant {
@@ -377,18 +280,18 @@ http://:9080 {
 	}
 	respond "ok"
 }`)
-	expectCode(t, get(t, tc, "/"), 429, "no tenant")
-	r := get(t, tc, "/", "X-Tenant", "t1", "X-Cost", "7")
-	expectCode(t, r, 200, "cost 7")
-	if r.hdr.Get("X-RateLimit-Remaining") != "3" {
-		t.Fatalf("remaining %q, want 3", r.hdr.Get("X-RateLimit-Remaining"))
+	caddytesting.ExpectCode(t, live.Get(t, "/"), 429, "no tenant")
+	r := live.Get(t, "/", "X-Tenant", "t1", "X-Cost", "7")
+	caddytesting.ExpectCode(t, r, 200, "cost 7")
+	if r.Header.Get("X-RateLimit-Remaining") != "3" {
+		t.Fatalf("remaining %q, want 3", r.Header.Get("X-RateLimit-Remaining"))
 	}
-	expectCode(t, get(t, tc, "/", "X-Tenant", "t1", "X-Cost", "4"), 429, "cost 4 of 3")
-	expectCode(t, get(t, tc, "/", "X-Tenant", "t1", "X-Cost", "bogus"), 200, "bogus cost counts 1")
+	caddytesting.ExpectCode(t, live.Get(t, "/", "X-Tenant", "t1", "X-Cost", "4"), 429, "cost 4 of 3")
+	caddytesting.ExpectCode(t, live.Get(t, "/", "X-Tenant", "t1", "X-Cost", "bogus"), 200, "bogus cost counts 1")
 }
 
 func TestMholtCompatible(t *testing.T) {
-	tc := load(t, `
+	live.LoadSites(t, `
 http://:9080 {
 	rate_limit {
 		zone it_mholt {
@@ -401,15 +304,15 @@ http://:9080 {
 	}
 	respond "ok"
 }`)
-	expectCode(t, get(t, tc, "/"), 200, "1")
-	expectCode(t, get(t, tc, "/"), 200, "2")
-	r := get(t, tc, "/")
-	expectCode(t, r, 429, "3")
-	expectRetryAfter(t, r, 1, 66)
+	caddytesting.ExpectCode(t, live.Get(t, "/"), 200, "1")
+	caddytesting.ExpectCode(t, live.Get(t, "/"), 200, "2")
+	r := live.Get(t, "/")
+	caddytesting.ExpectCode(t, r, 429, "3")
+	caddytesting.ExpectRetryAfter(t, r, 1, 66)
 }
 
 func TestIPv6Prefix(t *testing.T) {
-	tc := load(t, `
+	live.LoadSites(t, `
 http://:9080 {
 	rate_limit {
 		zone it_v6 {
@@ -421,15 +324,15 @@ http://:9080 {
 	}
 	respond "{http.rate_limit.key}"
 }`)
-	r := get(t, tc, "/", "X-Real-IP", "2001:db8:1:2::1")
-	expectCode(t, r, 200, "first of the /64")
-	if r.body != "2001:db8:1:2::/64" {
-		t.Errorf("key %q", r.body)
+	r := live.Get(t, "/", "X-Real-IP", "2001:db8:1:2::1")
+	caddytesting.ExpectCode(t, r, 200, "first of the /64")
+	if r.Body != "2001:db8:1:2::/64" {
+		t.Errorf("key %q", r.Body)
 	}
-	expectCode(t, get(t, tc, "/", "X-Real-IP", "2001:db8:1:2:aaaa::7"), 429, "same /64")
-	expectCode(t, get(t, tc, "/", "X-Real-IP", "2001:db8:1:3::1"), 200, "other /64")
-	expectCode(t, get(t, tc, "/", "X-Real-IP", "192.0.2.1"), 200, "first of the /24")
-	expectCode(t, get(t, tc, "/", "X-Real-IP", "192.0.2.254"), 429, "same /24")
+	caddytesting.ExpectCode(t, live.Get(t, "/", "X-Real-IP", "2001:db8:1:2:aaaa::7"), 429, "same /64")
+	caddytesting.ExpectCode(t, live.Get(t, "/", "X-Real-IP", "2001:db8:1:3::1"), 200, "other /64")
+	caddytesting.ExpectCode(t, live.Get(t, "/", "X-Real-IP", "192.0.2.1"), 200, "first of the /24")
+	caddytesting.ExpectCode(t, live.Get(t, "/", "X-Real-IP", "192.0.2.254"), 429, "same /24")
 }
 
 // A real IPv6 client, when the machine has ::1.
@@ -439,7 +342,7 @@ func TestIPv6Client(t *testing.T) {
 		t.Skipf("no IPv6 loopback: %v", err)
 	}
 	ln.Close()
-	load(t, `
+	live.LoadSites(t, `
 http://:9080 {
 	bind ::1
 	rate_limit {
@@ -452,25 +355,27 @@ http://:9080 {
 	respond "{http.rate_limit.key}"
 }`)
 	client := &http.Client{Timeout: 10 * time.Second} // the tester's client dials 127.0.0.1 only
-	do := func() response {
-		res, err := client.Get("http://[::1]:9080/")
+	do := func() caddytesting.Response {
+		req, err := http.NewRequest("GET", "http://[::1]:9080/", nil)
 		if err != nil {
 			t.Fatal(err)
 		}
-		defer res.Body.Close()
-		body, _ := io.ReadAll(res.Body)
-		return response{res.StatusCode, res.Header, string(body)}
+		r := caddytesting.Send(client, req)
+		if r.Err != nil {
+			t.Fatal(r.Err)
+		}
+		return r
 	}
 	r := do()
-	expectCode(t, r, 200, "first")
-	if r.body != "::/64" {
-		t.Errorf("key %q, want ::/64", r.body)
+	caddytesting.ExpectCode(t, r, 200, "first")
+	if r.Body != "::/64" {
+		t.Errorf("key %q, want ::/64", r.Body)
 	}
-	expectCode(t, do(), 429, "second")
+	caddytesting.ExpectCode(t, do(), 429, "second")
 }
 
 func TestWaitMode(t *testing.T) {
-	tc := load(t, `
+	live.LoadSites(t, `
 http://:9080 {
 	rate_limit {
 		zone it_wait {
@@ -492,24 +397,24 @@ http://:9080 {
 }`)
 	// The server's clock tells when each request was answered: the second
 	// cannot pass before the first's unit leaves the 2s window.
-	r1 := get(t, tc, "/", "X-Wait", "a")
-	expectCode(t, r1, 200, "first")
-	r2 := get(t, tc, "/", "X-Wait", "a")
-	expectCode(t, r2, 200, "second, after waiting")
-	t1, err1 := strconv.ParseInt(r1.body, 10, 64)
-	t2, err2 := strconv.ParseInt(r2.body, 10, 64)
+	r1 := live.Get(t, "/", "X-Wait", "a")
+	caddytesting.ExpectCode(t, r1, 200, "first")
+	r2 := live.Get(t, "/", "X-Wait", "a")
+	caddytesting.ExpectCode(t, r2, 200, "second, after waiting")
+	t1, err1 := strconv.ParseInt(r1.Body, 10, 64)
+	t2, err2 := strconv.ParseInt(r2.Body, 10, 64)
 	if err1 != nil || err2 != nil {
-		t.Fatalf("bodies %q %q", r1.body, r2.body)
+		t.Fatalf("bodies %q %q", r1.Body, r2.Body)
 	}
 	if t2-t1 < 1000 {
 		t.Errorf("second request answered %dms after the first: it did not wait", t2-t1)
 	}
 
 	// A wait longer than max_wait is refused (at once).
-	expectCode(t, get(t, tc, "/long", "X-Client", "b"), 200, "long 1")
-	r := get(t, tc, "/long", "X-Client", "b")
-	expectCode(t, r, 429, "long 2")
-	expectRetryAfter(t, r, 3500, 3600)
+	caddytesting.ExpectCode(t, live.Get(t, "/long", "X-Client", "b"), 200, "long 1")
+	r := live.Get(t, "/long", "X-Client", "b")
+	caddytesting.ExpectCode(t, r, 429, "long 2")
+	caddytesting.ExpectRetryAfter(t, r, 3500, 3600)
 }
 
 func TestConcurrency(t *testing.T) {
@@ -528,7 +433,7 @@ func TestConcurrency(t *testing.T) {
 	}))
 	defer upstream.Close()
 
-	tc := load(t, `
+	live.LoadSites(t, `
 http://:9080 {
 	rate_limit {
 		zone it_conc {
@@ -539,46 +444,35 @@ http://:9080 {
 	}
 	reverse_proxy `+upstream.Listener.Addr().String()+`
 }`)
-	done := make(chan response, 1)
-	go func() {
-		req, _ := http.NewRequest("GET", base+"/slow", nil)
-		req.Header.Set("X-Client", "a")
-		res, err := tc.Client.Do(req)
-		if err != nil {
-			done <- response{code: -1, body: err.Error()}
-			return
-		}
-		defer res.Body.Close()
-		body, _ := io.ReadAll(res.Body)
-		done <- response{res.StatusCode, res.Header, string(body)}
-	}()
+	done := make(chan caddytesting.Response, 1)
+	go func() { done <- live.Do("/slow", "X-Client", "a") }()
 	<-arrived // the first request holds the lease, in the upstream
-	expectCode(t, get(t, tc, "/fast", "X-Client", "a"), 429, "second in flight")
-	expectCode(t, get(t, tc, "/fast", "X-Client", "b"), 200, "another client")
+	caddytesting.ExpectCode(t, live.Get(t, "/fast", "X-Client", "a"), 429, "second in flight")
+	caddytesting.ExpectCode(t, live.Get(t, "/fast", "X-Client", "b"), 200, "another client")
 	close(release)
-	if r := <-done; r.code != 200 || r.body != "upstream" {
-		t.Fatalf("slow request: %d %q", r.code, r.body)
+	if r := <-done; r.Code != 200 || r.Body != "upstream" {
+		t.Fatalf("slow request: %d %q %v", r.Code, r.Body, r.Err)
 	}
 	// Released when the request ended: the client may see the end of the
 	// response a moment before the handler returns, so allow a moment.
 	deadline := time.Now().Add(10 * time.Second)
 	for {
-		r := get(t, tc, "/fast", "X-Client", "a")
-		if r.code == 200 {
+		r := live.Get(t, "/fast", "X-Client", "a")
+		if r.Code == 200 {
 			break
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("lease not released: %d", r.code)
+			t.Fatalf("lease not released: %d", r.Code)
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	expectCode(t, get(t, tc, "/fast", "X-Client", "a"), 200, "and again")
+	caddytesting.ExpectCode(t, live.Get(t, "/fast", "X-Client", "a"), 200, "and again")
 }
 
 // In one server, a site with handle_errors renders its 429s; a site without
 // gets the handler's own empty 429.
 func TestHandleErrorsOneSiteOfTwo(t *testing.T) {
-	tc := load(t, `
+	live.LoadSites(t, `
 (limited) {
 	rate_limit {
 		zone it_errsites {
@@ -600,17 +494,17 @@ http://b.test:9080 {
 }`)
 	// The sites share the zone: a client of each.
 	for _, host := range []string{"a.test", "b.test"} {
-		r := get(t, tc, "/", "Host", host, "X-Client", host)
-		expectCode(t, r, 200, host+" first")
-		r = get(t, tc, "/", "Host", host, "X-Client", host)
-		expectCode(t, r, 429, host+" second")
-		expectRetryAfter(t, r, 3500, 3600)
+		r := live.Get(t, "/", "Host", host, "X-Client", host)
+		caddytesting.ExpectCode(t, r, 200, host+" first")
+		r = live.Get(t, "/", "Host", host, "X-Client", host)
+		caddytesting.ExpectCode(t, r, 429, host+" second")
+		caddytesting.ExpectRetryAfter(t, r, 3500, 3600)
 		want := ""
 		if host == "a.test" {
 			want = "a says 429"
 		}
-		if r.body != want {
-			t.Errorf("%s: body %q, want %q", host, r.body, want)
+		if r.Body != want {
+			t.Errorf("%s: body %q, want %q", host, r.Body, want)
 		}
 	}
 }
@@ -625,15 +519,15 @@ func TestAlgorithms(t *testing.T) {
 		cfg += fmt.Sprintf("\t\tzone it_alg_%s {\n\t\t\tmatch {\n\t\t\t\tpath /%s\n\t\t\t}\n\t\t\talgorithm %s\n\t\t\tkey {http.request.header.X-Client}\n\t\t\t%s\n\t\t}\n", a, a, a, limit)
 	}
 	cfg += "\t}\n\trespond \"ok\"\n}\n"
-	tc := load(t, cfg)
+	live.LoadSites(t, cfg)
 	for _, a := range algs {
-		expectCode(t, get(t, tc, "/"+a, "X-Client", "a"), 200, a+" 1")
-		expectCode(t, get(t, tc, "/"+a, "X-Client", "a"), 200, a+" 2")
-		r := get(t, tc, "/"+a, "X-Client", "a")
-		expectCode(t, r, 429, a+" 3")
-		expectRetryAfter(t, r, 1, 2*3600)
-		if !strings.HasPrefix(r.hdr.Get("RateLimit"), `"it_alg_`+a+`";r=0;t=`) {
-			t.Errorf("%s: RateLimit %q", a, r.hdr.Get("RateLimit"))
+		caddytesting.ExpectCode(t, live.Get(t, "/"+a, "X-Client", "a"), 200, a+" 1")
+		caddytesting.ExpectCode(t, live.Get(t, "/"+a, "X-Client", "a"), 200, a+" 2")
+		r := live.Get(t, "/"+a, "X-Client", "a")
+		caddytesting.ExpectCode(t, r, 429, a+" 3")
+		caddytesting.ExpectRetryAfter(t, r, 1, 2*3600)
+		if !strings.HasPrefix(r.Header.Get("RateLimit"), `"it_alg_`+a+`";r=0;t=`) {
+			t.Errorf("%s: RateLimit %q", a, r.Header.Get("RateLimit"))
 		}
 	}
 }

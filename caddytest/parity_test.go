@@ -4,16 +4,16 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
 	"net/http"
 	"net/http/httptest"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/caddytest"
+
+	"github.com/zonelimit/caddy-ratelimit/internal/caddytesting"
 )
 
 func init() {
@@ -65,12 +65,12 @@ func (s *eventSink) Handle(ctx context.Context, e caddy.Event) error {
 
 // loadJSON (re)configures the shared Caddy with a JSON config: one HTTP
 // server on 127.0.0.1:9080 with routes (a JSON array's elements) and the
-// other apps (JSON object members, "" for none). As load, it adds the
+// other apps (JSON object members, "" for none). As Caddy.Load, it adds the
 // marker.test route and waits until the new config serves every new
 // connection.
-func loadJSON(t *testing.T, routes, apps string) *caddytest.Tester {
+func loadJSON(t *testing.T, routes, apps string) {
 	t.Helper()
-	marker := "load-" + strconv.FormatInt(loads.Add(1), 10)
+	marker := live.Marker()
 	if apps != "" {
 		apps = "," + apps
 	}
@@ -94,50 +94,7 @@ func loadJSON(t *testing.T, routes, apps string) *caddytest.Tester {
 		}%s
 	}
 }`, marker, routes, apps)
-	tc := caddytest.NewTester(t)
-	tc.InitServer(config, "json")
-	if t.Failed() {
-		t.FailNow()
-	}
-	client := &http.Client{Transport: &http.Transport{DisableKeepAlives: true}, Timeout: 5 * time.Second}
-	deadline := time.Now().Add(5 * time.Second)
-	for seen := 0; seen < 10; {
-		if time.Now().After(deadline) {
-			t.Fatalf("the config just loaded (%s) never served 10 connections in a row", marker)
-		}
-		req, _ := http.NewRequest("GET", base+"/", nil)
-		req.Host = "marker.test"
-		seen++
-		res, err := client.Do(req)
-		if err != nil {
-			seen = 0
-			time.Sleep(10 * time.Millisecond)
-			continue
-		}
-		body, _ := io.ReadAll(res.Body)
-		res.Body.Close()
-		if string(body) != marker {
-			seen = 0
-			time.Sleep(10 * time.Millisecond)
-		}
-	}
-	return tc
-}
-
-// loadError posts a config that must not load (a Caddyfile, globals
-// added) and returns the error Caddy answers.
-func loadError(t *testing.T, sites string) string {
-	t.Helper()
-	res, err := http.Post("http://localhost:2999/load", "text/caddyfile", strings.NewReader(globals+sites))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer res.Body.Close()
-	body, _ := io.ReadAll(res.Body)
-	if res.StatusCode == 200 {
-		t.Fatal("the config loaded")
-	}
-	return string(body)
+	live.LoadMarked(t, config, "json", marker)
 }
 
 // A zone name is one limit in the whole config: two sites that name it
@@ -162,70 +119,64 @@ http://b.test:9080 {
 	respond "b` + body + `"
 }`
 	}
-	tc := load(t, cfg("1"))
-	getHost := func(host string) response {
+	live.LoadSites(t, cfg("1"))
+	getHost := func(host string) caddytesting.Response {
 		t.Helper()
-		return get(t, tc, "/", "Host", host, "X-Client", "c")
+		return live.Get(t, "/", "Host", host, "X-Client", "c")
 	}
-	expectCode(t, getHost("a.test"), 200, "a 1")
+	caddytesting.ExpectCode(t, getHost("a.test"), 200, "a 1")
 	r := getHost("b.test")
-	expectCode(t, r, 200, "b 1")
-	if r.hdr.Get("X-RateLimit-Remaining") != "1" {
-		t.Fatalf("b after a: remaining %q, want 1 (one count for both sites)", r.hdr.Get("X-RateLimit-Remaining"))
+	caddytesting.ExpectCode(t, r, 200, "b 1")
+	if r.Header.Get("X-RateLimit-Remaining") != "1" {
+		t.Fatalf("b after a: remaining %q, want 1 (one count for both sites)", r.Header.Get("X-RateLimit-Remaining"))
 	}
 
 	// A reload with the zone unchanged: the shared count goes on.
-	tc = load(t, cfg("2"))
+	live.LoadSites(t, cfg("2"))
 	r = getHost("a.test")
-	expectCode(t, r, 200, "a 2 after the reload")
-	if r.body != "a2" || r.hdr.Get("X-RateLimit-Remaining") != "0" {
-		t.Fatalf("a after the reload: body %q remaining %q, want a2 and 0", r.body, r.hdr.Get("X-RateLimit-Remaining"))
+	caddytesting.ExpectCode(t, r, 200, "a 2 after the reload")
+	if r.Body != "a2" || r.Header.Get("X-RateLimit-Remaining") != "0" {
+		t.Fatalf("a after the reload: body %q remaining %q, want a2 and 0", r.Body, r.Header.Get("X-RateLimit-Remaining"))
 	}
-	expectCode(t, getHost("b.test"), 429, "b after the zone's 3 requests")
-	expectCode(t, getHost("a.test"), 429, "a after the zone's 3 requests")
+	caddytesting.ExpectCode(t, getHost("b.test"), 429, "b after the zone's 3 requests")
+	caddytesting.ExpectCode(t, getHost("a.test"), 429, "a after the zone's 3 requests")
 }
 
 // Two zones of one name with different limit settings fail to load, the
 // error naming both places; the running config stays.
 func TestZoneConflictFailsToLoad(t *testing.T) {
-	tc := load(t, `
+	live.LoadSites(t, `
 http://a.test:9080 {
 	respond "running"
 }`)
-	msg := loadError(t, `
-http://a.test:9080 {
+	site := func(host string, events int) string {
+		return fmt.Sprintf(`
+http://%s:9080 {
 	rate_limit {
 		zone it_parity_conflict {
 			key {http.request.header.X-Client}
-			limit 3 1h
+			limit %d 1h
 		}
 	}
-	respond "a"
-}
-http://b.test:9080 {
-	rate_limit {
-		zone it_parity_conflict {
-			key {http.request.header.X-Client}
-			limit 4 1h
-		}
+	respond %q
+}`, host, events, host[:1])
 	}
-	respond "b"
-}`)
+	msg := live.LoadError(t, live.Globals("")+site("a.test", 3)+site("b.test", 4))
 	for _, want := range []string{`zone \"it_parity_conflict\": defined differently in rate_limit handler #`,
 		`site host [\"a.test\"]`, `site host [\"b.test\"]`, "differ in limits"} {
 		if !strings.Contains(msg, want) {
 			t.Errorf("error %s does not say %s", msg, want)
 		}
 	}
-	if r := get(t, tc, "/", "Host", "a.test"); r.body != "running" {
-		t.Fatalf("the running config was replaced: %q", r.body)
+	if r := live.Get(t, "/", "Host", "a.test"); r.Body != "running" {
+		t.Fatalf("the running config was replaced: %q", r.Body)
 	}
 }
 
 // A handler in mholt/caddy-ratelimit's JSON shape (its README's example)
 // loads and limits.
 func TestMholtJSONConfig(t *testing.T) {
-	tc := loadJSON(t, `{
+	loadJSON(t, `{
 	"handle": [
 		{
 			"handler": "rate_limit",
@@ -249,17 +200,17 @@ func TestMholtJSONConfig(t *testing.T) {
 		{"handler": "static_response", "body": "I'm behind the rate limiter!"}
 	]
 }`, "")
-	r := get(t, tc, "/", "X-Client", "a")
-	expectCode(t, r, 200, "1st")
-	if r.body != "I'm behind the rate limiter!" {
-		t.Fatalf("body %q", r.body)
+	r := live.Get(t, "/", "X-Client", "a")
+	caddytesting.ExpectCode(t, r, 200, "1st")
+	if r.Body != "I'm behind the rate limiter!" {
+		t.Fatalf("body %q", r.Body)
 	}
-	expectCode(t, get(t, tc, "/", "X-Client", "a"), 200, "2nd")
-	r = get(t, tc, "/", "X-Client", "a")
-	expectCode(t, r, 429, "3rd of one client (it_parity_dynamic: 2 per hour)")
-	expectRetryAfter(t, r, 1, 3600*12/10+1)
-	expectCode(t, get(t, tc, "/", "X-Client", "b"), 200, "another client")
-	expectCode(t, get(t, tc, "/", "X-Client", "c"), 429, "4th GET (it_parity_static: 3 per minute)")
+	caddytesting.ExpectCode(t, live.Get(t, "/", "X-Client", "a"), 200, "2nd")
+	r = live.Get(t, "/", "X-Client", "a")
+	caddytesting.ExpectCode(t, r, 429, "3rd of one client (it_parity_dynamic: 2 per hour)")
+	caddytesting.ExpectRetryAfter(t, r, 1, 3600*12/10+1)
+	caddytesting.ExpectCode(t, live.Get(t, "/", "X-Client", "b"), 200, "another client")
+	caddytesting.ExpectCode(t, live.Get(t, "/", "X-Client", "c"), 429, "4th GET (it_parity_static: 3 per minute)")
 
 	// Its distributed mode is refused, with the Caddyfile's message.
 	caddytest.AssertLoadError(t, `{
@@ -285,7 +236,7 @@ func TestEventExceeded(t *testing.T) {
 	}))
 	defer sink.Close()
 
-	tc := loadJSON(t, `{
+	loadJSON(t, `{
 	"handle": [
 		{
 			"handler": "rate_limit",
@@ -301,9 +252,9 @@ func TestEventExceeded(t *testing.T) {
 	}]
 }`, sink.URL))
 
-	expectCode(t, get(t, tc, "/", "X-Client", "a"), 200, "1st")
-	r := get(t, tc, "/", "X-Client", "a")
-	expectCode(t, r, 429, "2nd")
+	caddytesting.ExpectCode(t, live.Get(t, "/", "X-Client", "a"), 200, "1st")
+	r := live.Get(t, "/", "X-Client", "a")
+	caddytesting.ExpectCode(t, r, 429, "2nd")
 	// The event is emitted (and the sink answered) before the response
 	// is written.
 	var e sunkEvent
@@ -317,7 +268,7 @@ func TestEventExceeded(t *testing.T) {
 		Origin: "http.handlers.rate_limit",
 		Data: map[string][2]string{
 			"zone":      {"it_parity_event", "string"},
-			"wait":      {(time.Duration(mustAtoi(t, r.hdr.Get("Retry-After"))) * time.Second).String(), "time.Duration"},
+			"wait":      {(time.Duration(caddytesting.RetryAfter(t, r)) * time.Second).String(), "time.Duration"},
 			"remote_ip": {"127.0.0.1", "string"},
 		},
 	}
@@ -327,13 +278,4 @@ func TestEventExceeded(t *testing.T) {
 	if len(got) != 0 {
 		t.Fatalf("%d more events, want 1 in all (none for the admission)", len(got))
 	}
-}
-
-func mustAtoi(t *testing.T, s string) int {
-	t.Helper()
-	n, err := strconv.Atoi(s)
-	if err != nil {
-		t.Fatalf("%q: %v", s, err)
-	}
-	return n
 }

@@ -30,6 +30,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/zonelimit/caddy-ratelimit/internal/caddytesting"
 	"github.com/zonelimit/caddy-ratelimit/internal/redistest"
 )
 
@@ -62,7 +63,7 @@ type hit struct {
 // (empty: none).
 func send(c *http.Client, host, path, key string) hit {
 	h := hit{host: host, key: key, start: time.Now()}
-	req, err := http.NewRequest("GET", base+path, nil)
+	req, err := http.NewRequest("GET", live.URL(path), nil)
 	if err != nil {
 		panic(err)
 	}
@@ -219,29 +220,10 @@ func (l *loader) waitHits(t *testing.T, from time.Time, limit time.Duration, wha
 	}
 }
 
-// metricValue is the value of the series named (name and labels, exactly
-// as the admin endpoint's /metrics writes them), 0 when absent.
-func metricValue(t *testing.T, series string) float64 {
+// storeErrors is the store errors counted in zone (0 before the first).
+func storeErrors(t *testing.T, zone string) float64 {
 	t.Helper()
-	res, err := http.Get("http://localhost:2999/metrics")
-	if err != nil {
-		t.Fatalf("GET /metrics: %v", err)
-	}
-	defer res.Body.Close()
-	body, err := io.ReadAll(res.Body)
-	if err != nil || res.StatusCode != 200 {
-		t.Fatalf("GET /metrics: %d %v", res.StatusCode, err)
-	}
-	for _, line := range strings.Split(string(body), "\n") {
-		if v, ok := strings.CutPrefix(line, series+" "); ok {
-			f, err := strconv.ParseFloat(strings.TrimSpace(v), 64)
-			if err != nil {
-				t.Fatalf("/metrics: %q: %v", line, err)
-			}
-			return f
-		}
-	}
-	return 0
+	return max(caddytesting.Value(live.Scrape(t), "caddy_http_rate_limit_store_errors_total", "zone", zone), 0)
 }
 
 // redisKeys lists the keys matching pattern on the node at addr.
@@ -370,7 +352,7 @@ func TestRedisExactAcrossInstances(t *testing.T) {
 	)
 	run := func(t *testing.T, prefix string, addrs []string) {
 		up := newInflightUpstream(t, 50*time.Millisecond)
-		load(t, exactSites(prefix, addrs, up.Listener.Addr().String()))
+		live.LoadSites(t, exactSites(prefix, addrs, up.Listener.Addr().String()))
 		c := loadClient(t)
 
 		for _, alg := range []string{"sliding_log", "fixed_window", "token_bucket", "gcra"} {
@@ -506,7 +488,7 @@ func TestRedisDownUnderLoad(t *testing.T) {
 		t.Run(mode, func(t *testing.T) {
 			srv := redistest.Start(t)
 			zone := "rd_" + mode
-			load(t, downSites(zone, srv.Addr, mode, limit))
+			live.LoadSites(t, downSites(zone, srv.Addr, mode, limit))
 			c := loadClient(t)
 			hosts := []string{"a.test", "b.test"}
 
@@ -655,7 +637,7 @@ func TestRedisDownUnderLoad(t *testing.T) {
 // fast again. Resumed, Redis decides again.
 func TestRedisSlowTripsBreaker(t *testing.T) {
 	srv := redistest.Start(t)
-	load(t, fmt.Sprintf(`
+	live.LoadSites(t, fmt.Sprintf(`
 http://:9080 {
 	rate_limit {
 		zone rs_slow {
@@ -723,14 +705,14 @@ http://:9080 {
 	// calling Redis, so the zone's store errors (each a call that failed)
 	// stop growing. Counted, not timed: a hung Redis costs no connection
 	// that a listener could count.
-	errsBefore := metricValue(t, `caddy_http_rate_limit_store_errors_total{zone="rs_slow"}`)
+	errsBefore := storeErrors(t, "rs_slow")
 	p, seq := sequentialLatency(c, 200, "", "/", "k")
 	for i, h := range seq {
 		if h.code != 200 || h.remaining != "" {
 			t.Fatalf("breaker open, request %d: status %d, remaining %q (want 200 without a decision) %s", i+1, h.code, h.remaining, h.err)
 		}
 	}
-	if errsAfter := metricValue(t, `caddy_http_rate_limit_store_errors_total{zone="rs_slow"}`); errsAfter != errsBefore {
+	if errsAfter := storeErrors(t, "rs_slow"); errsAfter != errsBefore {
 		t.Errorf("store errors went from %v to %v during 200 requests with the breaker open: requests still call Redis", errsBefore, errsAfter)
 	}
 	t.Logf("p99 of 200 sequential requests with Redis hung and the breaker open: %v (a figure, not asserted)", p)
@@ -796,7 +778,7 @@ func slotOwner(addr string, slot int64) (string, []string, error) {
 func TestRedisClusterFailover(t *testing.T) {
 	cl := redistest.StartCluster(t, 3, 1)
 	const zone = "rf_failover"
-	load(t, fmt.Sprintf(`
+	live.LoadSites(t, fmt.Sprintf(`
 http://:9080 {
 	rate_limit {
 		zone %s {

@@ -12,6 +12,7 @@ import (
 
 	dto "github.com/prometheus/client_model/go"
 
+	"github.com/zonelimit/caddy-ratelimit/internal/caddytesting"
 	"github.com/zonelimit/caddy-ratelimit/internal/redistest"
 )
 
@@ -32,7 +33,7 @@ const dashboardFile = "../../dashboards/caddy-rate-limit.json"
 func TestDashboardQueries(t *testing.T) {
 	srv := redistest.Start(t)
 	const memZone, redisZone = "ops_dashboard_mem", "ops_dashboard_redis"
-	load(t, globals("")+fmt.Sprintf(`
+	live.Load(t, live.Globals("")+fmt.Sprintf(`
 http://:%d {
 	rate_limit /mem {
 		zone %s {
@@ -55,10 +56,10 @@ http://:%d {
 
 	for _, path := range []string{"/mem", "/redis"} {
 		for i, want := range []int{200, 200, 429} {
-			expectCode(t, get(t, path), want, fmt.Sprintf("%s request %d", path, i+1))
+			caddytesting.ExpectCode(t, live.Get(t, path), want, fmt.Sprintf("%s request %d", path, i+1))
 		}
 	}
-	fams := scrape(t)
+	fams := live.Scrape(t)
 	for _, zone := range []string{memZone, redisZone} {
 		expectValue(t, fams, 2, mRequests, "zone", zone, "result", "allowed")
 		expectValue(t, fams, 1, mRequests, "zone", zone, "result", "denied")

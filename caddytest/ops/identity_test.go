@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"testing"
+
+	"github.com/zonelimit/caddy-ratelimit/internal/caddytesting"
 )
 
 // randomIP returns a random documentation or private address, v4 or v6.
@@ -24,7 +26,7 @@ func randomIP(r *rand.Rand) string {
 // one; it evaluates to "" and, with empty_key global, puts every client in
 // one shared count).
 func TestForgedForwardedForCounts(t *testing.T) {
-	load(t, globals(`	servers {
+	live.Load(t, live.Globals(`	servers {
 		trusted_proxies static 10.0.0.0/8
 	}`)+fmt.Sprintf(`
 http://:%d {
@@ -44,17 +46,17 @@ http://:%d {
 		return []string{"X-Forwarded-For", ip + ", " + randomIP(rnd), "X-Real-IP", ip, "Forwarded", "for=" + ip}
 	}
 	for i := 1; i <= 3; i++ {
-		r := get(t, "/", forge()...)
-		expectCode(t, r, 200, fmt.Sprintf("request %d", i))
-		if r.body != "127.0.0.1" {
-			t.Fatalf("request %d: key %q, want 127.0.0.1 (the connection's address; the forged headers ignored)", i, r.body)
+		r := live.Get(t, "/", forge()...)
+		caddytesting.ExpectCode(t, r, 200, fmt.Sprintf("request %d", i))
+		if r.Body != "127.0.0.1" {
+			t.Fatalf("request %d: key %q, want 127.0.0.1 (the connection's address; the forged headers ignored)", i, r.Body)
 		}
-		if remaining(t, r) != 3-i {
-			t.Fatalf("request %d: remaining %q, want %d", i, r.hdr.Get("X-RateLimit-Remaining"), 3-i)
+		if caddytesting.Remaining(t, r) != 3-i {
+			t.Fatalf("request %d: remaining %q, want %d", i, r.Header.Get("X-RateLimit-Remaining"), 3-i)
 		}
 	}
 	for i := 0; i < 5; i++ {
-		expectCode(t, get(t, "/", forge()...), 429, "a forged X-Forwarded-For after the limit")
+		caddytesting.ExpectCode(t, live.Get(t, "/", forge()...), 429, "a forged X-Forwarded-For after the limit")
 	}
 }
 
@@ -63,7 +65,7 @@ http://:%d {
 // apart, and with ipv6_prefix 64 two addresses of one /64 share a count
 // while an address of another /64 does not.
 func TestTrustedForwardedForAndIPv6Prefix(t *testing.T) {
-	load(t, globals(`	servers {
+	live.Load(t, live.Globals(`	servers {
 		trusted_proxies static 127.0.0.1/32
 		client_ip_headers X-Forwarded-For
 	}`)+fmt.Sprintf(`
@@ -97,10 +99,10 @@ http://:%d {
 		if step.xff != "" {
 			hdr = xff(step.xff)
 		}
-		r := get(t, "/", hdr...)
-		expectCode(t, r, step.code, step.what)
-		if step.code == 200 && r.body != step.key {
-			t.Fatalf("%s: key %q, want %q", step.what, r.body, step.key)
+		r := live.Get(t, "/", hdr...)
+		caddytesting.ExpectCode(t, r, step.code, step.what)
+		if step.code == 200 && r.Body != step.key {
+			t.Fatalf("%s: key %q, want %q", step.what, r.Body, step.key)
 		}
 	}
 }
@@ -109,7 +111,7 @@ http://:%d {
 // with a header key the requests leave out. (empty_key deny is covered by
 // caddytest/integration's TestEmptyKeyAndCost.)
 func TestEmptyKeyAllowAndGlobal(t *testing.T) {
-	load(t, globals("")+fmt.Sprintf(`
+	live.LoadSites(t, fmt.Sprintf(`
 http://:%d {
 	rate_limit {
 		zone ops_empty_allow {
@@ -143,34 +145,34 @@ http://:%d {
 	// allow: a request without the key is not limited by the zone at all
 	// (no headers either); one with a key is.
 	for i := 0; i < 5; i++ {
-		r := get(t, "/allow")
-		expectCode(t, r, 200, fmt.Sprintf("allow: keyless request %d", i+1))
-		if h := r.hdr.Get("RateLimit-Policy") + r.hdr.Get("X-RateLimit-Limit"); h != "" {
-			t.Fatalf("allow: a keyless request got rate-limit headers (%v): the zone applied", r.hdr)
+		r := live.Get(t, "/allow")
+		caddytesting.ExpectCode(t, r, 200, fmt.Sprintf("allow: keyless request %d", i+1))
+		if h := r.Header.Get("RateLimit-Policy") + r.Header.Get("X-RateLimit-Limit"); h != "" {
+			t.Fatalf("allow: a keyless request got rate-limit headers (%v): the zone applied", r.Header)
 		}
 	}
-	expectCode(t, get(t, "/allow", "X-Tenant", "t1"), 200, "allow: t1 first")
-	expectCode(t, get(t, "/allow", "X-Tenant", "t1"), 429, "allow: t1 second")
+	caddytesting.ExpectCode(t, live.Get(t, "/allow", "X-Tenant", "t1"), 200, "allow: t1 first")
+	caddytesting.ExpectCode(t, live.Get(t, "/allow", "X-Tenant", "t1"), 429, "allow: t1 second")
 
 	// global: every keyless request shares one count, apart from the
 	// requests with a key.
-	r := get(t, "/global")
-	expectCode(t, r, 200, "global: keyless 1")
-	if remaining(t, r) != 1 {
-		t.Fatalf("global: keyless 1: remaining %q, want 1", r.hdr.Get("X-RateLimit-Remaining"))
+	r := live.Get(t, "/global")
+	caddytesting.ExpectCode(t, r, 200, "global: keyless 1")
+	if caddytesting.Remaining(t, r) != 1 {
+		t.Fatalf("global: keyless 1: remaining %q, want 1", r.Header.Get("X-RateLimit-Remaining"))
 	}
-	expectCode(t, get(t, "/global", "X-Tenant", ""), 200, "global: keyless 2 (an empty header)")
-	expectCode(t, get(t, "/global"), 429, "global: keyless 3")
-	r = get(t, "/global", "X-Tenant", "t1")
-	expectCode(t, r, 200, "global: t1 has its own count")
-	if remaining(t, r) != 1 {
-		t.Fatalf("global: t1: remaining %q, want 1", r.hdr.Get("X-RateLimit-Remaining"))
+	caddytesting.ExpectCode(t, live.Get(t, "/global", "X-Tenant", ""), 200, "global: keyless 2 (an empty header)")
+	caddytesting.ExpectCode(t, live.Get(t, "/global"), 429, "global: keyless 3")
+	r = live.Get(t, "/global", "X-Tenant", "t1")
+	caddytesting.ExpectCode(t, r, 200, "global: t1 has its own count")
+	if caddytesting.Remaining(t, r) != 1 {
+		t.Fatalf("global: t1: remaining %q, want 1", r.Header.Get("X-RateLimit-Remaining"))
 	}
 
 	// The default is global.
-	expectCode(t, get(t, "/default"), 200, "default: keyless 1")
-	expectCode(t, get(t, "/default"), 429, "default: keyless 2 (one shared count)")
-	expectCode(t, get(t, "/default", "X-Tenant", "t1"), 200, "default: t1")
+	caddytesting.ExpectCode(t, live.Get(t, "/default"), 200, "default: keyless 1")
+	caddytesting.ExpectCode(t, live.Get(t, "/default"), 429, "default: keyless 2 (one shared count)")
+	caddytesting.ExpectCode(t, live.Get(t, "/default", "X-Tenant", "t1"), 200, "default: t1")
 }
 
 // Behind a load balancer that appends the address it saw to
@@ -181,7 +183,7 @@ http://:%d {
 // neither change the key nor escape the limit. (Without strict, Caddy
 // takes the leftmost entry: the forgery.)
 func TestForgedLeftmostForwardedForBehindProxy(t *testing.T) {
-	load(t, globals(`	servers {
+	live.Load(t, live.Globals(`	servers {
 		trusted_proxies static 127.0.0.1/32
 		trusted_proxies_strict
 		client_ip_headers X-Forwarded-For
@@ -202,19 +204,19 @@ http://:%d {
 		return []string{"X-Forwarded-For", randomIP(rnd) + ", " + randomIP(rnd) + ", " + client}
 	}
 	for i := 1; i <= 3; i++ {
-		r := get(t, "/", forged()...)
-		expectCode(t, r, 200, fmt.Sprintf("request %d with forged leftmost entries", i))
-		if r.body != client {
-			t.Fatalf("request %d: key %q, want %s (the entry the trusted proxy appended)", i, r.body, client)
+		r := live.Get(t, "/", forged()...)
+		caddytesting.ExpectCode(t, r, 200, fmt.Sprintf("request %d with forged leftmost entries", i))
+		if r.Body != client {
+			t.Fatalf("request %d: key %q, want %s (the entry the trusted proxy appended)", i, r.Body, client)
 		}
-		if remaining(t, r) != 3-i {
-			t.Fatalf("request %d: remaining %q, want %d", i, r.hdr.Get("X-RateLimit-Remaining"), 3-i)
+		if caddytesting.Remaining(t, r) != 3-i {
+			t.Fatalf("request %d: remaining %q, want %d", i, r.Header.Get("X-RateLimit-Remaining"), 3-i)
 		}
 	}
 	for i := 0; i < 5; i++ {
-		expectCode(t, get(t, "/", forged()...), 429, "forged leftmost entries after the limit")
+		caddytesting.ExpectCode(t, live.Get(t, "/", forged()...), 429, "forged leftmost entries after the limit")
 	}
 	// Another client behind the same load balancer has its own count.
-	r := get(t, "/", "X-Forwarded-For", randomIP(rnd)+", 198.51.100.24")
-	expectCode(t, r, 200, "another client behind the proxy")
+	r := live.Get(t, "/", "X-Forwarded-For", randomIP(rnd)+", 198.51.100.24")
+	caddytesting.ExpectCode(t, r, 200, "another client behind the proxy")
 }

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/zonelimit/caddy-ratelimit/internal/caddytesting"
 	"github.com/zonelimit/caddy-ratelimit/internal/redistest"
 )
 
@@ -79,7 +80,7 @@ func TestFiftyReloadsLeakNothing(t *testing.T) {
 			pool_size %d
 		}
 `, srv.Addr, poolSize)
-		return globals("") + fmt.Sprintf(`
+		return live.Globals("") + fmt.Sprintf(`
 http://:%d {
 	rate_limit /mem/* {
 		zone ops_leak_mem {
@@ -114,29 +115,29 @@ http://:%d {
 	// traffic sends requests through every zone and checks that they
 	// were decided under the config's limit. A request may still reach
 	// the previous config's server for a moment after POST /load returns
-	// (its listening socket is closed in the background: see retryGet);
+	// (its listening socket is closed in the background: see Caddy.RetryGet);
 	// such an answer, with the previous limit, is asked again.
 	traffic := func(limit int, what string) {
 		t.Helper()
 		for _, path := range []string{"/mem/x", "/redis/x", "/sync/x"} {
 			for _, client := range []string{"a", "b"} {
-				var r response
+				var r caddytesting.Response
 				for try := 0; ; try++ {
-					r = retryGet(t, path, "X-Client", client)
-					if r.hdr.Get("X-RateLimit-Limit") == strconv.Itoa(limit) || try == 100 {
+					r = live.RetryGet(t, path, "X-Client", client)
+					if r.Header.Get("X-RateLimit-Limit") == strconv.Itoa(limit) || try == 100 {
 						break
 					}
 					time.Sleep(20 * time.Millisecond)
 				}
-				expectCode(t, r, 200, what+" "+path)
-				if got := r.hdr.Get("X-RateLimit-Limit"); got != strconv.Itoa(limit) {
+				caddytesting.ExpectCode(t, r, 200, what+" "+path)
+				if got := r.Header.Get("X-RateLimit-Limit"); got != strconv.Itoa(limit) {
 					t.Fatalf("%s %s: X-RateLimit-Limit %q, want %d (the config just loaded, 2 s after the load)", what, path, got, limit)
 				}
 			}
 		}
 	}
 
-	load(t, configs[0].text)
+	live.Load(t, configs[0].text)
 	traffic(configs[0].limit, "first load")
 
 	// No garbage collection from here to the end of the checks: an
@@ -156,7 +157,7 @@ http://:%d {
 	start := time.Now()
 	for i := 1; i <= loads; i++ {
 		c := configs[i%2]
-		if err := post(c.text, false); err != nil {
+		if err := live.Post(c.text, false); err != nil {
 			t.Fatalf("load %d: %v", i, err)
 		}
 		traffic(c.limit, fmt.Sprintf("load %d", i))
@@ -164,12 +165,12 @@ http://:%d {
 	elapsed := time.Since(start)
 
 	var g, c int
-	okG := waitFor(15*time.Second, func() bool {
+	okG := caddytesting.WaitFor(15*time.Second, func() bool {
 		closeIdle()
 		g = runtime.NumGoroutine()
 		return g <= baseG+5
 	})
-	okC := waitFor(15*time.Second, func() bool {
+	okC := caddytesting.WaitFor(15*time.Second, func() bool {
 		c = connectedClients(t, srv.Addr)
 		return c <= baseC+2
 	})

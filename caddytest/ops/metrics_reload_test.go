@@ -3,6 +3,8 @@ package ops
 import (
 	"fmt"
 	"testing"
+
+	"github.com/zonelimit/caddy-ratelimit/internal/caddytesting"
 )
 
 // TestMetricsCountAcrossReload: a denial, a reload (the zone unchanged,
@@ -10,7 +12,7 @@ import (
 // 2, not 1: the counters are not restarted by a new config's registry.
 func TestMetricsCountAcrossReload(t *testing.T) {
 	cfg := func(body string) string {
-		return globals("") + fmt.Sprintf(`
+		return live.Globals("") + fmt.Sprintf(`
 http://:%d {
 	rate_limit {
 		zone ops_metrics_reload {
@@ -25,15 +27,15 @@ http://:%d {
 }
 `, httpPort, body)
 	}
-	load(t, cfg("one"))
-	expectCode(t, get(t, "/limited", "X-Client", "c"), 200, "first")
-	expectCode(t, get(t, "/limited", "X-Client", "c"), 429, "second")
-	expectValue(t, scrape(t), 1, mRequests, "zone", "ops_metrics_reload", "result", "denied")
+	live.Load(t, cfg("one"))
+	caddytesting.ExpectCode(t, live.Get(t, "/limited", "X-Client", "c"), 200, "first")
+	caddytesting.ExpectCode(t, live.Get(t, "/limited", "X-Client", "c"), 429, "second")
+	expectValue(t, live.Scrape(t), 1, mRequests, "zone", "ops_metrics_reload", "result", "denied")
 
-	load(t, cfg("two"))
-	waitServing(t, "two", "/") // "/" is not in the zone
-	expectCode(t, get(t, "/limited", "X-Client", "c"), 429, "after the reload")
-	fams := scrape(t)
+	live.Load(t, cfg("two"))
+	live.WaitServing(t, "two", "/") // "/" is not in the zone
+	caddytesting.ExpectCode(t, live.Get(t, "/limited", "X-Client", "c"), 429, "after the reload")
+	fams := live.Scrape(t)
 	expectValue(t, fams, 2, mRequests, "zone", "ops_metrics_reload", "result", "denied")
 	expectValue(t, fams, 1, mRequests, "zone", "ops_metrics_reload", "result", "allowed")
 }

@@ -7,6 +7,7 @@ import (
 
 	dto "github.com/prometheus/client_model/go"
 
+	"github.com/zonelimit/caddy-ratelimit/internal/caddytesting"
 	"github.com/zonelimit/caddy-ratelimit/internal/redistest"
 )
 
@@ -20,7 +21,7 @@ const (
 
 // histogramCount is the sample count of a histogram series (-1 if absent).
 func histogramCount(fams map[string]*dto.MetricFamily, name string, labels ...string) int64 {
-	m, ok := sample(fams, name, labels...)
+	m, ok := caddytesting.Sample(fams, name, labels...)
 	if !ok || m.GetHistogram() == nil {
 		return -1
 	}
@@ -30,7 +31,7 @@ func histogramCount(fams map[string]*dto.MetricFamily, name string, labels ...st
 // expectValue fails the test unless the series has the value.
 func expectValue(t *testing.T, fams map[string]*dto.MetricFamily, want float64, name string, labels ...string) {
 	t.Helper()
-	if got := value(fams, name, labels...); got != want {
+	if got := caddytesting.Value(fams, name, labels...); got != want {
 		t.Errorf("%s%v = %v, want %v (-1: no such series)", name, labels, got, want)
 	}
 }
@@ -44,7 +45,7 @@ func expectValue(t *testing.T, fams map[string]*dto.MetricFamily, want float64, 
 // per config load; the same collectors are registered in each).
 func TestMetricsScrape(t *testing.T) {
 	cfg := func(body string) string {
-		return globals("") + fmt.Sprintf(`
+		return live.Globals("") + fmt.Sprintf(`
 http://:%d {
 	rate_limit {
 		zone ops_metrics_a {
@@ -67,10 +68,10 @@ http://:%d {
 }
 `, httpPort, body)
 	}
-	load(t, cfg("one"))
+	live.Load(t, cfg("one"))
 
 	// Before any request: the zones' series exist at 0.
-	fams := scrape(t)
+	fams := live.Scrape(t)
 	// The histogram counts the decisions of every zone since the first
 	// config with rate_limit (earlier tests' too).
 	decided := max(histogramCount(fams, mDecision, "store", "memory"), 0)
@@ -82,13 +83,13 @@ http://:%d {
 	send := func(path, client string, n int) (allowed, denied int) {
 		t.Helper()
 		for range n {
-			switch r := get(t, path, "X-Client", client); r.code {
+			switch r := live.Get(t, path, "X-Client", client); r.Code {
 			case 200:
 				allowed++
 			case 429:
 				denied++
 			default:
-				t.Fatalf("%s: status %d", path, r.code)
+				t.Fatalf("%s: status %d", path, r.Code)
 			}
 		}
 		return
@@ -107,9 +108,9 @@ http://:%d {
 		t.Fatalf("responses: a %d/%d, b %d/%d allowed/denied, want 5/3 and 1/1", aAllowed, aDenied, bAllowed, bDenied)
 	}
 	// A request no zone applies to is not counted anywhere.
-	expectCode(t, get(t, "/c"), 200, "/c")
+	caddytesting.ExpectCode(t, live.Get(t, "/c"), 200, "/c")
 
-	fams = scrape(t)
+	fams = live.Scrape(t)
 	expectValue(t, fams, 5, mRequests, "zone", "ops_metrics_a", "result", "allowed")
 	expectValue(t, fams, 3, mRequests, "zone", "ops_metrics_a", "result", "denied")
 	expectValue(t, fams, 1, mRequests, "zone", "ops_metrics_b", "result", "allowed")
@@ -120,24 +121,24 @@ http://:%d {
 	if n := histogramCount(fams, mDecision, "store", "memory") - decided; n != 10 {
 		t.Errorf("%s{store=memory} has %d samples more, want 10 (one per decision)", mDecision, n)
 	}
-	if m, ok := sample(fams, mDecision, "store", "memory"); ok && m.GetHistogram().GetSampleSum() <= 0 {
+	if m, ok := caddytesting.Sample(fams, mDecision, "store", "memory"); ok && m.GetHistogram().GetSampleSum() <= 0 {
 		t.Errorf("%s{store=memory}: sum %v, want > 0", mDecision, m.GetHistogram().GetSampleSum())
 	}
 	expectValue(t, fams, 0, mStoreErrs, "zone", "ops_metrics_a")
-	if _, ok := sample(fams, mBreaker, "zone", "ops_metrics_a"); ok {
+	if _, ok := caddytesting.Sample(fams, mBreaker, "zone", "ops_metrics_a"); ok {
 		t.Errorf("%s has a series for a memory zone", mBreaker)
 	}
 
 	// A reload with the same zones (another response body).
-	load(t, cfg("two"))
-	waitServing(t, "two", "/") // "/" is in neither zone
-	if r := get(t, "/a", "X-Client", "c1"); r.code != 429 || r.body != "" {
-		t.Fatalf("c1 after the reload: %d %q, want 429 (its count carried over)", r.code, r.body)
+	live.Load(t, cfg("two"))
+	live.WaitServing(t, "two", "/") // "/" is in neither zone
+	if r := live.Get(t, "/a", "X-Client", "c1"); r.Code != 429 || r.Body != "" {
+		t.Fatalf("c1 after the reload: %d %q, want 429 (its count carried over)", r.Code, r.Body)
 	}
-	if r := get(t, "/a", "X-Client", "c4"); r.code != 200 || r.body != "two" {
-		t.Fatalf("c4 after the reload: %d %q, want 200 from the new config", r.code, r.body)
+	if r := live.Get(t, "/a", "X-Client", "c4"); r.Code != 200 || r.Body != "two" {
+		t.Fatalf("c4 after the reload: %d %q, want 200 from the new config", r.Code, r.Body)
 	}
-	fams = scrape(t)
+	fams = live.Scrape(t)
 	expectValue(t, fams, 6, mRequests, "zone", "ops_metrics_a", "result", "allowed")
 	expectValue(t, fams, 4, mRequests, "zone", "ops_metrics_a", "result", "denied")
 	expectValue(t, fams, 1, mRequests, "zone", "ops_metrics_b", "result", "allowed")
@@ -148,7 +149,7 @@ http://:%d {
 	}
 	// Scraped again, still well-formed, and the keys gauge is a
 	// reading, not a count.
-	fams = scrape(t)
+	fams = live.Scrape(t)
 	expectValue(t, fams, 4, mKeys, "zone", "ops_metrics_a")
 }
 
@@ -161,7 +162,7 @@ http://:%d {
 func TestMetricsRedisDown(t *testing.T) {
 	srv := redistest.Start(t)
 	const zone = "ops_metrics_redis"
-	load(t, globals("")+fmt.Sprintf(`
+	live.LoadSites(t, fmt.Sprintf(`
 http://:%d {
 	rate_limit {
 		zone %s {
@@ -178,22 +179,22 @@ http://:%d {
 	respond "ok"
 }
 `, httpPort, zone, srv.Addr))
-	decided := max(histogramCount(scrape(t), mDecision, "store", "redis"), 0) // earlier tests'
+	decided := max(histogramCount(live.Scrape(t), mDecision, "store", "redis"), 0) // earlier tests'
 
 	for i := 1; i <= 2; i++ {
-		r := get(t, "/")
-		if r.code != 200 || remaining(t, r) != 100-i {
-			t.Fatalf("request %d with Redis up: %d, remaining %q", i, r.code, r.hdr.Get("X-RateLimit-Remaining"))
+		r := live.Get(t, "/")
+		if r.Code != 200 || caddytesting.Remaining(t, r) != 100-i {
+			t.Fatalf("request %d with Redis up: %d, remaining %q", i, r.Code, r.Header.Get("X-RateLimit-Remaining"))
 		}
 	}
-	fams := scrape(t)
+	fams := live.Scrape(t)
 	expectValue(t, fams, 2, mRequests, "zone", zone, "result", "allowed")
 	expectValue(t, fams, 0, mBreaker, "zone", zone)
 	expectValue(t, fams, 0, mStoreErrs, "zone", zone)
 	if n := histogramCount(fams, mDecision, "store", "redis") - decided; n != 2 {
 		t.Errorf("%s{store=redis} has %d samples more, want 2", mDecision, n)
 	}
-	if _, ok := sample(fams, mKeys, "zone", zone); ok {
+	if _, ok := caddytesting.Sample(fams, mKeys, "zone", zone); ok {
 		t.Errorf("%s has a series for a redis zone without a memory fallback", mKeys)
 	}
 
@@ -201,21 +202,21 @@ http://:%d {
 	sent := 0
 	opened := false
 	for sent < 50 && !opened {
-		r := get(t, "/")
+		r := live.Get(t, "/")
 		sent++
-		if r.code != 200 {
-			t.Fatalf("request %d with Redis down, on_error open: status %d", sent, r.code)
+		if r.Code != 200 {
+			t.Fatalf("request %d with Redis down, on_error open: status %d", sent, r.Code)
 		}
-		if r.hdr.Get("X-RateLimit-Remaining") != "" {
-			t.Fatalf("request %d with Redis down: decided (remaining %q)", sent, r.hdr.Get("X-RateLimit-Remaining"))
+		if r.Header.Get("X-RateLimit-Remaining") != "" {
+			t.Fatalf("request %d with Redis down: decided (remaining %q)", sent, r.Header.Get("X-RateLimit-Remaining"))
 		}
-		opened = value(scrape(t), mBreaker, "zone", zone) == 1
+		opened = caddytesting.Value(live.Scrape(t), mBreaker, "zone", zone) == 1
 	}
 	if !opened {
 		t.Fatalf("breaker_open still 0 after %d requests with Redis down", sent)
 	}
-	fams = scrape(t)
-	errs := value(fams, mStoreErrs, "zone", zone)
+	fams = live.Scrape(t)
+	errs := caddytesting.Value(fams, mStoreErrs, "zone", zone)
 	if errs != 5 || sent != 5 {
 		t.Errorf("breaker opened after %d requests with %v store errors, want 5 and 5", sent, errs)
 	}
@@ -223,9 +224,9 @@ http://:%d {
 
 	// Open: decided by on_error at once, Redis not called.
 	for range 3 {
-		expectCode(t, get(t, "/"), 200, "Redis down, breaker open")
+		caddytesting.ExpectCode(t, live.Get(t, "/"), 200, "Redis down, breaker open")
 	}
-	fams = scrape(t)
+	fams = live.Scrape(t)
 	expectValue(t, fams, errs, mStoreErrs, "zone", zone)
 	expectValue(t, fams, float64(sent+3), mRequests, "zone", zone, "result", "error")
 	expectValue(t, fams, 2, mRequests, "zone", zone, "result", "allowed")
@@ -233,14 +234,14 @@ http://:%d {
 	// Back: the prober closes the breaker; decisions are Redis's again (a
 	// fresh Redis: the count starts over).
 	srv.Restart()
-	if !waitFor(15*time.Second, func() bool { return value(scrape(t), mBreaker, "zone", zone) == 0 }) {
+	if !caddytesting.WaitFor(15*time.Second, func() bool { return caddytesting.Value(live.Scrape(t), mBreaker, "zone", zone) == 0 }) {
 		t.Fatalf("breaker_open still 1 15s after Redis came back")
 	}
-	r := get(t, "/")
-	if r.code != 200 || remaining(t, r) != 99 {
-		t.Fatalf("with Redis back: %d, remaining %q, want 200 and 99", r.code, r.hdr.Get("X-RateLimit-Remaining"))
+	r := live.Get(t, "/")
+	if r.Code != 200 || caddytesting.Remaining(t, r) != 99 {
+		t.Fatalf("with Redis back: %d, remaining %q, want 200 and 99", r.Code, r.Header.Get("X-RateLimit-Remaining"))
 	}
-	fams = scrape(t)
+	fams = live.Scrape(t)
 	expectValue(t, fams, 3, mRequests, "zone", zone, "result", "allowed")
 	expectValue(t, fams, errs, mStoreErrs, "zone", zone)
 }

@@ -14,6 +14,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/zonelimit/caddy-ratelimit/internal/caddytesting"
 	"github.com/zonelimit/caddy-ratelimit/internal/redistest"
 )
 
@@ -52,7 +53,7 @@ func reloadUnderLoad(t *testing.T, zoneName, storeLines string, rdb *redis.Clien
 		reloads   = 10
 	)
 	cfg := func(limit int, other string) string {
-		return globals("") + fmt.Sprintf(`
+		return live.Globals("") + fmt.Sprintf(`
 http://:%d {
 	rate_limit {
 		zone %s {
@@ -68,9 +69,9 @@ http://other.test:%d {
 `, httpPort, zoneName, limit, storeLines, httpPort, other)
 	}
 	first := cfg(limit, "v0")
-	load(t, first)
-	if r := get(t, "/"); r.code != 200 || remaining(t, r) != limit-1 {
-		t.Fatalf("first request: %d, remaining %q, want 200 and %d (a fresh zone)", r.code, r.hdr.Get("X-RateLimit-Remaining"), limit-1)
+	live.Load(t, first)
+	if r := live.Get(t, "/"); r.Code != 200 || caddytesting.Remaining(t, r) != limit-1 {
+		t.Fatalf("first request: %d, remaining %q, want 200 and %d (a fresh zone)", r.Code, r.Header.Get("X-RateLimit-Remaining"), limit-1)
 	}
 	admitted := int64(1) // that first request
 
@@ -93,21 +94,21 @@ http://other.test:%d {
 					return
 				default:
 				}
-				r := do("/")
+				r := live.Do("/")
 				switch {
-				case r.err == nil && r.code == 200:
+				case r.Err == nil && r.Code == 200:
 					ok.Add(1)
-				case r.err == nil && r.code == 429:
+				case r.Err == nil && r.Code == 429:
 					denied.Add(1)
-				case isReset(r.err):
+				case isReset(r.Err):
 					// A connection reset by the old server's socket
-					// closing (see retryGet): never decided.
+					// closing (see Caddy.RetryGet): never decided.
 					reset.Add(1)
 				default:
 					failed.Add(1)
 					errMu.Lock()
 					if firstErr == "" {
-						firstErr = fmt.Sprintf("status %d, error %v, body %q", r.code, r.err, r.body)
+						firstErr = fmt.Sprintf("status %d, error %v, body %q", r.Code, r.Err, r.Body)
 					}
 					errMu.Unlock()
 				}
@@ -122,26 +123,26 @@ http://other.test:%d {
 	under := 0
 	for i := 1; i <= reloads; i++ {
 		n0 := answered()
-		if waitFor(20*time.Second, func() bool { return answered() >= n0+20 }) {
+		if caddytesting.WaitFor(20*time.Second, func() bool { return answered() >= n0+20 }) {
 			under++
 		}
 		var err error
 		if i%2 == 1 {
-			err = post(first, true) // the identical config, reloaded anyway
+			err = live.Post(first, true) // the identical config, reloaded anyway
 		} else {
-			err = post(cfg(limit, "v"+strconv.Itoa(i)), false)
+			err = live.Post(cfg(limit, "v"+strconv.Itoa(i)), false)
 		}
 		if err != nil {
 			t.Fatalf("reload %d: %v", i, err)
 		}
 		if i%2 == 0 {
-			if r := retryGet(t, "/", "Host", "other.test"); r.body != "v"+strconv.Itoa(i) {
-				t.Fatalf("reload %d not in effect: other.test answers %q", i, r.body)
+			if r := live.RetryGet(t, "/", "Host", "other.test"); r.Body != "v"+strconv.Itoa(i) {
+				t.Fatalf("reload %d not in effect: other.test answers %q", i, r.Body)
 			}
 		}
 	}
 	n0 := answered()
-	waitFor(20*time.Second, func() bool { return answered() >= n0+20 })
+	caddytesting.WaitFor(20*time.Second, func() bool { return answered() >= n0+20 })
 	stopAll()
 
 	admitted += ok.Load()
@@ -163,10 +164,10 @@ http://other.test:%d {
 	// The count: exactly the admissions, none lost and none doubled (a
 	// request whose connection was reset was never decided: were it
 	// counted, remaining would be lower than this).
-	r := retryGet(t, "/")
-	expectCode(t, r, 200, "after the reloads")
+	r := live.RetryGet(t, "/")
+	caddytesting.ExpectCode(t, r, 200, "after the reloads")
 	admitted++
-	if got, want := remaining(t, r), limit-int(admitted); got != want {
+	if got, want := caddytesting.Remaining(t, r), limit-int(admitted); got != want {
 		t.Fatalf("after %d reloads under load: remaining %d, want %d (limit %d - %d admitted): %d counts lost",
 			reloads, got, want, limit, admitted, got-want)
 	}
@@ -189,18 +190,18 @@ http://other.test:%d {
 
 	// A changed limit applies at once, from a fresh count: once the new
 	// config serves every new connection (the old listening socket is
-	// closed in the background after POST /load returns, see retryGet).
-	if err := post(cfg(3, "v-new"), false); err != nil {
+	// closed in the background after POST /load returns, see Caddy.RetryGet).
+	if err := live.Post(cfg(3, "v-new"), false); err != nil {
 		t.Fatal(err)
 	}
-	waitServing(t, "v-new", "/", "Host", "other.test")
+	live.WaitServing(t, "v-new", "/", "Host", "other.test")
 	for i := 1; i <= 3; i++ {
-		r := retryGet(t, "/")
-		expectCode(t, r, 200, fmt.Sprintf("request %d under the new limit", i))
-		if r.hdr.Get("X-RateLimit-Limit") != "3" || remaining(t, r) != 3-i {
+		r := live.RetryGet(t, "/")
+		caddytesting.ExpectCode(t, r, 200, fmt.Sprintf("request %d under the new limit", i))
+		if r.Header.Get("X-RateLimit-Limit") != "3" || caddytesting.Remaining(t, r) != 3-i {
 			t.Fatalf("request %d under the new limit: limit %q remaining %q, want 3 and %d",
-				i, r.hdr.Get("X-RateLimit-Limit"), r.hdr.Get("X-RateLimit-Remaining"), 3-i)
+				i, r.Header.Get("X-RateLimit-Limit"), r.Header.Get("X-RateLimit-Remaining"), 3-i)
 		}
 	}
-	expectCode(t, retryGet(t, "/"), 429, "4th request under the new limit of 3")
+	caddytesting.ExpectCode(t, live.RetryGet(t, "/"), 429, "4th request under the new limit of 3")
 }

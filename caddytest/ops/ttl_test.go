@@ -12,6 +12,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/zonelimit/caddy-ratelimit/internal/caddytesting"
 	"github.com/zonelimit/caddy-ratelimit/internal/redistest"
 )
 
@@ -74,7 +75,7 @@ func TestRedisKeysExpire(t *testing.T) {
 			limit 1 2h
 		}
 `)
-	load(t, globals("")+fmt.Sprintf(`
+	live.LoadSites(t, fmt.Sprintf(`
 http://:%d {
 	rate_limit {
 %s		store redis
@@ -100,19 +101,19 @@ http://:%d {
 `, httpPort, zones.String(), srv.Addr, upstream.Listener.Addr().String()))
 
 	// Hold one concurrency lease while the keys are scanned.
-	slow := make(chan response, 1)
-	go func() { slow <- do("/concurrency/slow", "X-Client", "held") }()
+	slow := make(chan caddytesting.Response, 1)
+	go func() { slow <- live.Do("/concurrency/slow", "X-Client", "held") }()
 	select {
 	case <-arrived:
 	case r := <-slow:
-		t.Fatalf("the slow request ended early: %d %v", r.code, r.err)
+		t.Fatalf("the slow request ended early: %d %v", r.Code, r.Err)
 	case <-time.After(30 * time.Second):
 		t.Fatal("the slow request never reached the upstream")
 	}
 
 	codes := func(path string, hdr ...string) (got []int) {
 		for range 3 {
-			got = append(got, get(t, path, hdr...).code)
+			got = append(got, live.Get(t, path, hdr...).Code)
 		}
 		return got
 	}
@@ -136,17 +137,17 @@ http://:%d {
 	// = 1 unit per interval and key (its budget, see lua/sync.go): send
 	// until 5 are admitted, then the limit holds (remaining 0).
 	admitted := 0
-	if !waitFor(20*time.Second, func() bool {
-		r := get(t, "/sync", "X-Client", "s")
-		if r.code == 200 {
+	if !caddytesting.WaitFor(20*time.Second, func() bool {
+		r := live.Get(t, "/sync", "X-Client", "s")
+		if r.Code == 200 {
 			admitted++
 		}
 		return admitted == 5
 	}) {
 		t.Fatalf("two-layer zone: %d of 5 admitted in 20s", admitted)
 	}
-	if r := get(t, "/sync", "X-Client", "s"); r.code != 429 || remaining(t, r) != 0 {
-		t.Errorf("two-layer zone, 6th request: %d remaining %q, want 429 and 0", r.code, r.hdr.Get("X-RateLimit-Remaining"))
+	if r := live.Get(t, "/sync", "X-Client", "s"); r.Code != 429 || caddytesting.Remaining(t, r) != 0 {
+		t.Errorf("two-layer zone, 6th request: %d remaining %q, want 429 and 0", r.Code, r.Header.Get("X-RateLimit-Remaining"))
 	}
 
 	// Every zone's keys, once the two-layer store has pushed.
@@ -168,7 +169,7 @@ http://:%d {
 		return m
 	}
 	var keys map[string][]string
-	waitFor(10*time.Second, func() bool {
+	caddytesting.WaitFor(10*time.Second, func() bool {
 		keys = keysOf()
 		return len(keys["sync"]) > 0
 	})
@@ -200,8 +201,8 @@ http://:%d {
 
 	// The lease released: the concurrency keys still expire.
 	releaseOnce()
-	if r := <-slow; r.code != 200 || r.body != "upstream" {
-		t.Fatalf("the slow request: %d %q %v", r.code, r.body, r.err)
+	if r := <-slow; r.Code != 200 || r.Body != "upstream" {
+		t.Fatalf("the slow request: %d %q %v", r.Code, r.Body, r.Err)
 	}
 	keys = keysOf()
 	check("after the lease was released", keys[""])

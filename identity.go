@@ -1,8 +1,5 @@
 package ratelimit
 
-// A zone's identity: what makes two zones of one name the same limit, in a
-// config load and across reloads.
-
 import (
 	"encoding/json"
 	"fmt"
@@ -14,6 +11,16 @@ import (
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
 	"github.com/prometheus/client_golang/prometheus"
 )
+
+// A zone's identity and the reload pool's keys: what makes two zones one
+// limit (shared state, kept across reloads), and the check that one name
+// is one limit in a config load.
+
+// pool holds what outlives a config reload: the store of each zone (keyed
+// by storeKey), the metrics' counters, and, while a config is loaded, the
+// zones it defines (keyed by loadKey). It is the only package-level mutable
+// state.
+var pool = caddy.NewUsagePool()
 
 // storeKey identifies a zone's store across handlers and config loads: a
 // zone name is one limit in the whole config, so every handler naming it
@@ -35,7 +42,11 @@ import (
 // Two zones of one name whose identities differ in one config load are a
 // configuration error (see loadZones.claim), so a name never means two
 // limits.
+//
+// scope is the handler's pool scope (see provisionOptions): empty but in
+// tests.
 type storeKey struct {
+	scope  string
 	config string
 }
 

@@ -1,0 +1,186 @@
+package ratelimit
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"net/http"
+	"time"
+
+	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+
+	"github.com/zonelimit/caddy-ratelimit/algorithms"
+	"github.com/zonelimit/caddy-ratelimit/store"
+)
+
+// outcome is what deciding one zone made of the request.
+type outcome uint8
+
+const (
+	zoneSkipped     outcome = iota // the zone does not apply, or lets it through unasked (on_error open)
+	zoneAdmitted                   // admitted: taken is kept, to undo or release
+	zoneDenied                     // denied (by the store, empty_key deny, or a full wait line)
+	zoneUnavailable                // the store failed and on_error closed refuses: 503
+	zoneFailed                     // answered with err: a matcher failed, or the client went away
+)
+
+// zoneDecision is one zone's outcome for the request.
+type zoneDecision struct {
+	outcome outcome
+	taken   taken // with zoneAdmitted and zoneDenied
+	err     error // with zoneUnavailable and zoneFailed
+}
+
+// taken is one zone's admission of the request, kept to be undone.
+type taken struct {
+	z    *zone
+	st   store.Store // the store that admitted it: the zone's, or its fallback
+	key  string
+	cost int64
+	d    algorithms.Decision
+}
+
+// maxKeyLen is the longest key kept as is; a longer one (a header a client
+// filled) is replaced by its hash, so that a key costs bounded memory.
+const maxKeyLen = 256
+
+// decide decides the request in zone z: whether the zone applies (its
+// matchers, its key), then the store's decision for the key and the
+// request's cost (take, or takeOrWait with on_limit wait). down is take's:
+// set once a store call of the request failed.
+func (h *Handler) decide(r *http.Request, z *zone, down *bool) zoneDecision {
+	rt := &h.rt
+	ctx := r.Context()
+	if len(z.matchers) > 0 {
+		ok, err := z.matchers.AnyMatchWithError(r)
+		if err != nil {
+			return zoneDecision{outcome: zoneFailed, err: err}
+		}
+		if !ok {
+			return zoneDecision{outcome: zoneSkipped}
+		}
+	}
+
+	key, err := z.resolver.Key(r)
+	if err != nil {
+		if c := rt.logger.Check(zapcore.DebugLevel, "resolving rate limit key"); c != nil {
+			c.Write(zap.String("zone", z.name), zap.Error(err))
+		}
+		key = ""
+	}
+	if len(key) > maxKeyLen {
+		key = hashKey(key)
+	}
+	if key == "" {
+		switch z.emptyKey {
+		case emptyKeyAllow:
+			return zoneDecision{outcome: zoneSkipped}
+		case emptyKeyDeny:
+			return zoneDecision{outcome: zoneDenied, taken: taken{z: z, key: key, d: z.emptyKeyDenial()}}
+		}
+	}
+
+	cost := z.costOf(r)
+	d, st, err := h.takeOrWait(ctx, z, key, cost, down)
+	if err != nil {
+		switch {
+		case ctx.Err() != nil:
+			// The client went away (while waiting, or while the store
+			// answered): nobody reads a response.
+			return zoneDecision{outcome: zoneFailed, err: caddyhttp.Error(statusClientClosed, err)}
+		case rt.onError == onErrorClosed && !rt.dryRun:
+			return zoneDecision{outcome: zoneUnavailable, err: err}
+		}
+		// on_error open: this zone lets the request through.
+		return zoneDecision{outcome: zoneSkipped}
+	}
+	zd := zoneDecision{outcome: zoneAdmitted, taken: taken{z: z, st: st, key: key, cost: cost, d: d}}
+	if !d.Allowed {
+		zd.outcome = zoneDenied
+	}
+	return zd
+}
+
+// take decides zone z for key: one call to the zone's store. When the store
+// fails (Redis down or slow), on_error local decides with the zone's memory
+// fallback instead; with open and closed the error goes back to ServeHTTP,
+// which lets the request through or answers 503.
+//
+// While the client's circuit breaker is open the store is not called at
+// all: the request is decided by on_error at once. Nor is it once the same
+// request has seen it fail (*down, set here, is the request's): a request
+// pays at most one Redis timeout, however many zones it goes through.
+func (h *Handler) take(ctx context.Context, z *zone, key string, cost int64, down *bool) (algorithms.Decision, store.Store, error) {
+	if d, never := z.neverAdmitted(cost); never {
+		return d, z.store, nil // no store call: its answer is known
+	}
+	var d algorithms.Decision
+	err := errBreakerOpen
+	if *down && z.breaker != nil {
+		// Every zone with a breaker is on the handler's one client.
+		err = errStoreDown
+	} else if z.breaker.Allow() {
+		start := time.Now()
+		if d, ok := z.denies.get(key, start); ok {
+			return d, z.store, nil // still denied: no need to ask Redis
+		}
+		var at time.Time // zero: the store's clock (Redis TIME, a test's)
+		if z.sharesClock {
+			at = start // one clock reading for the memory store and the metric
+		}
+		d, err = z.store.Take(ctx, key, at, cost)
+		z.m.observe(start)
+		if err == nil {
+			z.breaker.Record(nil)
+			if !d.Allowed && z.denies != nil {
+				// From the reply's arrival: the cached denial ends no
+				// earlier than Redis's.
+				z.denies.put(key, time.Now(), d)
+			}
+			return d, z.store, nil
+		}
+		if ctx.Err() != nil {
+			// The client went away: not a failure of the store.
+			return d, z.store, err
+		}
+		*down = z.breaker != nil
+		z.breaker.Record(err)
+		z.m.storeErrors.Inc()
+		h.logStoreError(z, key, err)
+	}
+	z.m.failed.Inc()
+	if z.fallback != nil {
+		d, err = z.fallback.Take(ctx, key, time.Time{}, cost)
+		return d, z.fallback, err
+	}
+	return d, z.store, err
+}
+
+// errBreakerOpen is the error of a decision not asked of Redis because its
+// circuit breaker is open.
+var errBreakerOpen = errors.New("redis circuit breaker open (repeated failures): not called")
+
+// errStoreDown is the error of a decision not asked of Redis because it
+// failed earlier in the same request.
+var errStoreDown = errors.New("redis failed earlier in this request: not called again")
+
+// emptyKeyDenial is the decision of a zone with empty_key deny for a
+// request without a key: it will never be admitted; come back after the
+// longest window.
+func (z *zone) emptyKeyDenial() algorithms.Decision {
+	return algorithms.Decision{
+		Limit:      z.tiers[0].Events,
+		ResetAfter: z.maxWindow,
+		RetryAfter: z.maxWindow,
+	}
+}
+
+// hashKey replaces an overlong key by "#" and its hex SHA-256 (a key of
+// that exact form would need a SHA-256 preimage to collide).
+func hashKey(key string) string {
+	sum := sha256.Sum256([]byte(key))
+	return "#" + hex.EncodeToString(sum[:])
+}
