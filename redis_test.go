@@ -13,7 +13,7 @@ import (
 
 	"github.com/zonelimit/caddy-ratelimit/breaker"
 	"github.com/zonelimit/caddy-ratelimit/internal/redistest"
-	"github.com/zonelimit/caddy-ratelimit/lua"
+	"github.com/zonelimit/caddy-ratelimit/redisstore"
 )
 
 // redisConfig is a handler with one zone of events per minute per remote
@@ -298,9 +298,9 @@ func TestRedisSyncIntervalThreeInstances(t *testing.T) {
 			"zones":[{"name":"sync","key":"k","algorithm":"fixed_window","limits":[{"events":%d,"window":"1m"}]}]}`,
 			srv.Addr, i+1, events), clock))
 	}
-	stores := make([]*lua.SyncStore, instances)
+	stores := make([]*redisstore.SyncStore, instances)
 	for i, h := range hs {
-		stores[i] = h.rt.zones[0].store.(*lua.SyncStore)
+		stores[i] = h.rt.zones[0].store.(*redisstore.SyncStore)
 	}
 	budget := stores[0].Budget(0) // ceil(600 x 1s / 1m) = 10
 	if budget != 10 {

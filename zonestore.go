@@ -16,7 +16,7 @@ import (
 
 	"github.com/zonelimit/caddy-ratelimit/algorithms"
 	"github.com/zonelimit/caddy-ratelimit/breaker"
-	"github.com/zonelimit/caddy-ratelimit/lua"
+	"github.com/zonelimit/caddy-ratelimit/redisstore"
 	"github.com/zonelimit/caddy-ratelimit/store"
 )
 
@@ -42,7 +42,7 @@ type redisClient struct {
 	breaker *breaker.Breaker
 
 	// pipe coalesces the decisions of concurrent requests into pipelines.
-	pipe *lua.Pipeliner
+	pipe *redisstore.Pipeliner
 
 	probeTimeout time.Duration
 	probePrefix  string // the key_prefix of the probe's key
@@ -65,7 +65,7 @@ func newRedisClient(opts *redis.UniversalOptions, keyPrefix string, logger *zap.
 		probeTimeout:    opts.DialTimeout + opts.ReadTimeout,
 		probePrefix:     keyPrefix,
 	}
-	c.pipe = lua.NewPipeliner(c.UniversalClient)
+	c.pipe = redisstore.NewPipeliner(c.UniversalClient)
 	c.breaker = breaker.New(breaker.Options{
 		Failures:      breakerFailures,
 		Window:        breakerWindow,
@@ -277,7 +277,7 @@ func (h *Handler) zoneStores(z *zone, lim algorithms.Limiter, key storeKey) erro
 		}
 		z.fallback = m
 	}
-	opts := lua.Options{KeyPrefix: h.rt.redisConf.KeyPrefix, Zone: z.name}
+	opts := redisstore.Options{KeyPrefix: h.rt.redisConf.KeyPrefix, Zone: z.name}
 	if h.SyncInterval > 0 {
 		// Two-layer: decisions are local (no Redis call, no breaker);
 		// the store pushes its counts every interval, through the
@@ -295,7 +295,7 @@ func (h *Handler) zoneStores(z *zone, lim algorithms.Limiter, key storeKey) erro
 		return nil
 	}
 	opts.Pipeliner = h.rt.redis.pipe
-	st, err := lua.NewStore(h.rt.redis, lim, opts)
+	st, err := redisstore.NewStore(h.rt.redis, lim, opts)
 	if err != nil {
 		return err
 	}
@@ -314,10 +314,10 @@ func (h *Handler) zoneStores(z *zone, lim algorithms.Limiter, key storeKey) erro
 // syncStore returns the two-layer store of key: the pooled one of the
 // previous config load if the zone is unchanged (its local counts and
 // pending pushes carry over), else a new one.
-func (h *Handler) syncStore(lim algorithms.Limiter, name string, opts lua.Options, key storeKey) (*lua.SyncStore, error) {
+func (h *Handler) syncStore(lim algorithms.Limiter, name string, opts redisstore.Options, key storeKey) (*redisstore.SyncStore, error) {
 	logger := h.rt.logger
 	var throttle logThrottle
-	so := lua.SyncOptions{
+	so := redisstore.SyncOptions{
 		Interval: time.Duration(h.SyncInterval),
 		Now:      h.rt.clock,
 		MaxKeys:  h.MaxKeys,
@@ -328,12 +328,12 @@ func (h *Handler) syncStore(lim algorithms.Limiter, name string, opts lua.Option
 		},
 	}
 	st, err := h.pooledStore(name, key, func() (caddy.Destructor, error) {
-		return lua.NewSyncStore(h.rt.redis, lim, opts, so)
+		return redisstore.NewSyncStore(h.rt.redis, lim, opts, so)
 	})
 	if err != nil {
 		return nil, err
 	}
-	return st.(*lua.SyncStore), nil
+	return st.(*redisstore.SyncStore), nil
 }
 
 // memoryStore returns the memory store of key: the pooled one of the

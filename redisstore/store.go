@@ -1,4 +1,4 @@
-// Package lua is the Redis store of caddy-ratelimit: one Lua script per
+// Package redisstore is the Redis store of caddy-ratelimit: one Lua script per
 // algorithm (the Redis twin of each Go algorithm in package algorithms),
 // embedded with go:embed and run with EVALSHA (EVAL on NOSCRIPT), and the
 // Store that runs them through a go-redis UniversalClient (one node,
@@ -84,7 +84,7 @@
 // concurrency lease is "<token>:<cost>", where the token is drawn inside
 // the script exactly as the Go twin draws it (max(last token + 1, now µs)),
 // so Decision.Token maps to its lease deterministically.
-package lua
+package redisstore
 
 import (
 	"context"

@@ -1,4 +1,4 @@
-package lua
+package redisstore
 
 // The two-layer store (sync_interval): every Caddy instance decides locally
 // and pushes its counts to Redis once per interval.

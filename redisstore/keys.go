@@ -1,4 +1,4 @@
-package lua
+package redisstore
 
 import (
 	"crypto/sha256"

@@ -1,4 +1,4 @@
-package lua
+package redisstore
 
 import (
 	"context"
@@ -20,7 +20,7 @@ import (
 // trip) and from 16 goroutines (throughput: ns/op is the wall time per Take
 // with many in flight).
 //
-//	go test -run '^$' -bench RedisTake -benchmem ./lua/
+//	go test -run '^$' -bench RedisTake -benchmem ./redisstore/
 func BenchmarkRedisTake(b *testing.B) {
 	srv := newBenchServer(b)
 	c := redis.NewClient(&redis.Options{Addr: srv, PoolSize: 32, Protocol: 2})
@@ -78,7 +78,7 @@ func newBenchServer(b *testing.B) string {
 // 10m, full), for costs 1, 1,000 and 100,000: a client-chosen cost must not
 // make a denial walk the log.
 //
-//	go test -run '^$' -bench SlidingLogFullKey ./lua/
+//	go test -run '^$' -bench SlidingLogFullKey ./redisstore/
 func BenchmarkSlidingLogFullKey(b *testing.B) {
 	const n = 100000
 	_, c := newClient(b)
