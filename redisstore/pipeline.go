@@ -3,7 +3,6 @@ package redisstore
 import (
 	"context"
 	"errors"
-	"strings"
 	"sync"
 
 	"github.com/redis/go-redis/v9"
@@ -35,14 +34,19 @@ const (
 	callQueue       = 1024
 )
 
-// scriptCall is one script call waiting for a pipeline.
-type scriptCall struct {
+// evalCall is one script call: its script, KEYS and ARGV.
+type evalCall struct {
 	script *redis.Script
 	keys   []string
 	args   []any
-	cmd    *redis.Cmd // the reply; nil with err set when never sent
-	err    error
-	done   chan struct{}
+}
+
+// scriptCall is one script call waiting for a pipeline.
+type scriptCall struct {
+	evalCall
+	cmd  *redis.Cmd // the reply; nil with err set when never sent
+	err  error
+	done chan struct{}
 }
 
 var callPool = sync.Pool{New: func() any { return &scriptCall{done: make(chan struct{}, 1)} }}
@@ -80,7 +84,7 @@ func (p *Pipeliner) Close() {
 // be applied in Redis).
 func (p *Pipeliner) run(ctx context.Context, script *redis.Script, keys []string, args []any) (*redis.Cmd, error) {
 	c := callPool.Get().(*scriptCall)
-	c.script, c.keys, c.args = script, keys, args
+	c.evalCall = evalCall{script, keys, args}
 	select {
 	case p.calls <- c:
 	case <-p.stop:
@@ -108,6 +112,7 @@ func (p *Pipeliner) run(ctx context.Context, script *redis.Script, keys []string
 func (p *Pipeliner) work() {
 	defer p.wg.Done()
 	batch := make([]*scriptCall, 0, maxPipeline)
+	evals := make([]*evalCall, 0, maxPipeline)
 	cmds := make([]*redis.Cmd, 0, maxPipeline)
 	for {
 		batch = batch[:0]
@@ -126,37 +131,45 @@ func (p *Pipeliner) work() {
 				break fill
 			}
 		}
-		cmds = p.exec(batch, cmds[:0])
+		for _, c := range batch {
+			evals = append(evals, &c.evalCall)
+		}
+		// The client's timeouts bound the pipeline; a caller whose ctx
+		// ends stops waiting for it (see run).
+		cmds = evalAll(context.Background(), p.c, evals, cmds[:0])
 		for i, c := range batch {
 			c.cmd = cmds[i]
 			c.done <- struct{}{}
 		}
 		clear(cmds)
+		clear(evals)
+		evals = evals[:0]
 	}
 }
 
-// exec sends batch as one pipeline of EVALSHA, then, for the calls whose
-// script Redis did not have (NOSCRIPT: a restart, a failover), one of EVAL.
-// Only a NOSCRIPT reply is sent again: a timeout or a refused connection
-// fails the calls at once, so a failing Redis costs a call one timeout.
-func (p *Pipeliner) exec(batch []*scriptCall, cmds []*redis.Cmd) []*redis.Cmd {
-	ctx := context.Background() // the client's timeouts bound it
-	pipe := p.c.Pipeline()
-	for _, c := range batch {
-		cmds = append(cmds, c.script.EvalSha(ctx, pipe, c.keys, c.args...))
+// evalAll is how every script call of the package reaches Redis: calls
+// go as one pipeline of EVALSHA, then those whose script Redis did not have
+// (NOSCRIPT: a restart, a failover) as one of EVAL, which caches it again.
+// It appends the reply of every call to cmds, in order. Only a NOSCRIPT
+// reply is sent again: a timeout or a refused connection fails the calls at
+// once, so a failing Redis costs a call one timeout.
+func evalAll(ctx context.Context, c redis.UniversalClient, calls []*evalCall, cmds []*redis.Cmd) []*redis.Cmd {
+	first := len(cmds)
+	pipe := c.Pipeline()
+	for _, e := range calls {
+		cmds = append(cmds, e.script.EvalSha(ctx, pipe, e.keys, e.args...))
 	}
 	_, err := pipe.Exec(ctx)
-	unanswered(cmds, err)
+	unanswered(cmds[first:], err)
 	var retry redis.Pipeliner
 	var retried []*redis.Cmd
-	for i, cmd := range cmds {
-		if err := cmd.Err(); err != nil && strings.HasPrefix(err.Error(), "NOSCRIPT") {
+	for i, e := range calls {
+		if err := cmds[first+i].Err(); err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
 			if retry == nil {
-				retry = p.c.Pipeline()
+				retry = c.Pipeline()
 			}
-			c := batch[i]
-			cmds[i] = c.script.Eval(ctx, retry, c.keys, c.args...)
-			retried = append(retried, cmds[i])
+			cmds[first+i] = e.script.Eval(ctx, retry, e.keys, e.args...)
+			retried = append(retried, cmds[first+i])
 		}
 	}
 	if retry != nil {
@@ -164,6 +177,12 @@ func (p *Pipeliner) exec(batch []*scriptCall, cmds []*redis.Cmd) []*redis.Cmd {
 		unanswered(retried, err)
 	}
 	return cmds
+}
+
+// evalOne runs one script call on its own (see evalAll).
+func evalOne(ctx context.Context, c redis.UniversalClient, script *redis.Script, keys []string, args []any) *redis.Cmd {
+	var cmds [1]*redis.Cmd
+	return evalAll(ctx, c, []*evalCall{{script, keys, args}}, cmds[:0])[0]
 }
 
 // errNoReply fails a call that a pipeline never answered and for which it

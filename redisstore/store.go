@@ -1,96 +1,9 @@
-// Package redisstore is the Redis store of caddy-ratelimit: one Lua script per
-// algorithm (the Redis twin of each Go algorithm in package algorithms),
-// embedded with go:embed and run with EVALSHA (EVAL on NOSCRIPT), and the
-// Store that runs them through a go-redis UniversalClient (one node,
-// Cluster or Sentinel).
-//
-// # One command per decision
-//
-// Take sends exactly one EVALSHA: the script decides every tier of the zone
-// atomically and answers every field of the Decision. Undo (a later zone
-// denied the request, or a concurrency request ended) is one more EVALSHA of
-// the same script in undo mode; it is skipped when there is nothing to give
-// back.
-//
-// # Time
-//
-// Take and Undo with a zero now let the script read Redis's TIME, so that
-// the instances sharing a count never depend on their own clocks; tests
-// pass an instant in (now.UnixMicro()). Reading TIME in a script that then
-// writes is allowed because Redis (5 and later; 7 always) replicates a
-// script's effects, not the script itself.
-//
-// # Key layout
-//
-// Every key of one zone key is
-//
-//	<key_prefix><zone>:{<escaped key>}:<alg>:<config digest>[:<part>]
-//
-// The braces are the Cluster hash tag: all keys of one zone key live in one
-// slot, so a script never gets CROSSSLOT. The user's key is escaped by
-// EscapeKey ('{', '}', '%', space and control bytes become %XX; an escaped key
-// longer than 128 bytes is replaced by "%H" + its hex SHA-256; the empty key
-// is "%Z", since "{}" would be no hash tag at all), so it can
-// never inject a brace or a newline nor make a key longer than about 200
-// bytes plus the prefix and zone. The zone name is escaped the same way (it
-// precedes the hash tag), and a key_prefix may not contain a brace. The
-// config digest (8 hex digits of a SHA-256 of the algorithm, tiers and burst)
-// means a changed limit starts from fresh state, as the memory store does.
-//
-// Keys per zone key and algorithm:
-//
-//	sliding_log     <...>:sl:<d>:m      string: latest instant seen, per tier the
-//	                                    live units and the newest unit's offset
-//	                <...>:sl:<d>:<i>    sorted set of tier i's runs (one per Take),
-//	                                    scored by the offset of their newest unit
-//	sliding_window  <...>:sw:<d>        string: per tier window start and counts
-//	fixed_window    <...>:fw:<d>        string: per tier window start and count
-//	token_bucket    <...>:tb:<d>        string: last instant, level per tier
-//	leaky_bucket    <...>:lb:<d>        string: last instant, level per tier
-//	gcra            <...>:gcra:<d>      string: last instant, TAT per tier
-//	concurrency     <...>:cc:<d>        hash: last instant, last token, held
-//	                <...>:cc:<d>:l      sorted set of leases scored by expiry
-//
-// A string state is decimal integers separated by spaces, read with one GET
-// and written with its TTL by one SET PX (load_state and save_state in
-// lib.lua): fewer commands than a hash, and each command inside a script
-// costs Redis about as much as the script's arithmetic.
-//
-// Every call sets a TTL on every key it touches: the time until the
-// state is the same as a fresh one, plus a one-second margin (Margin), so
-// Redis never fills with dead keys and a crashed instance's concurrency
-// leases expire on their own:
-//
-//	sliding_log     newest event + window - now          <= longest window
-//	fixed_window    end of the current window - now      <= longest window
-//	sliding_window  end of the next window - now         <= 2 x longest window
-//	                (the current count weighs on the next window)
-//	token_bucket    time until full                      <= burst/rate
-//	leaky_bucket    time until empty                     <= burst/rate
-//	gcra            TAT - now                            <= burst/rate
-//	                (the buckets up to twice that with count_rejected debt)
-//	concurrency     newest lease's expiry - now          <= window
-//
-// (burst/rate is the window when burst is the default, events.)
-//
-// # Unique members
-//
-// Sorted-set members are unique even for requests in the same microsecond:
-// a sliding_log run (one per logged Take, whatever its cost) is
-// "<µs>:<units>:<instance id>-<store id>-<counter>" (the id: a random
-// per-process id, a per-process store number and a per-store atomic
-// counter, in base 36, passed in by the Store; see sliding_log.lua for the
-// score); a
-// concurrency lease is "<token>:<cost>", where the token is drawn inside
-// the script exactly as the Go twin draws it (max(last token + 1, now µs)),
-// so Decision.Token maps to its lease deterministically.
 package redisstore
 
 import (
 	"context"
 	"crypto/rand"
 	"crypto/sha256"
-	"embed"
 	"encoding/binary"
 	"encoding/hex"
 	"errors"
@@ -106,40 +19,8 @@ import (
 	"github.com/zonelimit/caddy-ratelimit/store"
 )
 
-//go:embed *.lua
-var scriptFS embed.FS
-
 // Margin is added to every key's TTL beyond the time its state needs.
 const Margin = time.Second
-
-// scripts holds one redis.Script per algorithm: lib.lua followed by the
-// algorithm's script.
-var scripts = func() map[string]*redis.Script {
-	lib, err := scriptFS.ReadFile("lib.lua")
-	if err != nil {
-		panic(err)
-	}
-	m := make(map[string]*redis.Script)
-	for _, name := range algorithms.Names {
-		src, err := scriptFS.ReadFile(name + ".lua")
-		if err != nil {
-			continue // not written yet
-		}
-		m[name] = redis.NewScript(string(lib) + "\n" + string(src))
-	}
-	return m
-}()
-
-// Script returns the source of the script of algorithm name as sent to
-// Redis (lib.lua then the algorithm's file), and whether there is one.
-func Script(name string) (string, bool) {
-	lib, _ := scriptFS.ReadFile("lib.lua")
-	src, err := scriptFS.ReadFile(name + ".lua")
-	if err != nil {
-		return "", false
-	}
-	return string(lib) + "\n" + string(src), true
-}
 
 // instanceID tells this process's sorted-set members apart from other
 // instances'.
@@ -169,12 +50,11 @@ type Options struct {
 type Store struct {
 	c       redis.UniversalClient
 	l       algorithms.Limiter
-	script  *redis.Script
+	script  *script
 	head    string   // "<prefix><zone>:{"
 	tails   []string // "}:<alg>:<digest>[:<part>]", one per key
 	static  []any    // ARGV after the common arguments
 	cr      any      // count_rejected: "1" or "0"
-	member  bool     // the script wants a unique member in ARGV[5]
 	maxCost int64    // costs above it decide as it does (see Take)
 	counter atomic.Uint64
 	idHead  string // "<instance id>-<store id>-"
@@ -193,8 +73,9 @@ func NewStore(c redis.UniversalClient, l algorithms.Limiter, o Options) (*Store,
 	if l == nil {
 		return nil, errors.New("redis store: no limiter")
 	}
-	if strings.ContainsAny(o.KeyPrefix, "{}") {
-		return nil, fmt.Errorf("redis store: key_prefix %q must not contain a brace ('{' or '}' would change the Cluster hash tag)", o.KeyPrefix)
+	head, err := o.head("redis store")
+	if err != nil {
+		return nil, err
 	}
 	name := l.Name()
 	sc := scripts[name]
@@ -224,7 +105,7 @@ func NewStore(c redis.UniversalClient, l algorithms.Limiter, o Options) (*Store,
 		c:       c,
 		l:       l,
 		script:  sc,
-		head:    o.KeyPrefix + EscapeKey(o.Zone) + ":{",
+		head:    head,
 		cr:      any("0"),
 		idHead:  instanceID + "-" + strconv.FormatUint(storeSeq.Add(1), 36) + "-",
 		pipe:    o.Pipeliner,
@@ -232,82 +113,48 @@ func NewStore(c redis.UniversalClient, l algorithms.Limiter, o Options) (*Store,
 	if cfg.CountRejected {
 		s.cr = any("1")
 	}
-	h := sha256.New()
-	fmt.Fprintf(h, "%s|%d|", name, cfg.Burst)
-	if layout := stateLayout[name]; layout != "" {
-		fmt.Fprintf(h, "%s|", layout)
+	kind := fmt.Sprintf("%s|%d|", name, cfg.Burst)
+	if sc.layout != "" {
+		kind += sc.layout + "|"
 	}
-	for _, t := range cfg.Tiers {
-		fmt.Fprintf(h, "%d/%d|", t.Events, t.Window.Microseconds())
-	}
-	digest := hex.EncodeToString(h.Sum(nil))[:8]
+	digest := configDigest(kind, cfg.Tiers)
 
-	num := func(v int64) string { return strconv.FormatInt(v, 10) }
+	num := func(v int64) any { return strconv.FormatInt(v, 10) }
 	s.static = append(s.static, num(Margin.Milliseconds()), num(int64(len(cfg.Tiers))))
-	var short string
-	var parts []string
-	switch name {
-	case algorithms.TokenBucket, algorithms.LeakyBucket:
-		short = "tb"
-		if name == algorithms.LeakyBucket {
-			short = "lb"
+	for i, t := range cfg.Tiers {
+		vs, err := sc.tier(t, cfg.Burst)
+		if err != nil {
+			return nil, fmt.Errorf("redis store: %s: limit %d: %v", name, i+1, err)
 		}
-		for i, t := range cfg.Tiers {
-			rate, scale, capacity, err := algorithms.BucketParams(t, cfg.Burst)
-			if err != nil {
-				return nil, fmt.Errorf("redis store: %s: limit %d: %v", name, i+1, err)
-			}
-			burst := cfg.Burst
-			if burst <= 0 {
-				burst = t.Events
-			}
-			s.static = append(s.static, num(rate), num(scale), num(capacity), num(burst), num(t.Window.Microseconds()))
+		for _, v := range vs {
+			s.static = append(s.static, num(v))
 		}
-	case algorithms.GCRA:
-		short = "gcra"
-		for i, t := range cfg.Tiers {
-			iv, tau, err := algorithms.GCRAParams(t, cfg.Burst)
-			if err != nil {
-				return nil, fmt.Errorf("redis store: gcra: limit %d: %v", i+1, err)
-			}
-			burst := cfg.Burst
-			if burst <= 0 {
-				burst = t.Events
-			}
-			s.static = append(s.static, num(iv), num(tau), num(burst), num(t.Window.Microseconds()))
-		}
-	case algorithms.Concurrency:
-		short = "cc"
-		parts = []string{"", ":l"}
-		for _, t := range cfg.Tiers {
-			s.static = append(s.static, num(t.Events), num(t.Window.Microseconds()))
-		}
-	case algorithms.SlidingLog:
-		short = "sl"
-		parts = []string{":m"}
-		s.member = true
-		for i, t := range cfg.Tiers {
-			parts = append(parts, ":"+strconv.Itoa(i))
-			s.static = append(s.static, num(t.Events), num(t.Window.Microseconds()))
-		}
-	case algorithms.SlidingWindow, algorithms.FixedWindow:
-		short = "sw"
-		if name == algorithms.FixedWindow {
-			short = "fw"
-		}
-		for _, t := range cfg.Tiers {
-			s.static = append(s.static, num(t.Events), num(t.Window.Microseconds()))
-		}
-	default:
-		return nil, fmt.Errorf("redis store: algorithm %q is not supported", name)
 	}
-	if parts == nil {
-		parts = []string{""}
-	}
-	for _, p := range parts {
-		s.tails = append(s.tails, "}:"+short+":"+digest+p)
+	for _, p := range sc.parts(len(cfg.Tiers)) {
+		s.tails = append(s.tails, "}:"+sc.short+":"+digest+p)
 	}
 	return s, nil
+}
+
+// head returns "<prefix><zone>:{", the start of every key of the zone, or
+// what (a store's name) refuses in o.
+func (o Options) head(what string) (string, error) {
+	if strings.ContainsAny(o.KeyPrefix, "{}") {
+		return "", fmt.Errorf("%s: key_prefix %q must not contain a brace ('{' or '}' would change the Cluster hash tag)", what, o.KeyPrefix)
+	}
+	return o.KeyPrefix + EscapeKey(o.Zone) + ":{", nil
+}
+
+// configDigest is the config digest of the key names: 8 hex digits of a
+// SHA-256 of kind (the algorithm and what else changes the state's
+// meaning) and the tiers, so that a changed limit starts from fresh state.
+func configDigest(kind string, tiers []algorithms.Tier) string {
+	h := sha256.New()
+	h.Write([]byte(kind))
+	for _, t := range tiers {
+		fmt.Fprintf(h, "%d/%d|", t.Events, t.Window.Microseconds())
+	}
+	return hex.EncodeToString(h.Sum(nil))[:8]
 }
 
 // setMargin changes the TTL margin of the keys s writes (tests: a long one
@@ -340,22 +187,6 @@ func (s *Store) Keys(key string) []string {
 	return keys
 }
 
-// stateLayout names the layout of an algorithm's state key when it is not
-// the first one, so that a changed layout gets new key names (through the
-// config digest): instances of the old and the new version then never read
-// each other's state (a WRONGTYPE, or a misread count) while an upgrade
-// rolls out. "s": one string of integers (load_state in lib.lua), which
-// replaced a hash. "o": sliding_log's runs scored by offset (the k-th unit
-// in O(log n)), which replaced runs scored by timestamp.
-var stateLayout = map[string]string{
-	algorithms.GCRA:          "s",
-	algorithms.TokenBucket:   "s",
-	algorithms.LeakyBucket:   "s",
-	algorithms.FixedWindow:   "s",
-	algorithms.SlidingWindow: "s",
-	algorithms.SlidingLog:    "o", // runs scored by offset, the :m key with the offsets
-}
-
 // Modes of a script call (ARGV[1]), boxed once.
 var (
 	modeTake any = "0"
@@ -381,7 +212,7 @@ func (s *Store) args(mode any, now time.Time, cost int64, extra string) []any {
 func (s *Store) Take(ctx context.Context, key string, now time.Time, cost int64) (algorithms.Decision, error) {
 	cost = min(cost, s.maxCost)
 	extra := ""
-	if s.member {
+	if s.script.member {
 		extra = s.idHead + strconv.FormatUint(s.counter.Add(1), 36)
 	}
 	res, err := s.call(ctx, s.Keys(key), s.args(modeTake, now, cost, extra)).Int64Slice()
@@ -396,9 +227,9 @@ func (s *Store) Take(ctx context.Context, key string, now time.Time, cost int64)
 		Tier:       int(res[1]),
 		Limit:      res[2],
 		Remaining:  res[3],
-		ResetAfter: usDur(res[4]),
-		RetryAfter: usDur(res[5]),
-		Delay:      usDur(res[6]),
+		ResetAfter: durationOf(res[4]),
+		RetryAfter: durationOf(res[5]),
+		Delay:      durationOf(res[6]),
 		Token:      uint64(res[7]),
 	}, nil
 }
@@ -409,7 +240,7 @@ func (s *Store) Undo(ctx context.Context, key string, now time.Time, cost int64,
 	if !d.Allowed {
 		return nil
 	}
-	if s.l.Name() == algorithms.Concurrency {
+	if s.script.byToken {
 		if d.Token == 0 {
 			return nil
 		}
@@ -426,12 +257,12 @@ func (s *Store) Undo(ctx context.Context, key string, now time.Time, cost int64,
 }
 
 // call runs the script once: in the Pipeliner's next pipeline, or on its
-// own (EVALSHA, EVAL on NOSCRIPT).
+// own.
 func (s *Store) call(ctx context.Context, keys []string, args []any) *redis.Cmd {
 	if s.pipe == nil {
-		return s.script.Run(ctx, s.c, keys, args...)
+		return evalOne(ctx, s.c, s.script.run, keys, args)
 	}
-	cmd, err := s.pipe.run(ctx, s.script, keys, args)
+	cmd, err := s.pipe.run(ctx, s.script.run, keys, args)
 	if cmd == nil {
 		cmd = redis.NewCmd(ctx)
 		cmd.SetErr(err)
@@ -439,7 +270,9 @@ func (s *Store) call(ctx context.Context, keys []string, args []any) *redis.Cmd 
 	return cmd
 }
 
-func usDur(us int64) time.Duration {
+// durationOf converts the microseconds of a script's answer to a Duration,
+// saturating instead of overflowing, and never negative.
+func durationOf(us int64) time.Duration {
 	if us <= 0 {
 		return 0
 	}

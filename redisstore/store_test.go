@@ -192,7 +192,7 @@ func TestRedisTime(t *testing.T) {
 		// It is the first integer of a string state, field t of a hash.
 		keys := s.Keys("k")
 		var last string
-		if stateLayout[name] != "" {
+		if scripts[name].layout != "" {
 			last, _, _ = strings.Cut(c.Get(ctx, keys[0]).Val(), " ")
 		} else {
 			last = c.HGet(ctx, keys[0], "t").Val()
@@ -312,7 +312,7 @@ func TestNoScript(t *testing.T) {
 	}
 	take(true)
 	take(false)
-	if ok := c.ScriptExists(ctx, s.script.Hash()).Val(); len(ok) != 1 || !ok[0] {
+	if ok := c.ScriptExists(ctx, s.script.run.Hash()).Val(); len(ok) != 1 || !ok[0] {
 		t.Fatal("the script was not loaded again by EVAL")
 	}
 	srv.Restart() // empty dataset, empty script cache

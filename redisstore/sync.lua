@@ -1,5 +1,5 @@
 -- sync.lua: the one call per key and interval of the two-layer store
--- (SyncStore in sync.go; read the model there). It is sent on its own, not
+-- (SyncStore; read the model in TWO_LAYER.md). It is sent on its own, not
 -- after lib.lua.
 --
 -- KEYS[j]    a window counter: "<...>:sy:<digest>:<tier>:<window index>"

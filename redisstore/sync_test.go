@@ -343,7 +343,9 @@ func TestSyncThreeInstances(t *testing.T) {
 						return float64(counts[w])
 					}
 					e := at.Sub(base.Add(time.Duration(w) * W)).Microseconds()
-					return swWeighted(p.window, counts[w-1], e) + float64(counts[w])
+					// The previous window's count weighted by its overlap.
+					x := float64(float64(counts[w-1]) * float64(p.window-e))
+					return x/float64(p.window) + float64(counts[w])
 				}
 				full := func(at time.Time) bool { // a cost of 1 no longer fits
 					w := int(at.Sub(base) / W)
@@ -351,7 +353,8 @@ func TestSyncThreeInstances(t *testing.T) {
 						return counts[w] > E-1
 					}
 					e := at.Sub(base.Add(time.Duration(w) * W)).Microseconds()
-					return !swFits(p, counts[w-1], counts[w], e, 1)
+					fits, _, _, _ := slidingWindow(p.events, p.window, 0, counts[w-1], counts[w], e, 1, false)
+					return !fits
 				}
 				rng := rand.New(rand.NewPCG(3, 4))
 				worst := 0.0
