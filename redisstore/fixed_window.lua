@@ -7,11 +7,7 @@
 --          load_state)
 -- ARGV[8..] per tier: events, window_us
 local key = KEYS[1]
-local P = {}
-for i = 1, N do
-  local o = 7 + (i - 1) * 2
-  P[i] = {E = tonumber(ARGV[o + 1]), W = tonumber(ARGV[o + 2])}
-end
+local P = tier_params({'E', 'W'})
 
 local st, exists = load_state(key)
 local start, count = {}, {}
@@ -24,34 +20,31 @@ end
 local t = NOW
 if exists and t < st[1] then t = st[1] end
 
+-- save: the state lives until the end of every window holding units.
 local function save()
   local v = {t}
-  local horizon = 0
   for i = 1, N do
     v[2 * i] = start[i]
     v[2 * i + 1] = count[i]
-    if count[i] > 0 and start[i] + P[i].W - t > horizon then horizon = start[i] + P[i].W - t end
   end
-  save_state(key, v, horizon)
+  save_tiers(key, v, function(i)
+    if count[i] > 0 then return start[i] + P[i].W - t end
+    return 0
+  end)
 end
 
 if MODE == '1' then
-  if not exists then return 0 end
-  for i = 1, N do
-    if start[i] == t - fmod(t, P[i].W) then
-      local c = count[i]
-      if COST < c then c = COST end
-      count[i] = count[i] - c
+  return undo(exists, function(i)
+    if start[i] == win_start(t, P[i].W) then
+      count[i] = count[i] - math.min(COST, count[i])
     end
-  end
-  save()
-  return 0
+  end, save)
 end
 
 local ok = true
 for i = 1, N do
   local p = P[i]
-  local ws = t - fmod(t, p.W)
+  local ws = win_start(t, p.W)
   if ws ~= start[i] then
     start[i] = ws
     count[i] = 0
@@ -61,10 +54,7 @@ end
 if ok then
   for i = 1, N do count[i] = count[i] + COST end
 elseif COUNT_REJECTED then
-  for i = 1, N do
-    local p = P[i]
-    if COST >= p.E - count[i] then count[i] = p.E else count[i] = count[i] + COST end
-  end
+  for i = 1, N do count[i] = add_capped(count[i], P[i].E) end
 end
 save()
 
@@ -74,11 +64,7 @@ for i = 1, N do
   local reset, wait = 0, 0
   if count[i] > 0 then reset = start[i] + p.W - t end
   if not ok then
-    if COST > p.E then
-      wait = p.W
-    elseif count[i] > p.E - COST then
-      wait = start[i] + p.W - t
-    end
+    wait = win_wait(p, count[i], function() return start[i] + p.W - t end)
   end
   pick.offer(i - 1, p.E, p.E - count[i], reset, wait)
 end

@@ -6,12 +6,7 @@
 -- ARGV[8..] per tier: interval_us (T), tolerance_us (tau), burst, window_us
 --           (from algorithms.GCRAParams)
 local key = KEYS[1]
-local P = {}
-for i = 1, N do
-  local o = 7 + (i - 1) * 4
-  P[i] = {iv = tonumber(ARGV[o + 1]), tau = tonumber(ARGV[o + 2]), burst = tonumber(ARGV[o + 3]),
-          window = tonumber(ARGV[o + 4])}
-end
+local P = tier_params({'iv', 'tau', 'burst', 'window'})
 
 local st, exists = load_state(key)
 local last = st[1] or 0
@@ -28,27 +23,19 @@ for i = 1, N do
   if tat[i] < t then tat[i] = t end
 end
 
+-- save: the state lives until every TAT is past.
 local function save()
-  local v = {last}
-  local horizon = 0
-  for i = 1, N do
-    v[i + 1] = tat[i]
-    if tat[i] - t > horizon then horizon = tat[i] - t end
-  end
-  save_state(key, v, horizon)
+  save_tiers(key, {last, unpack(tat)}, function(i) return tat[i] - t end)
 end
 
 if MODE == '1' then
-  if not exists then return 0 end
-  for i = 1, N do
+  return undo(exists, function(i)
     local p = P[i]
     if COST <= p.burst then
       local v = tat[i] - p.iv * COST
       if v > t then tat[i] = v else tat[i] = t end
     end
-  end
-  save()
-  return 0
+  end, save)
 end
 
 local allowed = true
@@ -72,29 +59,10 @@ if allowed or COUNT_REJECTED then
 end
 save()
 
-local best = nil
-for i = 1, N do
+return bucket_result(allowed, P, function(i)
   local p = P[i]
   local ahead = tat[i] - t
-  local v = {tier = i - 1, remaining = 0, reset = ahead, wait = 0, impossible = false}
-  if ahead < p.tau then v.remaining = idiv(p.tau - ahead, p.iv) end
-  if allowed then
-    if better_allowed(v, best) then best = v end
-  else
-    if COST > p.burst then
-      v.impossible = true
-      v.wait = p.window
-    else
-      local w = ahead + p.iv * COST - p.tau
-      if w > 0 then v.wait = w end
-    end
-    if better_denied(v, best) then best = v end
-  end
-end
-
-local retry = 0
-if not allowed then
-  retry = best.wait
-  if retry <= 0 then retry = 1 end
-end
-return {allowed and 1 or 0, best.tier, P[best.tier + 1].burst, best.remaining, best.reset, retry, 0, 0}
+  local rem = 0
+  if ahead < p.tau then rem = idiv(p.tau - ahead, p.iv) end
+  return rem, ahead, ahead + p.iv * COST - p.tau
+end, 0)

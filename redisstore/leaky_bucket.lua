@@ -9,12 +9,7 @@
 -- ARGV[8..] per tier: rate, scale, cap, burst, window_us (from
 --           algorithms.BucketParams)
 local key = KEYS[1]
-local P = {}
-for i = 1, N do
-  local o = 7 + (i - 1) * 5
-  P[i] = {rate = tonumber(ARGV[o + 1]), scale = tonumber(ARGV[o + 2]), cap = tonumber(ARGV[o + 3]),
-          burst = tonumber(ARGV[o + 4]), window = tonumber(ARGV[o + 5])}
-end
+local P = tier_params({'rate', 'scale', 'cap', 'burst', 'window'})
 
 local st, exists = load_state(key)
 local last = st[1] or 0
@@ -39,28 +34,19 @@ else
   for i = 1, N do level[i] = leak(level[i], dt, P[i]) end
 end
 
+-- save: the state lives until every bucket is empty.
 local function save()
-  local v = {last}
-  local horizon = 0
-  for i = 1, N do
-    v[i + 1] = level[i]
-    local empty = cdiv(level[i], P[i].rate)
-    if empty > horizon then horizon = empty end
-  end
-  save_state(key, v, horizon)
+  save_tiers(key, {last, unpack(level)}, function(i) return cdiv(level[i], P[i].rate) end)
 end
 
 if MODE == '1' then
-  if not exists then return 0 end
-  for i = 1, N do
+  return undo(exists, function(i)
     local p = P[i]
     if COST <= p.burst then
       local lv = level[i] - COST * p.scale
       if lv > 0 then level[i] = lv else level[i] = 0 end
     end
-  end
-  save()
-  return 0
+  end, save)
 end
 
 local allowed = true
@@ -87,29 +73,11 @@ if allowed or COUNT_REJECTED then
 end
 save()
 
-local best = nil
-for i = 1, N do
-  local p = P[i]
-  local lv = level[i]
-  local v = {tier = i - 1, remaining = 0, reset = cdiv(lv, p.rate), wait = 0, impossible = false}
-  if lv < p.cap then v.remaining = idiv(p.cap - lv, p.scale) end
-  if allowed then
-    if better_allowed(v, best) then best = v end
-  else
-    if COST > p.burst then
-      v.impossible = true
-      v.wait = p.window
-    else
-      local over = lv + COST * p.scale - p.cap
-      if over > 0 then v.wait = cdiv(over, p.rate) end
-    end
-    if better_denied(v, best) then best = v end
-  end
-end
-
-local retry = 0
-if not allowed then
-  retry = best.wait
-  if retry <= 0 then retry = 1 end
-end
-return {allowed and 1 or 0, best.tier, P[best.tier + 1].burst, best.remaining, best.reset, retry, delay, 0}
+return bucket_result(allowed, P, function(i)
+  local p, lv = P[i], level[i]
+  local rem, wait = 0, 0
+  if lv < p.cap then rem = idiv(p.cap - lv, p.scale) end
+  local over = lv + COST * p.scale - p.cap
+  if over > 0 then wait = cdiv(over, p.rate) end
+  return rem, cdiv(lv, p.rate), wait
+end, delay)

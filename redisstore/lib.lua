@@ -131,3 +131,88 @@ local function win_pick(allowed)
   end
   return p
 end
+
+-- tier_params returns, per tier, a table of the named constants ARGV[8..]
+-- holds for it (names lists them in order; the same number per tier).
+local function tier_params(names)
+  local P, w = {}, #names
+  for i = 1, N do
+    local o, p = 7 + (i - 1) * w, {}
+    for j = 1, w do p[names[j]] = tonumber(ARGV[o + j]) end
+    P[i] = p
+  end
+  return P
+end
+
+-- undo ends the script in undo mode: when the state exists, give(i) gives
+-- back in every tier, then save() writes the state. It answers 0.
+local function undo(exists, give, save)
+  if exists then
+    for i = 1, N do give(i) end
+    save()
+  end
+  return 0
+end
+
+-- save_tiers writes the integers of v to key (save_state) with the TTL the
+-- longest-lived tier needs: the largest us(i) microseconds, at least 0.
+local function save_tiers(key, v, us)
+  local horizon = 0
+  for i = 1, N do
+    local h = us(i)
+    if h > horizon then horizon = h end
+  end
+  return save_state(key, v, horizon)
+end
+
+-- bucket_result is the answer of gcra and the buckets (P[i] with burst and
+-- window): the tier picked by better_allowed or better_denied, where
+-- tier(i) returns tier i's remaining, reset and, denied within its burst,
+-- wait (µs). A denied request waits at least 1µs.
+local function bucket_result(allowed, P, tier, delay)
+  local best = nil
+  for i = 1, N do
+    local p = P[i]
+    local rem, reset, wait = tier(i)
+    local v = {tier = i - 1, remaining = rem, reset = reset, wait = 0, impossible = false}
+    if allowed then
+      if better_allowed(v, best) then best = v end
+    else
+      if COST > p.burst then
+        v.impossible = true
+        v.wait = p.window
+      elseif wait > 0 then
+        v.wait = wait
+      end
+      if better_denied(v, best) then best = v end
+    end
+  end
+  local retry = 0
+  if not allowed then
+    retry = best.wait
+    if retry <= 0 then retry = 1 end
+  end
+  return {allowed and 1 or 0, best.tier, P[best.tier + 1].burst, best.remaining, best.reset, retry, delay, 0}
+end
+
+-- win_start is the start of the window of W µs holding t (windows aligned
+-- to the Unix epoch).
+local function win_start(t, W)
+  return t - fmod(t, W)
+end
+
+-- add_capped is count + COST, at most E: what a denied request adds with
+-- count_rejected (any count at E refuses everything).
+local function add_capped(count, E)
+  if COST >= E - count then return E end
+  return count + COST
+end
+
+-- win_wait is how long a request of COST, denied, waits for a tier of E
+-- events per W µs holding count units: a whole window when it can never
+-- pass, free() (when enough units leave) when the count refuses it, else 0.
+local function win_wait(p, count, free)
+  if COST > p.E then return p.W end
+  if count > p.E - COST then return free() end
+  return 0
+end

@@ -32,11 +32,8 @@
 -- KEYS[1 + i]   sorted set of tier i's runs
 -- ARGV[8..]     per tier: events, window_us
 local mkey = KEYS[1]
-local P = {}
-for i = 1, N do
-  local o = 7 + (i - 1) * 2
-  P[i] = {E = tonumber(ARGV[o + 1]), W = tonumber(ARGV[o + 2]), key = KEYS[1 + i]}
-end
+local P = tier_params({'E', 'W'})
+for i = 1, N do P[i].key = KEYS[1 + i] end
 
 -- REBASE bounds the offsets: a run's end plus a cost (at most 2^51) stays
 -- below 2^53.
@@ -269,11 +266,7 @@ for i = 1, N do
   local reset, wait = 0, 0
   if count[i] > 0 then reset = newest_ts[i] + p.W - t end
   if not ok then
-    if COST > p.E then
-      wait = p.W
-    elseif count[i] > p.E - COST then
-      wait = kth(i, count[i] + COST - p.E) + p.W - t
-    end
+    wait = win_wait(p, count[i], function() return kth(i, count[i] + COST - p.E) + p.W - t end)
   end
   pick.offer(i - 1, p.E, p.E - count[i], reset, wait)
 end

@@ -10,11 +10,7 @@
 --          previous and the current count (see load_state)
 -- ARGV[8..] per tier: events, window_us
 local key = KEYS[1]
-local P = {}
-for i = 1, N do
-  local o = 7 + (i - 1) * 2
-  P[i] = {E = tonumber(ARGV[o + 1]), W = tonumber(ARGV[o + 2])}
-end
+local P = tier_params({'E', 'W'})
 
 local st, exists = load_state(key)
 local start, prev, cur = {}, {}, {}
@@ -27,31 +23,27 @@ end
 local t = NOW
 if exists and t < st[1] then t = st[1] end
 
+-- save: the state lives until no window holding units weighs any more.
 local function save()
   local v = {t}
-  local horizon = 0
   for i = 1, N do
     v[3 * i - 1] = start[i]
     v[3 * i] = prev[i]
     v[3 * i + 1] = cur[i]
-    local h = 0
-    if cur[i] > 0 then h = start[i] + 2 * P[i].W - t elseif prev[i] > 0 then h = start[i] + P[i].W - t end
-    if h > horizon then horizon = h end
   end
-  save_state(key, v, horizon)
+  save_tiers(key, v, function(i)
+    if cur[i] > 0 then return start[i] + 2 * P[i].W - t end
+    if prev[i] > 0 then return start[i] + P[i].W - t end
+    return 0
+  end)
 end
 
 if MODE == '1' then
-  if not exists then return 0 end
-  for i = 1, N do
-    if start[i] == t - fmod(t, P[i].W) then
-      local c = cur[i]
-      if COST < c then c = COST end
-      cur[i] = cur[i] - c
+  return undo(exists, function(i)
+    if start[i] == win_start(t, P[i].W) then
+      cur[i] = cur[i] - math.min(COST, cur[i])
     end
-  end
-  save()
-  return 0
+  end, save)
 end
 
 -- weighted: the part of a previous count pc still inside the rolling window
@@ -107,7 +99,7 @@ end
 local ok = true
 for i = 1, N do
   local p = P[i]
-  local ws = t - fmod(t, p.W)
+  local ws = win_start(t, p.W)
   if ws ~= start[i] then
     if ws == start[i] + p.W then prev[i] = cur[i] else prev[i] = 0 end
     cur[i] = 0
@@ -118,10 +110,7 @@ end
 if ok then
   for i = 1, N do cur[i] = cur[i] + COST end
 elseif COUNT_REJECTED then
-  for i = 1, N do
-    local p = P[i]
-    if COST >= p.E - cur[i] then cur[i] = p.E else cur[i] = cur[i] + COST end
-  end
+  for i = 1, N do cur[i] = add_capped(cur[i], P[i].E) end
 end
 save()
 

@@ -7,12 +7,7 @@
 -- ARGV[8..] per tier: rate, scale, cap, burst, window_us (from
 --           algorithms.BucketParams, so both twins use the same constants)
 local key = KEYS[1]
-local P = {}
-for i = 1, N do
-  local o = 7 + (i - 1) * 5
-  P[i] = {rate = tonumber(ARGV[o + 1]), scale = tonumber(ARGV[o + 2]), cap = tonumber(ARGV[o + 3]),
-          burst = tonumber(ARGV[o + 4]), window = tonumber(ARGV[o + 5])}
-end
+local P = tier_params({'rate', 'scale', 'cap', 'burst', 'window'})
 
 local st, exists = load_state(key)
 local last = st[1] or 0
@@ -38,28 +33,19 @@ else
   for i = 1, N do level[i] = fill(level[i], dt, P[i]) end
 end
 
+-- save: the state lives until every bucket is full again.
 local function save()
-  local v = {last}
-  local horizon = 0
-  for i = 1, N do
-    v[i + 1] = level[i]
-    local full = cdiv(P[i].cap - level[i], P[i].rate)
-    if full > horizon then horizon = full end
-  end
-  save_state(key, v, horizon)
+  save_tiers(key, {last, unpack(level)}, function(i) return cdiv(P[i].cap - level[i], P[i].rate) end)
 end
 
 if MODE == '1' then
-  if not exists then return 0 end
-  for i = 1, N do
+  return undo(exists, function(i)
     local p = P[i]
     if COST <= p.burst then
       local lv = level[i] + COST * p.scale
       if lv < p.cap then level[i] = lv else level[i] = p.cap end
     end
-  end
-  save()
-  return 0
+  end, save)
 end
 
 local allowed = true
@@ -81,29 +67,11 @@ if allowed or COUNT_REJECTED then
 end
 save()
 
-local best = nil
-for i = 1, N do
-  local p = P[i]
-  local lv = level[i]
-  local v = {tier = i - 1, remaining = 0, reset = cdiv(p.cap - lv, p.rate), wait = 0, impossible = false}
-  if lv > 0 then v.remaining = idiv(lv, p.scale) end
-  if allowed then
-    if better_allowed(v, best) then best = v end
-  else
-    if COST > p.burst then
-      v.impossible = true
-      v.wait = p.window
-    else
-      local need = COST * p.scale - lv
-      if need > 0 then v.wait = cdiv(need, p.rate) end
-    end
-    if better_denied(v, best) then best = v end
-  end
-end
-
-local retry = 0
-if not allowed then
-  retry = best.wait
-  if retry <= 0 then retry = 1 end
-end
-return {allowed and 1 or 0, best.tier, P[best.tier + 1].burst, best.remaining, best.reset, retry, 0, 0}
+return bucket_result(allowed, P, function(i)
+  local p, lv = P[i], level[i]
+  local rem, wait = 0, 0
+  if lv > 0 then rem = idiv(lv, p.scale) end
+  local need = COST * p.scale - lv
+  if need > 0 then wait = cdiv(need, p.rate) end
+  return rem, cdiv(p.cap - lv, p.rate), wait
+end, 0)
