@@ -133,28 +133,11 @@ func TestExactAcrossInstances(t *testing.T) {
 				t.Cleanup(func() { ci.Close() })
 				stores = append(stores, mustStore(t, ci, l, zone))
 			}
-			var admitted atomic.Int64
-			var wg sync.WaitGroup
-			for g := 0; g < 64; g++ {
-				wg.Add(1)
-				go func() {
-					defer wg.Done()
-					for i := 0; i < 4; i++ {
-						d, err := stores[g%3].Take(ctx, "shared", time.Time{}, 1)
-						if err != nil {
-							t.Error(err)
-							return
-						}
-						if d.Allowed {
-							admitted.Add(1)
-						}
-					}
-				}()
-			}
-			wg.Wait()
+			got := takeConcurrently(t, 64, 4, func(g, _ int) (algorithms.Decision, error) {
+				return stores[g%3].Take(ctx, "shared", time.Time{}, 1)
+			})
 			// leaky_bucket and token_bucket refill/leak while the test
 			// runs (10 per second): allow what can have come back.
-			got := admitted.Load()
 			if got > 100 && begin.Truncate(time.Hour) != time.Now().Truncate(time.Hour) {
 				t.Skipf("%d admitted, but an hour boundary passed during the test (windows are aligned to it)", got)
 			}

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
 	"github.com/zonelimit/caddy-ratelimit/algorithms"
 )
 
@@ -53,6 +54,14 @@ func TestSyncKeysGolden(t *testing.T) {
 			}
 		}
 	}
+	checkKeys(t, c, "goldenSyncKeys", goldenSyncKeys)
+}
+
+// checkKeys compares the keys in c with want, byte for byte, and lists
+// those written when they differ.
+func checkKeys(t *testing.T, c redis.UniversalClient, name string, want []string) {
+	t.Helper()
+	ctx := context.Background()
 	var got []string
 	iter := c.Scan(ctx, 0, "*", 100).Iterator()
 	for iter.Next(ctx) {
@@ -62,11 +71,11 @@ func TestSyncKeysGolden(t *testing.T) {
 		t.Fatal(err)
 	}
 	slices.Sort(got)
-	if !slices.Equal(got, goldenSyncKeys) {
+	if !slices.Equal(got, want) {
 		var b strings.Builder
 		for _, k := range got {
 			fmt.Fprintf(&b, "\t%q,\n", k)
 		}
-		t.Fatalf("keys written differ from goldenSyncKeys; got:\n%s", b.String())
+		t.Fatalf("keys written differ from %s; got:\n%s", name, b.String())
 	}
 }
