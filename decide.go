@@ -124,7 +124,7 @@ func (h *Handler) take(ctx context.Context, z *zone, key string, cost int64, dow
 		err = errStoreDown
 	} else if z.breaker.Allow() {
 		start := time.Now()
-		if d, ok := z.denies.get(key, start); ok {
+		if d, ok := z.denies.Denied(key, start); ok {
 			return d, z.store, nil // still denied: no need to ask Redis
 		}
 		var at time.Time // zero: the store's clock (Redis TIME, a test's)
@@ -135,11 +135,6 @@ func (h *Handler) take(ctx context.Context, z *zone, key string, cost int64, dow
 		z.m.observe(start)
 		if err == nil {
 			z.breaker.Record(nil)
-			if !d.Allowed && z.denies != nil {
-				// From the reply's arrival: the cached denial ends no
-				// earlier than Redis's.
-				z.denies.put(key, time.Now(), d)
-			}
 			return d, z.store, nil
 		}
 		if ctx.Err() != nil {

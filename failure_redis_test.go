@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -21,6 +20,7 @@ import (
 
 	"github.com/zonelimit/caddy-ratelimit/breaker"
 	"github.com/zonelimit/caddy-ratelimit/internal/redistest"
+	"github.com/zonelimit/caddy-ratelimit/redisstore"
 )
 
 // Log messages of the breaker's state changes.
@@ -61,23 +61,32 @@ func provisionObserved(t *testing.T, config string) (*Handler, *observer.Observe
 	return provision(t, config, nil), logs
 }
 
-// probeCounter counts the breaker's probes: the probe script runs as a
-// command of its own, decisions in pipelines.
+// probeCounter counts the breaker's probes: the calls of the probe script,
+// whose key is named breaker-probe.
 type probeCounter struct{ n atomic.Int64 }
+
+func (p *probeCounter) count(cmd redis.Cmder) {
+	if name := cmd.Name(); (name == "evalsha" || name == "eval") && len(cmd.Args()) > 3 {
+		if s, ok := cmd.Args()[3].(string); ok && strings.Contains(s, "breaker-probe") {
+			p.n.Add(1)
+		}
+	}
+}
 
 func (p *probeCounter) DialHook(next redis.DialHook) redis.DialHook { return next }
 func (p *probeCounter) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
-		if name := cmd.Name(); (name == "evalsha" || name == "eval") && len(cmd.Args()) > 3 {
-			if s, ok := cmd.Args()[3].(string); ok && strings.Contains(s, "breaker-probe") {
-				p.n.Add(1)
-			}
-		}
+		p.count(cmd)
 		return next(ctx, cmd)
 	}
 }
 func (p *probeCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return next
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		for _, cmd := range cmds {
+			p.count(cmd)
+		}
+		return next(ctx, cmds)
+	}
 }
 
 // A Redis that answers PING but refuses the rate limiter's scripts keeps
@@ -103,7 +112,7 @@ func TestBreakerStaysOpenWhileScriptsFail(t *testing.T) {
 		name: "maxmemory noeviction full",
 		start: func(t *testing.T) (string, string, func()) {
 			srv := redistest.Start(t)
-			fillRedis(t, srv.Addr, "")
+			redistest.Fill(t, srv.Addr, "")
 			return srv.Addr, "", func() { mustDo(t, srv.Addr, "CONFIG", "SET", "maxmemory", "0") }
 		},
 		want: "OOM",
@@ -124,16 +133,16 @@ func TestBreakerStaysOpenWhileScriptsFail(t *testing.T) {
 				"zones":[{"name":"api","key":"{http.request.remote.host}","limits":[{"events":100,"window":"1m"}]}]}`, extra, addr))
 			var probes probeCounter
 			h.rt.redis.AddHook(&probes)
-			br := h.rt.redis.breaker
+			br := h.rt.redis.Breaker()
 			count := func(msg string) int { return logs.FilterMessage(msg).Len() }
 
-			for i := 0; i < breakerFailures; i++ {
+			for i := 0; i < redisstore.BreakerFailures; i++ {
 				if res := serve(h, newReq("192.0.2.1:1")); res.code != 200 || res.hdr.Get("X-RateLimit-Remaining") != "" {
 					t.Fatalf("request %d: code %d, headers %v: want 200 decided by on_error open", i+1, res.code, res.hdr)
 				}
 			}
 			if br.State() != breaker.Open {
-				t.Fatalf("breaker %s after %d failures", br.State(), breakerFailures)
+				t.Fatalf("breaker %s after %d failures", br.State(), redisstore.BreakerFailures)
 			}
 			// Requests keep coming while the probe runs 8 times: the
 			// breaker never closes.
@@ -169,124 +178,10 @@ func TestBreakerStaysOpenWhileScriptsFail(t *testing.T) {
 	}
 }
 
-// fillRedis fills the Redis at addr up to a maxmemory with noeviction, so
-// that it refuses writes (OOM), with keys of hash tag tag (a Cluster node
-// takes only the keys of its slots).
-func fillRedis(t *testing.T, addr, tag string) {
-	t.Helper()
-	c := redis.NewClient(&redis.Options{Addr: addr})
-	defer c.Close()
-	ctx := context.Background()
-	info, err := c.Info(ctx, "memory").Result()
-	if err != nil {
-		t.Fatal(err)
-	}
-	used := infoInt(t, info, "used_memory")
-	mustDo(t, addr, "CONFIG", "SET", "maxmemory-policy", "noeviction")
-	mustDo(t, addr, "CONFIG", "SET", "maxmemory", strconv.FormatInt(used+4<<20, 10))
-	value := strings.Repeat("x", 64<<10)
-	for i := 0; ; i++ {
-		err := c.Set(ctx, "fill:"+tag+strconv.Itoa(i), value, 0).Err()
-		if err != nil {
-			if !strings.HasPrefix(err.Error(), "OOM") {
-				t.Fatal(err)
-			}
-			break
-		}
-		if i > 1000 {
-			t.Fatal("Redis never full")
-		}
-	}
-	// Refused a 64 KiB value, it may still take a small one: full to the
-	// last byte, as a Redis filled by small keys over time.
-	info, err = c.Info(ctx, "memory").Result()
-	if err != nil {
-		t.Fatal(err)
-	}
-	used = infoInt(t, info, "used_memory")
-	mustDo(t, addr, "CONFIG", "SET", "maxmemory", strconv.FormatInt(used-1<<20, 10))
-}
-
-func infoInt(t *testing.T, info, field string) int64 {
-	t.Helper()
-	for _, line := range strings.Split(info, "\n") {
-		if v, ok := strings.CutPrefix(strings.TrimSpace(line), field+":"); ok {
-			n, err := strconv.ParseInt(v, 10, 64)
-			if err != nil {
-				t.Fatal(err)
-			}
-			return n
-		}
-	}
-	t.Fatalf("no %s in INFO", field)
-	return 0
-}
-
 func mustDo(t *testing.T, addr string, args ...string) {
 	t.Helper()
 	if _, err := redistest.Do(addr, args...); err != nil {
 		t.Fatalf("%v: %v", args, err)
-	}
-}
-
-// On a Cluster, the probe writes on every master: one that refuses the
-// scripts keeps the breaker open even while the others accept them.
-func TestBreakerProbeEveryClusterMaster(t *testing.T) {
-	cl := redistest.StartCluster(t, 3, 0)
-	conf, err := (&RedisConfig{Addresses: cl.Addrs}).resolved()
-	if err != nil {
-		t.Fatal(err)
-	}
-	opts, err := conf.universalOptions()
-	if err != nil {
-		t.Fatal(err)
-	}
-	c := newRedisClient(opts, conf.KeyPrefix, zap.NewNop())
-	defer c.Destruct()
-	ctx := context.Background()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		err := c.probe(ctx)
-		if err == nil {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("probe of a healthy Cluster: %v", err)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-	slots, err := c.ClusterSlots(ctx).Result()
-	if err != nil {
-		t.Fatal(err)
-	}
-	masters, keys := probeKeys(conf.KeyPrefix, slots)
-	if len(masters) != 3 || len(keys) != 3 {
-		t.Fatalf("probe keys %v on masters %v, want one on each of the 3", keys, masters)
-	}
-	for i, k := range keys {
-		m, err := c.UniversalClient.(*redis.ClusterClient).MasterForKey(ctx, k)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if m.Options().Addr != masters[i] {
-			t.Errorf("probe key %s is on %s, want %s", k, m.Options().Addr, masters[i])
-		}
-		if ttl := m.PTTL(ctx, k).Val(); ttl <= 0 || ttl > probeKeyTTL*time.Millisecond {
-			t.Errorf("probe key %s: TTL %v", k, ttl)
-		}
-	}
-
-	// One master (not the first: a probe of one key would likely miss it)
-	// full.
-	full := masters[len(masters)-1]
-	fillRedis(t, full, keys[len(keys)-1][strings.IndexByte(keys[len(keys)-1], '{'):])
-	err = c.probe(ctx)
-	if err == nil || !strings.Contains(err.Error(), "OOM") || !strings.Contains(err.Error(), full) {
-		t.Fatalf("probe with master %s full: %v, want its OOM", full, err)
-	}
-	mustDo(t, full, "CONFIG", "SET", "maxmemory", "0")
-	if err := c.probe(ctx); err != nil {
-		t.Fatalf("probe once fixed: %v", err)
 	}
 }
 
@@ -297,7 +192,7 @@ func TestRedisAuthFailureLogged(t *testing.T) {
 	check := func(t *testing.T, h *Handler, logs *observer.ObservedLogs, wants ...string) {
 		t.Helper()
 		debug := observe(h, zapcore.DebugLevel)
-		for i := 0; i < breakerFailures; i++ {
+		for i := 0; i < redisstore.BreakerFailures; i++ {
 			serve(h, newReq("192.0.2.1:1"))
 		}
 		entries := debug.FilterMessage("rate limit store failed").All()
@@ -466,9 +361,9 @@ func TestRedisOneTimeoutPerRequest(t *testing.T) {
 			} else {
 				srv.Stop()
 			}
-			br := h.rt.redis.breaker
+			br := h.rt.redis.Breaker()
 			for i := 0; br.State() == breaker.Closed; i++ {
-				if i == 2*breakerFailures {
+				if i == 2*redisstore.BreakerFailures {
 					t.Fatalf("breaker still closed after %d requests", i)
 				}
 				d0, t0 := c.dials.Load(), c.timeouts.Load()

@@ -9,6 +9,7 @@ import (
 	dto "github.com/prometheus/client_model/go"
 
 	"github.com/zonelimit/caddy-ratelimit/internal/redistest"
+	"github.com/zonelimit/caddy-ratelimit/redisstore"
 )
 
 // metricValue returns the value of the series name{labels} in reg, and
@@ -130,25 +131,25 @@ func TestMetricsDryRunAndRedis(t *testing.T) {
 		t.Errorf("breaker_open = %v, want 0", v)
 	}
 	srv.Stop()
-	for i := 0; i < breakerFailures+2; i++ {
+	for i := 0; i < redisstore.BreakerFailures+2; i++ {
 		if res := serve(h, newReq("192.0.2.1:1")); res.code != 200 {
 			t.Fatalf("on_error open: %d", res.code)
 		}
 	}
-	want := map[string]float64{"result=error": breakerFailures + 2}
+	want := map[string]float64{"result=error": redisstore.BreakerFailures + 2}
 	for l, w := range want {
 		if v, _ := metricValue(t, reg, "caddy_http_rate_limit_requests_total", "zone=r", l); v != w {
 			t.Errorf("%s = %v, want %v", l, v, w)
 		}
 	}
-	if v, _ := metricValue(t, reg, "caddy_http_rate_limit_store_errors_total", "zone=r"); v != breakerFailures {
-		t.Errorf("store_errors_total = %v, want %d (no calls while the breaker is open)", v, breakerFailures)
+	if v, _ := metricValue(t, reg, "caddy_http_rate_limit_store_errors_total", "zone=r"); v != redisstore.BreakerFailures {
+		t.Errorf("store_errors_total = %v, want %d (no calls while the breaker is open)", v, redisstore.BreakerFailures)
 	}
 	if v, _ := metricValue(t, reg, "caddy_http_rate_limit_breaker_open", "zone=r"); v != 1 {
 		t.Errorf("breaker_open = %v, want 1", v)
 	}
-	if v, _ := metricValue(t, reg, "caddy_http_rate_limit_decision_seconds", "store=redis"); v != 2+breakerFailures {
-		t.Errorf("decisions observed = %v, want %d", v, 2+breakerFailures)
+	if v, _ := metricValue(t, reg, "caddy_http_rate_limit_decision_seconds", "store=redis"); v != 2+redisstore.BreakerFailures {
+		t.Errorf("decisions observed = %v, want %d", v, 2+redisstore.BreakerFailures)
 	}
 }
 

@@ -18,6 +18,7 @@ import (
 	"github.com/zonelimit/caddy-ratelimit/algorithms"
 	"github.com/zonelimit/caddy-ratelimit/breaker"
 	"github.com/zonelimit/caddy-ratelimit/keyresolver"
+	"github.com/zonelimit/caddy-ratelimit/redisstore"
 	"github.com/zonelimit/caddy-ratelimit/store"
 )
 
@@ -56,7 +57,7 @@ type handlerRuntime struct {
 
 	// redis is the shared Redis client of store redis (nil otherwise) and
 	// redisConf its settings with placeholders replaced and defaults in.
-	redis     *redisClient
+	redis     *redisstore.Client
 	redisConf *RedisConfig
 	onError   onErrorMode
 
@@ -122,9 +123,10 @@ type zone struct {
 	sharesClock bool
 
 	// denies, with store redis, answers a key denied again before its
-	// Retry-After without a round trip (see denyCache); nil when the
-	// zone's denials must reach Redis.
-	denies    *denyCache
+	// Retry-After without a round trip (see redisstore.DenyCache); it is
+	// then the zone's store too. nil when the zone's denials must reach
+	// Redis.
+	denies    *redisstore.DenyCache
 	limiter   algorithms.Limiter
 	cost      int64  // the static cost, when costTmpl is empty
 	costTmpl  string // a placeholder cost

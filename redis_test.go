@@ -13,7 +13,7 @@ import (
 
 	"github.com/zonelimit/caddy-ratelimit/breaker"
 	"github.com/zonelimit/caddy-ratelimit/internal/redistest"
-	"github.com/zonelimit/caddy-ratelimit/lua"
+	"github.com/zonelimit/caddy-ratelimit/redisstore"
 )
 
 // redisConfig is a handler with one zone of events per minute per remote
@@ -219,7 +219,7 @@ func expectKey(t *testing.T, addr, pattern, want string) {
 	}
 }
 
-// Redis down: after breakerFailures failures the breaker opens and requests
+// Redis down: after redisstore.BreakerFailures failures the breaker opens and requests
 // are decided by on_error without calling Redis; once Redis is back (with
 // its scripts gone) the prober closes the breaker and decisions are shared
 // again.
@@ -231,16 +231,16 @@ func TestRedisBreaker(t *testing.T) {
 		t.Fatalf("before: %d", res.code)
 	}
 	srv.Stop()
-	for i := 0; i < breakerFailures; i++ {
+	for i := 0; i < redisstore.BreakerFailures; i++ {
 		if br.State() != breaker.Closed {
-			t.Fatalf("breaker open after %d failures, want %d", i, breakerFailures)
+			t.Fatalf("breaker open after %d failures, want %d", i, redisstore.BreakerFailures)
 		}
 		if res := serve(h, newReq("192.0.2.1:1")); res.code != 503 {
 			t.Fatalf("failure %d: code %d", i+1, res.code)
 		}
 	}
 	if br.State() != breaker.Open {
-		t.Fatalf("breaker %s after %d failures", br.State(), breakerFailures)
+		t.Fatalf("breaker %s after %d failures", br.State(), redisstore.BreakerFailures)
 	}
 	if res := serve(h, newReq("192.0.2.1:1")); res.code != 503 {
 		t.Fatalf("while open: code %d", res.code)
@@ -263,13 +263,13 @@ func TestRedisHungTripsBreaker(t *testing.T) {
 	serve(h, newReq("192.0.2.1:1"))
 	srv.Pause()
 	defer srv.Resume()
-	for i := 0; i < breakerFailures; i++ {
+	for i := 0; i < redisstore.BreakerFailures; i++ {
 		if res := serve(h, newReq("192.0.2.1:1")); res.code != 200 || !res.called {
 			t.Fatalf("request %d (on_error open): code %d", i+1, res.code)
 		}
 	}
 	if br.State() != breaker.Open {
-		t.Fatalf("breaker %s after %d timeouts", br.State(), breakerFailures)
+		t.Fatalf("breaker %s after %d timeouts", br.State(), redisstore.BreakerFailures)
 	}
 	srv.Resume()
 	waitFor(t, 5*time.Second, "breaker to close", func() bool { return br.State() == breaker.Closed })
@@ -301,9 +301,9 @@ func TestRedisSyncIntervalThreeInstances(t *testing.T) {
 			"zones":[{"name":"sync","key":"k","algorithm":"fixed_window","limits":[{"events":%d,"window":"1m"}]}]}`,
 			srv.Addr, i+1, events), clock))
 	}
-	stores := make([]*lua.SyncStore, instances)
+	stores := make([]*redisstore.SyncStore, instances)
 	for i, h := range hs {
-		stores[i] = h.rt.zones[0].store.(*lua.SyncStore)
+		stores[i] = h.rt.zones[0].store.(*redisstore.SyncStore)
 	}
 	budget := stores[0].Budget(0) // ceil(600 x 1s / 1m) = 10
 	if budget != 10 {

@@ -1,12 +1,7 @@
 package ratelimit
 
 import (
-	"context"
-	"errors"
 	"fmt"
-	"slices"
-	"strconv"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -15,8 +10,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/zonelimit/caddy-ratelimit/algorithms"
-	"github.com/zonelimit/caddy-ratelimit/breaker"
-	"github.com/zonelimit/caddy-ratelimit/lua"
+	"github.com/zonelimit/caddy-ratelimit/redisstore"
 	"github.com/zonelimit/caddy-ratelimit/store"
 )
 
@@ -29,51 +23,14 @@ const (
 	onErrorLocal                     // decide with the zone's memory fallback
 )
 
-// redisClient is a Redis client shared, through the reload pool, by every
-// handler with the same Redis settings. It outlives a config reload and
-// is closed when its last user is cleaned up.
-type redisClient struct {
-	redis.UniversalClient
-
-	// breaker stops calling Redis after repeated failures, until a
-	// background probe (a script that writes, see probe) succeeds: while it
-	// is open, on_error decides at once instead of every request paying a
-	// timeout.
-	breaker *breaker.Breaker
-
-	// pipe coalesces the decisions of concurrent requests into pipelines.
-	pipe *lua.Pipeliner
-
-	probeTimeout time.Duration
-	probePrefix  string // the key_prefix of the probe's key
-}
-
-// Breaker settings: five failures in a row (within 10s) open it; a probe
-// every 250ms closes it again once Redis runs a script that writes.
-const (
-	breakerFailures      = 5
-	breakerWindow        = 10 * time.Second
-	breakerProbeInterval = 250 * time.Millisecond
-)
-
 // newRedisClient connects (lazily) with opts; its breaker's probe writes
 // under keyPrefix, and the breaker's state changes are logged to logger,
 // once each.
-func newRedisClient(opts *redis.UniversalOptions, keyPrefix string, logger *zap.Logger) *redisClient {
-	c := &redisClient{
-		UniversalClient: redis.NewUniversalClient(opts),
-		probeTimeout:    opts.DialTimeout + opts.ReadTimeout,
-		probePrefix:     keyPrefix,
-	}
-	c.pipe = lua.NewPipeliner(c.UniversalClient)
-	c.breaker = breaker.New(breaker.Options{
-		Failures:      breakerFailures,
-		Window:        breakerWindow,
-		ProbeInterval: breakerProbeInterval,
-		Probe:         c.probe,
-		OnStateChange: func(from, to breaker.State) {
-			if to == breaker.Open {
-				err := c.breaker.Err()
+func newRedisClient(opts *redis.UniversalOptions, keyPrefix string, logger *zap.Logger) *redisstore.Client {
+	return redisstore.NewClient(opts, redisstore.ClientOptions{
+		KeyPrefix: keyPrefix,
+		OnBreakerChange: func(open bool, err error) {
+			if open {
 				fields := []zap.Field{zap.Strings("addresses", opts.Addrs), zap.Error(err)}
 				if hint := redisHint(err); hint != "" {
 					fields = append(fields, zap.String("hint", hint))
@@ -84,124 +41,6 @@ func newRedisClient(opts *redis.UniversalOptions, keyPrefix string, logger *zap.
 			}
 		},
 	})
-	return c
-}
-
-// probeScript is what the breaker's probe runs: like a decision, a script
-// (EVALSHA, EVAL when Redis lacks it) that writes a key with a TTL. A PING
-// would succeed where every decision fails: an ACL user that may not run
-// scripts (NOPERM), a full Redis with maxmemory-policy noeviction (OOM), a
-// replica (READONLY). The breaker would then close at every probe and trip
-// again at the next requests, logging both each time.
-var probeScript = redis.NewScript(`redis.call('SET', KEYS[1], '1', 'PX', ARGV[1]) return 1`)
-
-// probeKeyTTL is the TTL of the probe's key, in milliseconds: it is
-// written every breakerProbeInterval while Redis fails, and expires soon
-// after.
-const probeKeyTTL = 10_000
-
-// probeKey is the name of the probe's key: the key prefix, then
-// "breaker-probe", then on a Cluster a hash tag that puts it in a given
-// slot. No zone's key has that name: a zone's keys never end with the
-// hash tag, nor without one.
-func probeKey(prefix, tag string) string {
-	if tag == "" {
-		return prefix + "breaker-probe"
-	}
-	return prefix + "breaker-probe:{" + tag + "}"
-}
-
-// probe is the breaker's probe: the probe script on the node, or on every
-// master of a Cluster. A Cluster whose masters all write again is healthy;
-// probing one key would test a single master, and a breaker tripped by
-// another one's failures would close while they go on.
-func (c *redisClient) probe(ctx context.Context) error {
-	ctx, cancel := context.WithTimeout(ctx, c.probeTimeout)
-	defer cancel()
-	cc, ok := c.UniversalClient.(*redis.ClusterClient)
-	if !ok {
-		return probeScript.Run(ctx, c.UniversalClient, []string{probeKey(c.probePrefix, "")}, probeKeyTTL).Err()
-	}
-	// A dead master answers nothing (no MOVED), so go-redis would keep
-	// its slot map, and send that master's keys to it, for up to a
-	// minute: reload it, to find the replica that took over.
-	cc.ReloadState(ctx)
-	//lint:ignore SA1019 CLUSTER SHARDS needs Redis 7; CLUSTER SLOTS is what go-redis reads its own slot map with.
-	slots, err := cc.ClusterSlots(ctx).Result()
-	if err != nil {
-		return err
-	}
-	masters, keys := probeKeys(c.probePrefix, slots)
-	errs := make([]error, len(keys))
-	var wg sync.WaitGroup
-	for i, key := range keys {
-		wg.Go(func() {
-			if err := probeScript.Run(ctx, cc, []string{key}, probeKeyTTL).Err(); err != nil {
-				errs[i] = fmt.Errorf("master %s: %w", masters[i], err)
-			}
-		})
-	}
-	wg.Wait()
-	return errors.Join(errs...)
-}
-
-// probeKeys returns the masters of a Cluster's slot map and a probe key
-// in a slot of each. The hash tags are the first decimal numbers that hash
-// to a slot of a master not found yet: the same keys at every probe while
-// the map is the same.
-func probeKeys(prefix string, slots []redis.ClusterSlot) (masters, keys []string) {
-	owner := func(slot int) string {
-		for _, s := range slots {
-			if slot >= s.Start && slot <= s.End && len(s.Nodes) > 0 {
-				return s.Nodes[0].Addr
-			}
-		}
-		return ""
-	}
-	var all []string
-	for _, s := range slots {
-		if len(s.Nodes) > 0 && !slices.Contains(all, s.Nodes[0].Addr) {
-			all = append(all, s.Nodes[0].Addr)
-		}
-	}
-	// Every slot has a tag below 10^6, and on average a master of n slots
-	// is found within 16384/n numbers.
-	for i := 0; len(masters) < len(all) && i < 1_000_000; i++ {
-		tag := strconv.Itoa(i)
-		m := owner(int(crc16(tag)) % clusterSlots)
-		if m != "" && !slices.Contains(masters, m) {
-			masters = append(masters, m)
-			keys = append(keys, probeKey(prefix, tag))
-		}
-	}
-	return masters, keys
-}
-
-// clusterSlots is the number of hash slots of a Redis Cluster.
-const clusterSlots = 16384
-
-// crc16 is the CRC16 (XMODEM) that Redis Cluster hashes keys with.
-func crc16(s string) uint16 {
-	var crc uint16
-	for i := 0; i < len(s); i++ {
-		crc ^= uint16(s[i]) << 8
-		for range 8 {
-			if crc&0x8000 != 0 {
-				crc = crc<<1 ^ 0x1021
-			} else {
-				crc <<= 1
-			}
-		}
-	}
-	return crc
-}
-
-// Destruct stops the breaker's prober and the pipeliner's workers, and
-// closes the client.
-func (c *redisClient) Destruct() error {
-	c.breaker.Close()
-	c.pipe.Close()
-	return c.UniversalClient.Close()
 }
 
 // provisionRedis sets up the handler's Redis client: the pooled one of
@@ -243,7 +82,7 @@ func (h *Handler) provisionRedis() error {
 		return err
 	}
 	h.rt.poolKeys = append(h.rt.poolKeys, key)
-	h.rt.redis = v.(*redisClient)
+	h.rt.redis = v.(*redisstore.Client)
 	h.rt.redisConf = conf
 	h.rt.inflight = new(atomic.Int64)
 	return nil
@@ -277,7 +116,7 @@ func (h *Handler) zoneStores(z *zone, lim algorithms.Limiter, key storeKey) erro
 		}
 		z.fallback = m
 	}
-	opts := lua.Options{KeyPrefix: h.rt.redisConf.KeyPrefix, Zone: z.name}
+	opts := redisstore.Options{KeyPrefix: h.rt.redisConf.KeyPrefix, Zone: z.name}
 	if h.SyncInterval > 0 {
 		// Two-layer: decisions are local (no Redis call, no breaker);
 		// the store pushes its counts every interval, through the
@@ -294,19 +133,20 @@ func (h *Handler) zoneStores(z *zone, lim algorithms.Limiter, key storeKey) erro
 		z.store = st
 		return nil
 	}
-	opts.Pipeliner = h.rt.redis.pipe
-	st, err := lua.NewStore(h.rt.redis, lim, opts)
+	opts.Pipeliner = h.rt.redis.Pipeliner()
+	st, err := redisstore.NewStore(h.rt.redis, lim, opts)
 	if err != nil {
 		return err
 	}
 	z.store = st
-	z.breaker = h.rt.redis.breaker
+	z.breaker = h.rt.redis.Breaker()
 	// A denial holds until its Retry-After for the same cost, unless it
 	// must be counted (count_rejected), quota comes back at any time
 	// (concurrency), the cost varies per request, or the zone waits or
 	// never rejects.
 	if !lim.Config().CountRejected && !z.lease && z.costTmpl == "" && !z.wait && !h.DryRun {
-		z.denies = newDenyCache()
+		z.denies = redisstore.NewDenyCache(st)
+		z.store = z.denies
 	}
 	return nil
 }
@@ -314,10 +154,10 @@ func (h *Handler) zoneStores(z *zone, lim algorithms.Limiter, key storeKey) erro
 // syncStore returns the two-layer store of key: the pooled one of the
 // previous config load if the zone is unchanged (its local counts and
 // pending pushes carry over), else a new one.
-func (h *Handler) syncStore(lim algorithms.Limiter, name string, opts lua.Options, key storeKey) (*lua.SyncStore, error) {
+func (h *Handler) syncStore(lim algorithms.Limiter, name string, opts redisstore.Options, key storeKey) (*redisstore.SyncStore, error) {
 	logger := h.rt.logger
 	var throttle logThrottle
-	so := lua.SyncOptions{
+	so := redisstore.SyncOptions{
 		Interval: time.Duration(h.SyncInterval),
 		Now:      h.rt.opts.now,
 		MaxKeys:  h.MaxKeys,
@@ -328,12 +168,12 @@ func (h *Handler) syncStore(lim algorithms.Limiter, name string, opts lua.Option
 		},
 	}
 	st, err := h.pooledStore(name, key, func() (caddy.Destructor, error) {
-		return lua.NewSyncStore(h.rt.redis, lim, opts, so)
+		return redisstore.NewSyncStore(h.rt.redis, lim, opts, so)
 	})
 	if err != nil {
 		return nil, err
 	}
-	return st.(*lua.SyncStore), nil
+	return st.(*redisstore.SyncStore), nil
 }
 
 // memoryStore returns the memory store of key: the pooled one of the

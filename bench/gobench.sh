@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Go micro-benchmarks: every Benchmark in the algorithms, store and lua
+# Go micro-benchmarks: every Benchmark in the algorithms, store and redisstore
 # packages (ns/op, B/op, allocs/op), serial and parallel as the benchmarks
 # define them. No tests run (-run '^$').
 #
@@ -19,7 +19,7 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
 if [ -z "${PKGS:-}" ]; then
 	PKGS=""
-	for d in algorithms store lua; do
+	for d in algorithms store redisstore; do
 		# only packages that exist and have benchmarks
 		if [ -d "$d" ] && grep -rqs --include='*_test.go' '^func Benchmark' "$d"; then
 			PKGS+="./$d/... "
@@ -27,7 +27,7 @@ if [ -z "${PKGS:-}" ]; then
 	done
 fi
 if [ -z "$PKGS" ]; then
-	echo "gobench: no benchmarks found in algorithms/, store/ or lua/" >&2
+	echo "gobench: no benchmarks found in algorithms/, store/ or redisstore/" >&2
 	exit 1
 fi
 

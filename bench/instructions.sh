@@ -127,7 +127,7 @@ run_lua() {
 	local alg keys tier sha ir
 	for alg in sliding_log sliding_window fixed_window token_bucket leaky_bucket gcra concurrency; do
 		# One tier whose limit is never reached; the per-tier constants
-		# are those lua.NewStore passes (see its switch).
+		# are those redisstore.NewStore passes (see its algorithm table).
 		case $alg in
 		gcra) tier="1 1000000 1000000 1000000" ;;
 		token_bucket | leaky_bucket) tier="1 1 1000000 1000000 1000000" ;;
@@ -135,7 +135,7 @@ run_lua() {
 		esac
 		keys=(1 "rl:$alg:{__rand_int__}:s")
 		case $alg in sliding_log | concurrency) keys=(2 "rl:$alg:{__rand_int__}:s" "rl:$alg:{__rand_int__}:l") ;; esac
-		sha=$( (cat lua/lib.lua; echo; cat "lua/$alg.lua") | redis-cli -p "$port" -x SCRIPT LOAD)
+		sha=$( (cat redisstore/lib.lua; echo; cat "redisstore/$alg.lua") | redis-cli -p "$port" -x SCRIPT LOAD)
 		# shellcheck disable=SC2086
 		redis-benchmark -p "$port" -n 200 -c 1 -r 1000 -q evalsha "$sha" "${keys[@]}" 0 "" 1 0 "m-__rand_int__" 1000 1 $tier >/dev/null 2>&1
 		callgrind_control -z "$pid" >/dev/null 2>&1

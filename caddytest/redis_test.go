@@ -798,7 +798,7 @@ http://:9080 {
 		t.Fatalf("first request: status %d, remaining %q, want 200 and 999999 (%s)", h.code, h.remaining, h.err)
 	}
 
-	// The Redis keys of key "k" carry the hash tag {k} (lua.EscapeKey
+	// The Redis keys of key "k" carry the hash tag {k} (redisstore.EscapeKey
 	// keeps "k" as is): their slot is that of "k".
 	s, err := redistest.Do(cl.Addrs[0], "CLUSTER", "KEYSLOT", "k")
 	if err != nil {

@@ -6,10 +6,7 @@
 // grouped by a configurable prefix (an IPv6 /64 is usually one customer).
 // Other resolvers are Caddy guest modules in the namespace
 // http.handlers.rate_limit.key_resolvers that implement KeyResolver.
-//
-// Escape and AppendEscape make any key safe to embed in a Redis key: no
-// braces (hash tags), no control characters, bounded length, and distinct
-// keys never escape to the same string.
+// (Keys are escaped for Redis by the Redis store: redisstore.EscapeKey.)
 package keyresolver
 
 import (

@@ -6,8 +6,6 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/netip"
-	"strconv"
-	"strings"
 	"testing"
 
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
@@ -129,102 +127,6 @@ func TestGroupAddrNoAlloc(t *testing.T) {
 			t.Errorf("GroupAddr(%q) allocates %v times", s, n)
 		}
 	}
-}
-
-func TestEscape(t *testing.T) {
-	long := strings.Repeat("a", MaxEscapedLen)
-	for _, tc := range []struct{ in, want string }{
-		{"", ""},
-		{"192.0.2.7", "192.0.2.7"},
-		{"2001:db8::/64", "2001:db8::/64"},
-		{"acme:GET", "acme:GET"},
-		{"{tag}", "%7Btag%7D"},
-		{"a b", "a%20b"},
-		{"100%", "100%25"},
-		{"#x", "%23x"},
-		{"line\nbreak\r", "line%0Abreak%0D"},
-		{"caf\u00e9", "caf%C3%A9"},
-		{long, long},
-	} {
-		if got := Escape(tc.in); got != tc.want {
-			t.Errorf("Escape(%q) = %q, want %q", tc.in, got, tc.want)
-		}
-		if got := string(AppendEscape([]byte("p:"), tc.in)); got != "p:"+tc.want {
-			t.Errorf("AppendEscape(%q) = %q, want %q", tc.in, got, "p:"+tc.want)
-		}
-	}
-	for _, in := range []string{long + "a", strings.Repeat("{", MaxEscapedLen/3+1), strings.Repeat("x", 1<<20)} {
-		got := Escape(in)
-		if len(got) != hashedLen || got[0] != '#' {
-			t.Errorf("Escape(%d bytes) = %q, want a hashed form", len(in), got)
-		}
-	}
-	if n := testing.AllocsPerRun(100, func() { _ = Escape("192.0.2.7") }); n != 0 {
-		t.Errorf("Escape of a safe key allocates %v times", n)
-	}
-}
-
-// unescape reverses the percent-encoding of Escape (not the hashed form).
-func unescape(s string) (string, bool) {
-	var b strings.Builder
-	for i := 0; i < len(s); i++ {
-		if s[i] != '%' {
-			b.WriteByte(s[i])
-			continue
-		}
-		if i+2 >= len(s) {
-			return "", false
-		}
-		v, err := strconv.ParseUint(s[i+1:i+3], 16, 8)
-		if err != nil {
-			return "", false
-		}
-		b.WriteByte(byte(v))
-		i += 2
-	}
-	return b.String(), true
-}
-
-func checkEscaped(t *testing.T, in, out string) {
-	t.Helper()
-	if len(out) > MaxEscapedLen {
-		t.Fatalf("Escape(%q) = %q: longer than %d", in, out, MaxEscapedLen)
-	}
-	for i := 0; i < len(out); i++ {
-		c := out[i]
-		if c <= ' ' || c >= 0x7f || c == '{' || c == '}' {
-			t.Fatalf("Escape(%q) = %q: unsafe byte %q", in, out, c)
-		}
-	}
-	if strings.HasPrefix(out, "#") {
-		if len(out) != hashedLen {
-			t.Fatalf("Escape(%q) = %q: bad hashed form", in, out)
-		}
-		return
-	}
-	back, ok := unescape(out)
-	if !ok || back != in {
-		t.Fatalf("Escape(%q) = %q, which unescapes to %q (ok=%v)", in, out, back, ok)
-	}
-}
-
-func FuzzKeyEscape(f *testing.F) {
-	f.Add("192.0.2.7", "192.0.2.8")
-	f.Add("{a}", "%7Ba%7D")
-	f.Add("#", "%23")
-	f.Add(strings.Repeat("a", MaxEscapedLen+1), strings.Repeat("a", MaxEscapedLen))
-	f.Add("\x00\n", "\xff")
-	f.Fuzz(func(t *testing.T, a, b string) {
-		ea, eb := Escape(a), Escape(b)
-		checkEscaped(t, a, ea)
-		checkEscaped(t, b, eb)
-		if a != b && ea == eb {
-			t.Fatalf("Escape(%q) == Escape(%q) == %q", a, b, ea)
-		}
-		if got := string(AppendEscape(nil, a)); got != ea {
-			t.Fatalf("AppendEscape(%q) = %q, Escape = %q", a, got, ea)
-		}
-	})
 }
 
 // FuzzGroupAddr: GroupAddr never panics, leaves non-addresses alone, turns

@@ -91,11 +91,11 @@ func take(t testing.TB, m *Memory, key string, now time.Time) algorithms.Decisio
 
 // keysInShard returns n distinct keys that all land in the shard of key.
 func keysInShard(m *Memory, key string, n int) []string {
-	want := m.shardFor(key)
+	want := m.keys.Shard(key)
 	var out []string
 	for i := 0; len(out) < n; i++ {
 		k := fmt.Sprintf("other-%d", i)
-		if m.shardFor(k) == want {
+		if m.keys.Shard(k) == want {
 			out = append(out, k)
 		}
 	}
@@ -160,8 +160,8 @@ func TestMemoryEvictionBound(t *testing.T) {
 				t.Fatalf("Len = %d, want <= %d and close to it", got, maxKeys)
 			}
 			// Every held key is linked exactly once.
-			for i := range m.shards {
-				s := &m.shards[i]
+			for i := range m.keys.shards {
+				s := &m.keys.shards[i]
 				n := 0
 				for e := s.lru.next; e != &s.lru; e = e.next {
 					if s.entries[e.key] != e {
@@ -180,11 +180,11 @@ func TestMemoryEvictionBound(t *testing.T) {
 func TestMemoryDefaultMaxKeys(t *testing.T) {
 	m := newTestMemory(t, fakeLimiter{limit: 1, window: time.Second}, MemoryOptions{})
 	total := 0
-	for i := range m.shards {
-		total += m.shards[i].budget
+	for i := range m.keys.shards {
+		total += m.keys.shards[i].budget
 	}
-	if total != DefaultMaxKeys || len(m.shards) != maxShards {
-		t.Fatalf("budgets add up to %d over %d shards, want %d over %d", total, len(m.shards), DefaultMaxKeys, maxShards)
+	if total != DefaultMaxKeys || len(m.keys.shards) != maxShards {
+		t.Fatalf("budgets add up to %d over %d shards, want %d over %d", total, len(m.keys.shards), DefaultMaxKeys, maxShards)
 	}
 }
 
@@ -192,10 +192,10 @@ func TestMemoryLRU(t *testing.T) {
 	// 64 keys over 64 shards: one per shard at most, so every shard that
 	// holds a key is full.
 	m := newTestMemory(t, fakeLimiter{limit: 2, window: time.Minute}, MemoryOptions{MaxKeys: 64})
-	if got := len(m.shards); got != 64 {
+	if got := len(m.keys.shards); got != 64 {
 		t.Fatalf("%d shards, want 64", got)
 	}
-	s := m.shardFor("hot")
+	s := m.keys.Shard("hot")
 	if s.budget != 1 {
 		t.Fatalf("budget %d, want 1", s.budget)
 	}
@@ -218,7 +218,7 @@ func TestMemoryLRU(t *testing.T) {
 
 	// A bigger shard: the recently used key survives, the stalest goes.
 	m = newTestMemory(t, fakeLimiter{limit: 2, window: time.Minute}, MemoryOptions{MaxKeys: 64 * 3})
-	s = m.shardFor("hot")
+	s = m.keys.Shard("hot")
 	if s.budget != 3 {
 		t.Fatalf("budget %d, want 3", s.budget)
 	}
@@ -304,8 +304,8 @@ func TestMemorySweep(t *testing.T) {
 	}
 	// The lists still agree with the maps after sweeping.
 	n := 0
-	for i := range m.shards {
-		s := &m.shards[i]
+	for i := range m.keys.shards {
+		s := &m.keys.shards[i]
 		for e := s.lru.next; e != &s.lru; e = e.next {
 			n++
 		}
@@ -337,8 +337,8 @@ func TestMemorySweepConcurrent(t *testing.T) {
 		}
 	})
 	wg.Wait()
-	for i := range m.shards {
-		s := &m.shards[i]
+	for i := range m.keys.shards {
+		s := &m.keys.shards[i]
 		n := 0
 		for e := s.lru.next; e != &s.lru; e = e.next {
 			if s.entries[e.key] != e {
@@ -600,8 +600,8 @@ func TestMemorySweepBoundedHolds(t *testing.T) {
 		t.Errorf("Len = %d after the sweep, want %d (the active keys and the %d added during it)", got, want, added.Load())
 	}
 	holds, heldMax := 0, 0
-	for i := range m.shards {
-		s := &m.shards[i]
+	for i := range m.keys.shards {
+		s := &m.keys.shards[i]
 		s.mu.Lock()
 		holds += s.sweepHolds
 		heldMax = max(heldMax, s.sweepHeldMax)

@@ -134,7 +134,7 @@ http://:%d {
 		}
 	}
 	// The two-layer zone admits at most ceil(events x interval / window)
-	// = 1 unit per interval and key (its budget, see lua/sync.go): send
+	// = 1 unit per interval and key (its budget, see redisstore/TWO_LAYER.md): send
 	// until 5 are admitted, then the limit holds (remaining 0).
 	admitted := 0
 	if !caddytesting.WaitFor(20*time.Second, func() bool {

@@ -1,0 +1,102 @@
+package redistest
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+// Cluster is a Redis Cluster of redistest Servers.
+type Cluster struct {
+	// Addrs lists every node, masters first.
+	Addrs []string
+	// Servers are the nodes, in the order of Addrs.
+	Servers []*Server
+}
+
+// StartCluster starts masters*(1+replicas) redis-server nodes with
+// cluster-enabled, joins them with `redis-cli --cluster create
+// --cluster-replicas <replicas>`, waits until every node reports
+// cluster_state:ok and stops them all when the test ends. It skips the test
+// when redis-server or redis-cli is missing (fails with CI=true).
+func StartCluster(tb testing.TB, masters, replicas int) *Cluster {
+	tb.Helper()
+	need(tb, "redis-server")
+	need(tb, "redis-cli")
+	if masters < 3 {
+		tb.Fatalf("redistest: a Redis Cluster needs at least 3 masters, got %d", masters)
+	}
+	n := masters * (1 + replicas)
+	dir := tb.TempDir()
+	cl := &Cluster{}
+	var wg sync.WaitGroup
+	errs := make([]error, n)
+	for i := 0; i < n; i++ {
+		nodeDir := filepath.Join(dir, fmt.Sprintf("node%d", i))
+		if err := os.Mkdir(nodeDir, 0o755); err != nil {
+			tb.Fatal(err)
+		}
+		s := newServer(tb, nodeDir, []string{
+			"--cluster-enabled", "yes",
+			"--cluster-config-file", filepath.Join(nodeDir, "nodes.conf"),
+			"--cluster-node-timeout", "2000",
+		})
+		s.cluster = true
+		cl.Servers = append(cl.Servers, s)
+		tb.Cleanup(s.Stop)
+	}
+	for i, s := range cl.Servers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[i] = s.start()
+		}()
+	}
+	wg.Wait()
+	for _, err := range errs {
+		if err != nil {
+			tb.Fatalf("redistest: cluster node: %v", err)
+		}
+	}
+	for _, s := range cl.Servers {
+		cl.Addrs = append(cl.Addrs, s.Addr)
+	}
+
+	args := append([]string{"--cluster", "create"}, cl.Addrs...)
+	args = append(args, "--cluster-replicas", strconv.Itoa(replicas), "--cluster-yes")
+	ctx, cancel := context.WithTimeout(context.Background(), startTimeout)
+	defer cancel()
+	out, err := exec.CommandContext(ctx, "redis-cli", args...).CombinedOutput()
+	if err != nil {
+		tb.Fatalf("redistest: redis-cli --cluster create: %v\n%s", err, out)
+	}
+
+	deadline := time.Now().Add(startTimeout)
+	for _, addr := range cl.Addrs {
+		for {
+			info, err := Do(addr, "CLUSTER", "INFO")
+			if err == nil && strings.Contains(info, "cluster_state:ok") {
+				break
+			}
+			if time.Now().After(deadline) {
+				tb.Fatalf("redistest: node %s did not reach cluster_state:ok: %v\n%s", addr, err, info)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	return cl
+}
+
+// Stop stops every node of the cluster.
+func (c *Cluster) Stop() {
+	for _, s := range c.Servers {
+		s.Stop()
+	}
+}

@@ -1,0 +1,82 @@
+package redistest
+
+import (
+	"strings"
+	"testing"
+	"time"
+)
+
+// Sentinel is a Redis master with replicas watched by Redis Sentinels.
+type Sentinel struct {
+	// MasterName is the name the sentinels know the master by.
+	MasterName string
+	// Master and Replicas are the data nodes (after a failover a replica
+	// may be the master: ask the sentinels).
+	Master   *Server
+	Replicas []*Server
+	// Sentinels are the sentinel processes; SentinelAddrs their addresses,
+	// what a Sentinel client is given.
+	Sentinels     []*Server
+	SentinelAddrs []string
+}
+
+// StartSentinel starts a master, replicas replicas of it and sentinels
+// sentinels (quorum 1, down-after 1s) monitoring it under the name
+// "mymaster", waits until the replicas are in sync and the sentinels see
+// the master, and stops them all when the test ends. It skips the test when
+// redis-server is missing (fails with CI=true).
+func StartSentinel(tb testing.TB, replicas, sentinels int) *Sentinel {
+	tb.Helper()
+	need(tb, "redis-server")
+	const name = "mymaster"
+	st := &Sentinel{MasterName: name}
+	st.Master = Start(tb)
+	// No 5 s wait before a diskless full sync (the default delay).
+	if _, err := Do(st.Master.Addr, "CONFIG", "SET", "repl-diskless-sync-delay", "0"); err != nil {
+		tb.Fatalf("redistest: %v", err)
+	}
+	for i := 0; i < replicas; i++ {
+		r := newServer(tb, tb.TempDir(), []string{"--replicaof", "127.0.0.1", st.Master.Addr[strings.LastIndexByte(st.Master.Addr, ':')+1:]})
+		tb.Cleanup(r.Stop)
+		if err := r.start(); err != nil {
+			tb.Fatalf("redistest: replica: %v", err)
+		}
+		st.Replicas = append(st.Replicas, r)
+	}
+	deadline := time.Now().Add(startTimeout)
+	for _, r := range st.Replicas {
+		for {
+			info, err := Do(r.Addr, "INFO", "replication")
+			if err == nil && strings.Contains(info, "master_link_status:up") {
+				break
+			}
+			if time.Now().After(deadline) {
+				tb.Fatalf("redistest: replica %s never synced: %v\n%s", r.Addr, err, info)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	for i := 0; i < sentinels; i++ {
+		s := newServer(tb, tb.TempDir(), nil)
+		s.sentinelMaster, s.sentinelAddr = name, st.Master.Addr
+		tb.Cleanup(s.Stop)
+		if err := s.start(); err != nil {
+			tb.Fatalf("redistest: sentinel: %v", err)
+		}
+		st.Sentinels = append(st.Sentinels, s)
+		st.SentinelAddrs = append(st.SentinelAddrs, s.Addr)
+	}
+	for _, s := range st.Sentinels {
+		for {
+			r, err := Do(s.Addr, "SENTINEL", "CKQUORUM", name)
+			if err == nil && strings.HasPrefix(r, "OK") {
+				break
+			}
+			if time.Now().After(deadline) {
+				tb.Fatalf("redistest: sentinel %s: %q %v", s.Addr, r, err)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	return st
+}

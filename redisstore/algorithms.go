@@ -1,0 +1,113 @@
+package redisstore
+
+import (
+	"embed"
+	"fmt"
+	"strconv"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/zonelimit/caddy-ratelimit/algorithms"
+)
+
+//go:embed *.lua
+var scriptFS embed.FS
+
+// script is what Redis runs for the algorithm: lib.lua followed by the
+// algorithm's file.
+type script struct {
+	// name is the algorithm's name; its file is name + ".lua".
+	name string
+
+	// short names the algorithm in its keys: "<...>:<short>:<digest>".
+	short string
+
+	// parts returns the suffixes of the algorithm's keys after the digest,
+	// in the order of the script's KEYS, for n tiers.
+	parts func(n int) []string
+
+	// layout names the layout of the state key when it is not the first
+	// one, so that a changed layout gets new key names (through the config
+	// digest): instances of the old and the new version then never read
+	// each other's state (a WRONGTYPE, or a misread count) while an upgrade
+	// rolls out. "s": one string of integers (load_state in lib.lua), which
+	// replaced a hash. "o": sliding_log's runs scored by offset (the k-th
+	// unit in O(log n)), which replaced runs scored by timestamp.
+	layout string
+
+	// member: the script wants a unique member in ARGV[5] (sliding_log).
+	member bool
+
+	// byToken: an Undo gives back the lease of Decision.Token
+	// (concurrency), not cost units.
+	byToken bool
+
+	// tier returns the script's constants of one tier (ARGV[8..], see the
+	// script's header), or why the tier cannot be computed exactly.
+	tier func(t algorithms.Tier, burst int64) ([]int64, error)
+
+	run *redis.Script
+}
+
+func onePart(int) []string { return []string{""} }
+
+// eventsWindow: the constants of the window algorithms and concurrency.
+func eventsWindow(t algorithms.Tier, _ int64) ([]int64, error) {
+	return []int64{t.Events, t.Window.Microseconds()}, nil
+}
+
+// burstOf is the bucket capacity of a tier in units: Burst when set,
+// else the tier's events.
+func burstOf(t algorithms.Tier, burst int64) int64 {
+	if burst <= 0 {
+		return t.Events
+	}
+	return burst
+}
+
+// scripts is the Redis side of every algorithm, by name.
+var scripts = loadScripts([]*script{
+	{name: algorithms.SlidingLog, short: "sl", layout: "o", member: true, tier: eventsWindow,
+		parts: func(n int) []string {
+			p := []string{":m"} // the offsets; then each tier's runs
+			for i := range n {
+				p = append(p, ":"+strconv.Itoa(i))
+			}
+			return p
+		}},
+	{name: algorithms.SlidingWindow, short: "sw", layout: "s", parts: onePart, tier: eventsWindow},
+	{name: algorithms.FixedWindow, short: "fw", layout: "s", parts: onePart, tier: eventsWindow},
+	{name: algorithms.TokenBucket, short: "tb", layout: "s", parts: onePart, tier: bucketTier},
+	{name: algorithms.LeakyBucket, short: "lb", layout: "s", parts: onePart, tier: bucketTier},
+	{name: algorithms.GCRA, short: "gcra", layout: "s", parts: onePart,
+		tier: func(t algorithms.Tier, burst int64) ([]int64, error) {
+			iv, tau, err := algorithms.GCRAParams(t, burst)
+			return []int64{iv, tau, burstOf(t, burst), t.Window.Microseconds()}, err
+		}},
+	{name: algorithms.Concurrency, short: "cc", byToken: true, tier: eventsWindow,
+		parts: func(int) []string { return []string{"", ":l"} }}, // the hash, the leases
+})
+
+// bucketTier: the constants of token_bucket and leaky_bucket, from
+// algorithms.BucketParams so that both twins use the same.
+func bucketTier(t algorithms.Tier, burst int64) ([]int64, error) {
+	rate, scale, capacity, err := algorithms.BucketParams(t, burst)
+	return []int64{rate, scale, capacity, burstOf(t, burst), t.Window.Microseconds()}, err
+}
+
+func loadScripts(all []*script) map[string]*script {
+	lib, err := scriptFS.ReadFile("lib.lua")
+	if err != nil {
+		panic(err)
+	}
+	m := make(map[string]*script, len(all))
+	for _, s := range all {
+		src, err := scriptFS.ReadFile(s.name + ".lua")
+		if err != nil {
+			panic(fmt.Sprintf("redisstore: script of %s: %v", s.name, err))
+		}
+		s.run = redis.NewScript(string(lib) + "\n" + string(src))
+		m[s.name] = s
+	}
+	return m
+}

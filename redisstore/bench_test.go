@@ -1,0 +1,159 @@
+package redisstore
+
+import (
+	"context"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/zonelimit/caddy-ratelimit/algorithms"
+)
+
+// BenchmarkRedisTake measures one Take (one EVALSHA, Redis TIME) per
+// algorithm against a local redis-server, over 1024 keys with a limit that
+// is never reached (two tiers), serially (one request in flight: the round
+// trip) and from 16 goroutines (throughput: ns/op is the wall time per Take
+// with many in flight).
+//
+//	go test -run '^$' -bench RedisTake -benchmem ./redisstore/
+func BenchmarkRedisTake(b *testing.B) {
+	srv := newBenchServer(b)
+	c := redis.NewClient(&redis.Options{Addr: srv, PoolSize: 32, Protocol: 2})
+	defer c.Close()
+	keys := make([]string, 1024)
+	for i := range keys {
+		keys[i] = "10.0.0." + strconv.Itoa(i)
+	}
+	cfg := algorithms.Config{Tiers: []algorithms.Tier{{Events: 1 << 30, Window: time.Second}, {Events: 1 << 40, Window: time.Hour}}}
+	for _, name := range algorithms.Names {
+		cfg := cfg
+		if name == algorithms.Concurrency {
+			cfg.Tiers = cfg.Tiers[:1]
+		}
+		l, err := algorithms.New(name, cfg)
+		if err != nil {
+			b.Fatal(err)
+		}
+		s := mustStore(b, c, l, "bench-"+name)
+		ctx := context.Background()
+		b.Run(name+"/serial", func(b *testing.B) {
+			b.ReportAllocs()
+			i := 0
+			for b.Loop() {
+				if _, err := s.Take(ctx, keys[i&1023], time.Time{}, 1); err != nil {
+					b.Fatal(err)
+				}
+				i++
+			}
+		})
+		b.Run(name+"/parallel", func(b *testing.B) {
+			b.ReportAllocs()
+			b.SetParallelism(8) // 8 goroutines per P: requests in flight, as under load
+			var n atomic.Uint64
+			b.RunParallel(func(pb *testing.PB) {
+				for pb.Next() {
+					i := n.Add(1)
+					if _, err := s.Take(ctx, keys[i&1023], time.Time{}, 1); err != nil {
+						b.Fatal(err)
+					}
+				}
+			})
+		})
+	}
+}
+
+func newBenchServer(b *testing.B) string {
+	_, c := newClient(b)
+	return c.Options().Addr
+}
+
+// BenchmarkSlidingLogFullKey measures the Redis time of one denied Take
+// (EVALSHA's usec_per_call in INFO commandstats, reported as
+// redis-µs/call) on a sliding_log key holding 100,000 runs (limit 100000
+// 10m, full), for costs 1, 1,000 and 100,000: a client-chosen cost must not
+// make a denial walk the log.
+//
+//	go test -run '^$' -bench SlidingLogFullKey ./redisstore/
+func BenchmarkSlidingLogFullKey(b *testing.B) {
+	const n = 100000
+	_, c := newClient(b)
+	ctx := context.Background()
+	l, err := algorithms.New(algorithms.SlidingLog, algorithms.Config{Tiers: []algorithms.Tier{{Events: n, Window: 10 * time.Minute}}})
+	if err != nil {
+		b.Fatal(err)
+	}
+	s := mustStore(b, c, l, "bench-full")
+	s.setMargin(time.Hour) // the instants are not the wall clock
+	const key = "full"
+	// One run per Take, each at its own µs, from 16 goroutines.
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	for g := 0; g < 16; g++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				i := next.Add(1) - 1
+				if i >= n {
+					return
+				}
+				if _, err := s.Take(ctx, key, t0.Add(time.Duration(i)*time.Microsecond), 1); err != nil {
+					b.Error(err)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	keys := s.Keys(key)
+	if runs := c.ZCard(ctx, keys[len(keys)-1]).Val(); runs != n {
+		b.Fatalf("the key holds %d runs, want %d", runs, n)
+	}
+	now := t0.Add(n * time.Microsecond)
+	for _, cost := range []int64{1, 1000, n} {
+		b.Run("cost_"+strconv.FormatInt(cost, 10), func(b *testing.B) {
+			if err := c.ConfigResetStat(ctx).Err(); err != nil {
+				b.Fatal(err)
+			}
+			for b.Loop() {
+				d, err := s.Take(ctx, key, now, cost)
+				if err != nil {
+					b.Fatal(err)
+				}
+				if d.Allowed {
+					b.Fatal("admitted on a full key")
+				}
+			}
+			b.ReportMetric(evalshaUsecPerCall(b, c), "redis-µs/call")
+		})
+	}
+}
+
+// evalshaUsecPerCall reads EVALSHA's usec_per_call from INFO commandstats.
+func evalshaUsecPerCall(b *testing.B, c *redis.Client) float64 {
+	info, err := c.Info(context.Background(), "commandstats").Result()
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, line := range strings.Split(info, "\n") {
+		if !strings.HasPrefix(line, "cmdstat_evalsha:") {
+			continue
+		}
+		for _, f := range strings.Split(strings.TrimSpace(strings.TrimPrefix(line, "cmdstat_evalsha:")), ",") {
+			if v, ok := strings.CutPrefix(f, "usec_per_call="); ok {
+				x, err := strconv.ParseFloat(v, 64)
+				if err != nil {
+					b.Fatal(err)
+				}
+				return x
+			}
+		}
+	}
+	b.Fatal("no evalsha in INFO commandstats")
+	return 0
+}

@@ -1,0 +1,117 @@
+package redisstore
+
+import (
+	"context"
+	"time"
+
+	"github.com/zonelimit/caddy-ratelimit/algorithms"
+	"github.com/zonelimit/caddy-ratelimit/store"
+)
+
+// DenyCache is a Store in front of another (a zone's Redis Store) that
+// remembers, per key, a denial until its Retry-After has passed, and
+// answers the key with it meanwhile, so that a client hammering a key it has
+// no quota for is denied without a Redis round trip each time: a limiter
+// under attack spends most of its time denying.
+//
+// Until Retry-After, the store would deny the same request too: quota only
+// comes back with time. The one exception is an admission given back
+// (another request admitted by this zone and denied by a later zone, on any
+// instance): it may free quota sooner, and the cache then denies a little
+// longer than Redis would, never shorter. Zones whose denials must reach
+// Redis (count_rejected), whose quota comes back at any time (concurrency),
+// that wait (on_limit wait) or that never reject (dry_run) are not to be
+// wrapped in one.
+//
+// Undo goes to the wrapped store. DenyCache is safe for concurrent use; a
+// nil *DenyCache answers nothing from Denied.
+type DenyCache struct {
+	store.Store
+	denials *store.LRU[deniedUntil]
+}
+
+var _ store.Store = (*DenyCache)(nil)
+
+// denyKeys bounds the keys a DenyCache remembers: a flood of distinct keys
+// evicts the least recently denied, it does not grow memory.
+const denyKeys = 65_536
+
+type deniedUntil struct {
+	at, until int64 // unix ns: when denied, and when the denial ends
+	d         algorithms.Decision
+}
+
+// NewDenyCache returns a DenyCache in front of s.
+func NewDenyCache(s store.Store) *DenyCache {
+	return &DenyCache{Store: s, denials: store.NewLRU[deniedUntil](denyKeys)}
+}
+
+// Take answers a denial of key still in force at now (the wall clock when
+// zero) without calling the store; otherwise it asks the store and
+// remembers a denial until its Retry-After.
+func (c *DenyCache) Take(ctx context.Context, key string, now time.Time, cost int64) (algorithms.Decision, error) {
+	at := now
+	if at.IsZero() {
+		at = time.Now()
+	}
+	if d, ok := c.Denied(key, at); ok {
+		return d, nil
+	}
+	d, err := c.Store.Take(ctx, key, now, cost)
+	if err == nil && !d.Allowed {
+		if now.IsZero() {
+			// From the reply's arrival: the cached denial ends no earlier
+			// than the store's.
+			at = time.Now()
+		}
+		c.put(key, at, d)
+	}
+	return d, err
+}
+
+// Denied returns the denial of key still in force at now, with its waits
+// shortened by the time since it was made: what Take answers without a
+// call. A caller that accounts for the calls to the store (a circuit
+// breaker, a latency metric) asks it first, so that such an answer is not
+// counted as one.
+func (c *DenyCache) Denied(key string, now time.Time) (algorithms.Decision, bool) {
+	if c == nil {
+		return algorithms.Decision{}, false
+	}
+	ns := now.UnixNano()
+	s := c.denials.Shard(key)
+	s.Lock()
+	var e deniedUntil
+	entry := s.Get(key)
+	if entry != nil {
+		if e = entry.Value; ns >= e.until {
+			s.Remove(entry)
+			entry = nil
+		}
+	}
+	s.Unlock()
+	if entry == nil {
+		return algorithms.Decision{}, false
+	}
+	d := e.d
+	elapsed := time.Duration(ns - e.at)
+	d.RetryAfter = time.Duration(e.until - ns)
+	d.ResetAfter = max(d.ResetAfter-elapsed, d.RetryAfter)
+	return d, true
+}
+
+// put remembers denial d of key, made at now.
+func (c *DenyCache) put(key string, now time.Time, d algorithms.Decision) {
+	if c == nil || d.Allowed || d.RetryAfter <= 0 {
+		return
+	}
+	ns := now.UnixNano()
+	s := c.denials.Shard(key)
+	s.Lock()
+	e := s.Use(key)
+	if e == nil {
+		e = s.Add(key, nil)
+	}
+	e.Value = deniedUntil{at: ns, until: ns + int64(d.RetryAfter), d: d}
+	s.Unlock()
+}

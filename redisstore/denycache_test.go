@@ -1,0 +1,76 @@
+package redisstore
+
+import (
+	"context"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/zonelimit/caddy-ratelimit/algorithms"
+)
+
+// answerStore answers every Take with d and counts the calls.
+type answerStore struct {
+	d     algorithms.Decision
+	takes int
+}
+
+func (s *answerStore) Take(context.Context, string, time.Time, int64) (algorithms.Decision, error) {
+	s.takes++
+	return s.d, nil
+}
+
+func (s *answerStore) Undo(context.Context, string, time.Time, int64, algorithms.Decision) error {
+	return nil
+}
+
+func TestDenyCache(t *testing.T) {
+	ctx := context.Background()
+	inner := &answerStore{d: algorithms.Decision{Limit: 5, RetryAfter: 2 * time.Second, ResetAfter: 10 * time.Second}}
+	c := NewDenyCache(inner)
+	take := func(key string, at time.Time) algorithms.Decision {
+		t.Helper()
+		d, err := c.Take(ctx, key, at, 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return d
+	}
+	take("k", t0)
+	got := take("k", t0.Add(500*time.Millisecond))
+	if inner.takes != 1 || got.RetryAfter != 1500*time.Millisecond || got.ResetAfter != 9500*time.Millisecond || got.Limit != 5 || got.Allowed {
+		t.Fatalf("after 500ms: %+v after %d calls, want the denial counted down without a call", got, inner.takes)
+	}
+	if d, ok := c.Denied("k", t0.Add(time.Second)); !ok || d.RetryAfter != time.Second {
+		t.Fatalf("Denied after 1s: %+v, %v", d, ok)
+	}
+	if _, ok := c.Denied("k", t0.Add(2*time.Second)); ok {
+		t.Error("denial still answered at its Retry-After")
+	}
+	if _, ok := c.Denied("k", t0); ok {
+		t.Error("an expired denial came back (time going backwards)")
+	}
+	take("k", t0.Add(2*time.Second))
+	if inner.takes != 2 {
+		t.Errorf("%d calls after the denial expired, want 2", inner.takes)
+	}
+
+	inner.d = algorithms.Decision{Allowed: true, Limit: 5}
+	take("allowed", t0)
+	take("allowed", t0)
+	if inner.takes != 4 {
+		t.Errorf("an admission was cached (%d calls)", inner.takes)
+	}
+
+	// A flood of distinct keys stays bounded.
+	for i := 0; i < 2*denyKeys; i++ {
+		c.put(strconv.Itoa(i), t0, algorithms.Decision{RetryAfter: time.Minute})
+	}
+	if n := c.denials.Len(); n > denyKeys {
+		t.Fatalf("%d keys cached, want at most %d", n, denyKeys)
+	}
+	var nilCache *DenyCache
+	if _, ok := nilCache.Denied("k", t0); ok {
+		t.Error("nil cache answered")
+	}
+}

@@ -1,0 +1,68 @@
+-- gcra.lua: the Redis twin of algorithms/gcra.go; read the integer model
+-- there. Per tier one number, the theoretical arrival time (TAT, µs).
+--
+-- KEYS[1]  state: "<t> <tat_1> ... <tat_n>": the latest instant seen (µs)
+--          and the TAT per tier (see load_state)
+-- ARGV[8..] per tier: interval_us (T), tolerance_us (tau), burst, window_us
+--           (from algorithms.GCRAParams)
+local key = KEYS[1]
+local P = tier_params({'iv', 'tau', 'burst', 'window'})
+
+local st, exists = load_state(key)
+local last = st[1] or 0
+local tat = {}
+for i = 1, N do
+  tat[i] = st[i + 1] or 0
+end
+
+-- advance: clamp now to the latest instant seen, raise every TAT to it.
+local t = NOW
+if t < last then t = last end
+last = t
+for i = 1, N do
+  if tat[i] < t then tat[i] = t end
+end
+
+-- save: the state lives until every TAT is past.
+local function save()
+  save_tiers(key, {last, unpack(tat)}, function(i) return tat[i] - t end)
+end
+
+if MODE == '1' then
+  return undo(exists, function(i)
+    local p = P[i]
+    if COST <= p.burst then
+      local v = tat[i] - p.iv * COST
+      if v > t then tat[i] = v else tat[i] = t end
+    end
+  end, save)
+end
+
+local allowed = true
+for i = 1, N do
+  local p = P[i]
+  if COST > p.burst or t < tat[i] + p.iv * COST - p.tau then
+    allowed = false
+    break
+  end
+end
+if allowed or COUNT_REJECTED then
+  for i = 1, N do
+    local p = P[i]
+    local c = COST
+    if c > 2 * p.burst then c = 2 * p.burst end -- the clamp below gives the same TAT
+    local nt = tat[i] + p.iv * c
+    local limit = t + 2 * p.tau
+    if not allowed and nt > limit then nt = limit end
+    tat[i] = nt
+  end
+end
+save()
+
+return bucket_result(allowed, P, function(i)
+  local p = P[i]
+  local ahead = tat[i] - t
+  local rem = 0
+  if ahead < p.tau then rem = idiv(p.tau - ahead, p.iv) end
+  return rem, ahead, ahead + p.iv * COST - p.tau
+end, 0)

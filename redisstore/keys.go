@@ -1,0 +1,72 @@
+package redisstore
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+)
+
+// MaxEscapedKey is the longest an escaped user key may be; a key whose
+// escaped form would be longer is replaced by its SHA-256 digest.
+const MaxEscapedKey = 128
+
+// hashedKeyPrefix starts the escaped form of a hashed key. Escaping never
+// produces it ('%' is always followed by two upper-case hex digits, and 'H'
+// is not one), so a hashed key never equals an escaped one.
+const hashedKeyPrefix = "%H"
+
+// emptyKey is the escaped form of the empty key: a hash tag must not be
+// empty. Escaping never produces it ('Z' is not a hex digit).
+const emptyKey = "%Z"
+
+// EscapeKey returns the form of a user's key that goes between the braces
+// of a Redis key (the Cluster hash tag):
+//
+//   - the bytes '{', '}', '%', every control byte (0x00-0x1F, 0x7F, so CR
+//     and LF) and ' ' become %XX (upper-case hex); every other byte is kept;
+//   - if the result is longer than MaxEscapedKey (128) bytes, the key is
+//     replaced by "%H" followed by the hex SHA-256 of the original key
+//     (66 bytes);
+//   - the empty key becomes "%Z" (an empty hash tag "{}" is no hash tag).
+//
+// The result never contains a brace or a newline, is at most 128 bytes, and
+// distinct keys give distinct results (escaping is injective because '%'
+// itself is escaped; a digest cannot be confused with an escaped key, see
+// hashedKeyPrefix; distinct long keys collide only if SHA-256 does).
+func EscapeKey(key string) string {
+	if key == "" {
+		// "{}" is no hash tag at all (Redis would hash the whole key, and
+		// the keys of one zone key could land in different slots).
+		return emptyKey
+	}
+	n := 0
+	for i := 0; i < len(key); i++ {
+		if mustEscape(key[i]) {
+			n += 3
+		} else {
+			n++
+		}
+	}
+	if n > MaxEscapedKey {
+		sum := sha256.Sum256([]byte(key))
+		return hashedKeyPrefix + hex.EncodeToString(sum[:])
+	}
+	if n == len(key) {
+		return key
+	}
+	b := make([]byte, 0, n)
+	for i := 0; i < len(key); i++ {
+		c := key[i]
+		if mustEscape(c) {
+			b = append(b, '%', hexDigits[c>>4], hexDigits[c&15])
+		} else {
+			b = append(b, c)
+		}
+	}
+	return string(b)
+}
+
+const hexDigits = "0123456789ABCDEF"
+
+func mustEscape(c byte) bool {
+	return c <= ' ' || c == 0x7f || c == '{' || c == '}' || c == '%'
+}

@@ -1,0 +1,81 @@
+package redisstore
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/zonelimit/caddy-ratelimit/algorithms"
+)
+
+// goldenKeys are the Redis keys one Take of every algorithm writes (see
+// TestKeysGolden), byte for byte. Key names are a running fleet's data: a
+// change here means every instance of the new version starts from fresh
+// counts while old ones still run, and must be deliberate (a stateLayout
+// entry) and noted in README.md's upgrade notes.
+var goldenKeys = []string{
+	"rl:golden-concurrency-1:{a%7Bb%7D%20c%0A%25}:cc:ac9a6e59",
+	"rl:golden-concurrency-1:{a%7Bb%7D%20c%0A%25}:cc:ac9a6e59:l",
+	"rl:golden-fixed_window-1:{a%7Bb%7D%20c%0A%25}:fw:4521613b",
+	"rl:golden-fixed_window-2:{a%7Bb%7D%20c%0A%25}:fw:3f7fd33a",
+	"rl:golden-gcra-1:{a%7Bb%7D%20c%0A%25}:gcra:8902675e",
+	"rl:golden-gcra-2:{a%7Bb%7D%20c%0A%25}:gcra:99701579",
+	"rl:golden-leaky_bucket-1:{a%7Bb%7D%20c%0A%25}:lb:dc13c562",
+	"rl:golden-leaky_bucket-2:{a%7Bb%7D%20c%0A%25}:lb:dc068045",
+	"rl:golden-sliding_log-1:{a%7Bb%7D%20c%0A%25}:sl:4e793c29:0",
+	"rl:golden-sliding_log-1:{a%7Bb%7D%20c%0A%25}:sl:4e793c29:m",
+	"rl:golden-sliding_log-2:{a%7Bb%7D%20c%0A%25}:sl:f058f1eb:0",
+	"rl:golden-sliding_log-2:{a%7Bb%7D%20c%0A%25}:sl:f058f1eb:1",
+	"rl:golden-sliding_log-2:{a%7Bb%7D%20c%0A%25}:sl:f058f1eb:m",
+	"rl:golden-sliding_window-1:{a%7Bb%7D%20c%0A%25}:sw:9440ed4b",
+	"rl:golden-sliding_window-2:{a%7Bb%7D%20c%0A%25}:sw:7829e991",
+	"rl:golden-token_bucket-1:{a%7Bb%7D%20c%0A%25}:tb:4ad27f54",
+	"rl:golden-token_bucket-2:{a%7Bb%7D%20c%0A%25}:tb:f51e72e4",
+}
+
+// TestKeysGolden runs one admitted Take of every algorithm, with one and
+// (where the algorithm takes them) two tiers, a key_prefix and a key that
+// needs escaping, against a real Redis, and compares the set of keys
+// written with goldenKeys.
+func TestKeysGolden(t *testing.T) {
+	_, c := newClient(t)
+	ctx := context.Background()
+	one := []algorithms.Tier{{Events: 10, Window: time.Minute}}
+	two := []algorithms.Tier{{Events: 10, Window: time.Minute}, {Events: 100, Window: time.Hour}}
+	for _, alg := range algorithms.Names {
+		for n, ts := range [][]algorithms.Tier{one, two} {
+			if alg == algorithms.Concurrency && len(ts) > 1 {
+				continue
+			}
+			l := mustLimiter(t, alg, algorithms.Config{Tiers: ts})
+			s, err := NewStore(c, l, Options{KeyPrefix: "rl:", Zone: fmt.Sprintf("golden-%s-%d", alg, n+1)})
+			if err != nil {
+				t.Fatal(err)
+			}
+			s.setMargin(time.Hour) // the timeline's instant is not the wall clock
+			d, err := s.Take(ctx, "a{b} c\n%", t0, 1)
+			if err != nil || !d.Allowed {
+				t.Fatalf("%s: Take: %+v, %v", alg, d, err)
+			}
+		}
+	}
+	var got []string
+	iter := c.Scan(ctx, 0, "*", 100).Iterator()
+	for iter.Next(ctx) {
+		got = append(got, iter.Val())
+	}
+	if err := iter.Err(); err != nil {
+		t.Fatal(err)
+	}
+	slices.Sort(got)
+	if !slices.Equal(got, goldenKeys) {
+		var b strings.Builder
+		for _, k := range got {
+			fmt.Fprintf(&b, "\t%q,\n", k)
+		}
+		t.Fatalf("keys written differ from goldenKeys; got:\n%s", b.String())
+	}
+}

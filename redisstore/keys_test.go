@@ -1,0 +1,59 @@
+package redisstore
+
+import (
+	"strings"
+	"testing"
+)
+
+func TestEscapeKey(t *testing.T) {
+	cases := map[string]string{
+		"":                "%Z",
+		"1.2.3.4":         "1.2.3.4",
+		"a{b}c":           "a%7Bb%7Dc",
+		"100%":            "100%25",
+		"x\ny\r\x00\x7f ": "x%0Ay%0D%00%7F%20",
+		"é":               "é",
+	}
+	for in, want := range cases {
+		if got := EscapeKey(in); got != want {
+			t.Errorf("EscapeKey(%q) = %q, want %q", in, got, want)
+		}
+	}
+	long := strings.Repeat("a", MaxEscapedKey+1)
+	if got := EscapeKey(long); !strings.HasPrefix(got, hashedKeyPrefix) || len(got) != 66 {
+		t.Errorf("EscapeKey(129 bytes) = %q", got)
+	}
+	if got := EscapeKey(strings.Repeat("a", MaxEscapedKey)); got != strings.Repeat("a", MaxEscapedKey) {
+		t.Errorf("a 128-byte key was hashed")
+	}
+	// 43 braces escape to 129 bytes: hashed.
+	if got := EscapeKey(strings.Repeat("{", 43)); !strings.HasPrefix(got, hashedKeyPrefix) {
+		t.Errorf("43 braces: %q", got)
+	}
+}
+
+func FuzzEscapeKey(f *testing.F) {
+	for _, s := range []string{"", "a", "{", "}", "%", "%H", "%7B", "{}", "a\nb", strings.Repeat("x", 200), strings.Repeat("{", 43)} {
+		f.Add(s, s+"x")
+	}
+	f.Fuzz(func(t *testing.T, a, b string) {
+		ea, eb := EscapeKey(a), EscapeKey(b)
+		for _, e := range []string{ea, eb} {
+			if strings.ContainsAny(e, "{}\n\r") {
+				t.Fatalf("escaped %q contains a brace or newline", e)
+			}
+			if e == "" {
+				t.Fatal("escaped key is empty (an empty hash tag)")
+			}
+			if len(e) > MaxEscapedKey {
+				t.Fatalf("escaped key is %d bytes", len(e))
+			}
+		}
+		if (a == b) != (ea == eb) {
+			t.Fatalf("EscapeKey(%q) = %q, EscapeKey(%q) = %q", a, ea, b, eb)
+		}
+		if ea != EscapeKey(a) {
+			t.Fatal("not deterministic")
+		}
+	})
+}

@@ -1,0 +1,83 @@
+-- leaky_bucket.lua: the Redis twin of algorithms/leaky_bucket.go; read the
+-- integer model there. Per tier a bucket holding `level` sub-units of water
+-- that leaks at `rate` sub-units per microsecond; capacity `cap`; a unit is
+-- `scale` sub-units. Delay is the time the water ahead of an admitted
+-- request takes to leak.
+--
+-- KEYS[1]  state: "<t> <level_1> ... <level_n>": the latest instant seen
+--          (µs) and the level per tier (see load_state)
+-- ARGV[8..] per tier: rate, scale, cap, burst, window_us (from
+--           algorithms.BucketParams)
+local key = KEYS[1]
+local P = tier_params({'rate', 'scale', 'cap', 'burst', 'window'})
+
+local st, exists = load_state(key)
+local last = st[1] or 0
+local level = {}
+for i = 1, N do
+  level[i] = st[i + 1] or 0
+end
+
+local function leak(lv, dt, p)
+  if lv <= 0 then return 0 end
+  if dt >= cdiv(lv, p.rate) then return 0 end
+  return lv - dt * p.rate
+end
+
+-- advance: clamp now to the latest instant seen and leak to it.
+local t = NOW
+if t <= last then
+  t = last
+else
+  local dt = t - last
+  last = t
+  for i = 1, N do level[i] = leak(level[i], dt, P[i]) end
+end
+
+-- save: the state lives until every bucket is empty.
+local function save()
+  save_tiers(key, {last, unpack(level)}, function(i) return cdiv(level[i], P[i].rate) end)
+end
+
+if MODE == '1' then
+  return undo(exists, function(i)
+    local p = P[i]
+    if COST <= p.burst then
+      local lv = level[i] - COST * p.scale
+      if lv > 0 then level[i] = lv else level[i] = 0 end
+    end
+  end, save)
+end
+
+local allowed = true
+for i = 1, N do
+  if COST > P[i].burst or level[i] + COST * P[i].scale > P[i].cap then
+    allowed = false
+    break
+  end
+end
+local delay = 0
+if allowed or COUNT_REJECTED then
+  for i = 1, N do
+    local p = P[i]
+    if allowed then
+      local w = cdiv(level[i], p.rate)
+      if w > delay then delay = w end
+    end
+    local c = COST
+    if c > 2 * p.burst then c = 2 * p.burst end -- the clamp below gives the same level
+    local lv = level[i] + c * p.scale
+    if lv > 2 * p.cap then lv = 2 * p.cap end
+    level[i] = lv
+  end
+end
+save()
+
+return bucket_result(allowed, P, function(i)
+  local p, lv = P[i], level[i]
+  local rem, wait = 0, 0
+  if lv < p.cap then rem = idiv(p.cap - lv, p.scale) end
+  local over = lv + COST * p.scale - p.cap
+  if over > 0 then wait = cdiv(over, p.rate) end
+  return rem, cdiv(lv, p.rate), wait
+end, delay)

@@ -1,0 +1,218 @@
+-- lib.lua: helpers shared by every script of caddy-ratelimit. The Go side
+-- sends each script as lib.lua followed by the algorithm's file, so a script
+-- is one EVALSHA.
+--
+-- Common arguments of every script:
+--   ARGV[1] mode: "0" take, "1" undo
+--   ARGV[2] now in microseconds since the epoch; "" (or "0") means read
+--           Redis TIME here. Calling TIME in a script that writes is allowed:
+--           Redis 7 replicates a script's effects (its writes), never the
+--           script itself (redis.replicate_commands below does the same on
+--           Redis 3.2-4 and is a no-op since 5).
+--   ARGV[3] cost (units; negative counts as 0)
+--   ARGV[4] count_rejected: "1" or "0"
+--   ARGV[5] a unique member (sliding_log) or the token to undo (concurrency)
+--   ARGV[6] the TTL margin in milliseconds (added to every key's TTL)
+--   ARGV[7] n, the number of tiers, then per tier the algorithm's constants
+-- Every script answers {allowed (1/0), tier (0-based), limit, remaining,
+-- reset_after_us, retry_after_us, delay_us, token}, or 0 for an undo.
+--
+-- Arithmetic: all values are integers below 2^53, exact in Lua's doubles.
+-- Lua 5.1 has no integer division: idiv truncates toward zero as Go's / does
+-- (math.fmod is exact), cdiv is the Go twins' ceiling (a+b-1)/b.
+if redis.replicate_commands then redis.replicate_commands() end
+
+local function idiv(a, b)
+  return (a - math.fmod(a, b)) / b
+end
+
+local function cdiv(a, b)
+  if a >= 0 then
+    local r = math.fmod(a, b)
+    local q = (a - r) / b
+    if r > 0 then q = q + 1 end
+    return q
+  end
+  return idiv(a + b - 1, b)
+end
+
+local function now_us(arg)
+  if arg == nil or arg == '' or arg == '0' then
+    local t = redis.call('TIME')
+    return tonumber(t[1]) * 1000000 + tonumber(t[2])
+  end
+  return tonumber(arg)
+end
+
+-- str formats an integer for Redis without an exponent (tostring would
+-- write 1.7e+15).
+local function str(x)
+  return string.format('%d', x)
+end
+
+local MODE = ARGV[1]
+local NOW = now_us(ARGV[2])
+local COST = tonumber(ARGV[3])
+if COST < 0 then COST = 0 end
+local COUNT_REJECTED = ARGV[4] == '1'
+local MARGIN_MS = tonumber(ARGV[6])
+local N = tonumber(ARGV[7])
+
+-- ttl_ms is the PEXPIRE of a state that needs us more microseconds: rounded
+-- up to milliseconds plus the margin (ARGV[6]), as a decimal string.
+local function ttl_ms(us)
+  if us < 0 then us = 0 end
+  return str(cdiv(us, 1000) + MARGIN_MS)
+end
+
+-- State keys. The state of gcra, the buckets, the window counters and the
+-- sliding log's counts is one string key holding decimal integers separated
+-- by spaces: it is read with one GET and written, with its TTL, by one SET
+-- PX. Each redis.call costs the script about as much as its own logic, and
+-- a hash would need HMGET, HSET and PEXPIRE.
+--
+-- load_state returns the integers key holds and true, or an empty table and
+-- false when the key does not exist.
+local function load_state(key)
+  local s = redis.call('GET', key)
+  if not s then return {}, false end
+  local v, n = {}, 0
+  for w in string.gmatch(s, '%S+') do
+    n = n + 1
+    v[n] = tonumber(w)
+  end
+  return v, true
+end
+
+-- save_state writes the integers of v to key, to expire in us microseconds
+-- (see ttl_ms), and returns that TTL for the script's other keys.
+local function save_state(key, v, us)
+  local ttl = ttl_ms(us)
+  redis.call('SET', key, string.format(string.rep('%d ', #v), unpack(v)), 'PX', ttl)
+  return ttl
+end
+
+-- pick: the tier a Decision describes. Denied: one whose cost can never
+-- pass first, then the longest wait; allowed: the fewest remaining; ties go
+-- to the lowest index (the first seen).
+local function better_denied(a, b)
+  if b == nil then return true end
+  if a.impossible ~= b.impossible then return a.impossible end
+  return a.wait > b.wait
+end
+
+local function better_allowed(a, b)
+  return b == nil or a.remaining < b.remaining
+end
+
+-- fmod: a mod b rounded toward minus infinity (b > 0), exact.
+local function fmod(a, b)
+  local m = math.fmod(a, b)
+  if m < 0 then m = m + b end
+  return m
+end
+
+-- win_pick: the tier a Decision of sliding_log, sliding_window or
+-- fixed_window describes: allowed, the fewest remaining; denied, the longest
+-- wait; ties go to the lowest index. RetryAfter is that wait.
+local function win_pick(allowed)
+  local p = {set = false}
+  function p.offer(i, limit, rem, reset, wait)
+    if rem < 0 then rem = 0 end
+    if p.set then
+      if allowed and rem >= p.rem or (not allowed) and wait <= p.wait then return end
+    end
+    p.set, p.tier, p.limit, p.rem, p.reset, p.wait = true, i, limit, rem, reset, wait
+  end
+  function p.result()
+    local retry = 0
+    if not allowed then retry = p.wait end
+    return {allowed and 1 or 0, p.tier, p.limit, p.rem, p.reset, retry, 0, 0}
+  end
+  return p
+end
+
+-- tier_params returns, per tier, a table of the named constants ARGV[8..]
+-- holds for it (names lists them in order; the same number per tier).
+local function tier_params(names)
+  local P, w = {}, #names
+  for i = 1, N do
+    local o, p = 7 + (i - 1) * w, {}
+    for j = 1, w do p[names[j]] = tonumber(ARGV[o + j]) end
+    P[i] = p
+  end
+  return P
+end
+
+-- undo ends the script in undo mode: when the state exists, give(i) gives
+-- back in every tier, then save() writes the state. It answers 0.
+local function undo(exists, give, save)
+  if exists then
+    for i = 1, N do give(i) end
+    save()
+  end
+  return 0
+end
+
+-- save_tiers writes the integers of v to key (save_state) with the TTL the
+-- longest-lived tier needs: the largest us(i) microseconds, at least 0.
+local function save_tiers(key, v, us)
+  local horizon = 0
+  for i = 1, N do
+    local h = us(i)
+    if h > horizon then horizon = h end
+  end
+  return save_state(key, v, horizon)
+end
+
+-- bucket_result is the answer of gcra and the buckets (P[i] with burst and
+-- window): the tier picked by better_allowed or better_denied, where
+-- tier(i) returns tier i's remaining, reset and, denied within its burst,
+-- wait (µs). A denied request waits at least 1µs.
+local function bucket_result(allowed, P, tier, delay)
+  local best = nil
+  for i = 1, N do
+    local p = P[i]
+    local rem, reset, wait = tier(i)
+    local v = {tier = i - 1, remaining = rem, reset = reset, wait = 0, impossible = false}
+    if allowed then
+      if better_allowed(v, best) then best = v end
+    else
+      if COST > p.burst then
+        v.impossible = true
+        v.wait = p.window
+      elseif wait > 0 then
+        v.wait = wait
+      end
+      if better_denied(v, best) then best = v end
+    end
+  end
+  local retry = 0
+  if not allowed then
+    retry = best.wait
+    if retry <= 0 then retry = 1 end
+  end
+  return {allowed and 1 or 0, best.tier, P[best.tier + 1].burst, best.remaining, best.reset, retry, delay, 0}
+end
+
+-- win_start is the start of the window of W µs holding t (windows aligned
+-- to the Unix epoch).
+local function win_start(t, W)
+  return t - fmod(t, W)
+end
+
+-- add_capped is count + COST, at most E: what a denied request adds with
+-- count_rejected (any count at E refuses everything).
+local function add_capped(count, E)
+  if COST >= E - count then return E end
+  return count + COST
+end
+
+-- win_wait is how long a request of COST, denied, waits for a tier of E
+-- events per W µs holding count units: a whole window when it can never
+-- pass, free() (when enough units leave) when the count refuses it, else 0.
+local function win_wait(p, count, free)
+  if COST > p.E then return p.W end
+  if count > p.E - COST then return free() end
+  return 0
+end

@@ -1,0 +1,130 @@
+-- sliding_window.lua: the Redis twin of algorithms/sliding_window.go; read
+-- the model there. Per tier the previous and the current window's counts
+-- (aligned to the Unix epoch); the previous one is weighted by how much of it
+-- still overlaps the rolling window. The weighted part is a double computed
+-- in the same order as the Go twin (multiply, then divide), so both round
+-- alike.
+--
+-- KEYS[1]  state: "<t> <s_1> <p_1> <c_1> ... <s_n> <p_n> <c_n>": the latest
+--          instant seen (µs), then per tier the window start (µs), the
+--          previous and the current count (see load_state)
+-- ARGV[8..] per tier: events, window_us
+local key = KEYS[1]
+local P = tier_params({'E', 'W'})
+
+local st, exists = load_state(key)
+local start, prev, cur = {}, {}, {}
+for i = 1, N do
+  start[i] = st[3 * i - 1] or 0
+  prev[i] = st[3 * i] or 0
+  cur[i] = st[3 * i + 1] or 0
+end
+
+local t = NOW
+if exists and t < st[1] then t = st[1] end
+
+-- save: the state lives until no window holding units weighs any more.
+local function save()
+  local v = {t}
+  for i = 1, N do
+    v[3 * i - 1] = start[i]
+    v[3 * i] = prev[i]
+    v[3 * i + 1] = cur[i]
+  end
+  save_tiers(key, v, function(i)
+    if cur[i] > 0 then return start[i] + 2 * P[i].W - t end
+    if prev[i] > 0 then return start[i] + P[i].W - t end
+    return 0
+  end)
+end
+
+if MODE == '1' then
+  return undo(exists, function(i)
+    if start[i] == win_start(t, P[i].W) then
+      cur[i] = cur[i] - math.min(COST, cur[i])
+    end
+  end, save)
+end
+
+-- weighted: the part of a previous count pc still inside the rolling window
+-- at offset e.
+local function weighted(p, pc, e)
+  if pc == 0 then return 0 end
+  return (pc * (p.W - e)) / p.W
+end
+
+local function fits(p, pc, cc, e)
+  local a = p.E - COST - cc
+  return a >= 0 and weighted(p, pc, e) <= a
+end
+
+-- first: the smallest x in [lo, W) with fits(pc, cc, x), or -1.
+local function first(p, pc, cc, lo)
+  local a = p.E - COST - cc
+  if a < 0 then return -1 end
+  if fits(p, pc, cc, lo) then return lo end
+  local W = p.W
+  if not fits(p, pc, cc, W - 1) then return -1 end
+  -- The answer is in (lo, W-1]; fits is monotone in x: the closed form
+  -- first (almost always exact), then a bisection, at most log2(W) < 50
+  -- rounds whatever the rounding.
+  local f = math.ceil(W - a * W / pc)
+  local bad, good = lo, W - 1
+  if f > bad and f < good then
+    if fits(p, pc, cc, f) then
+      good = f
+      if f - 1 > bad and not fits(p, pc, cc, f - 1) then bad = f - 1 end
+    else
+      bad = f
+    end
+  end
+  while good - bad > 1 do
+    local m = bad + idiv(good - bad, 2)
+    if fits(p, pc, cc, m) then good = m else bad = m end
+  end
+  return good
+end
+
+local function wait_of(i)
+  local p = P[i]
+  if COST > p.E then return p.W end
+  local e = t - start[i]
+  local x = first(p, prev[i], cur[i], e)
+  if x >= 0 then return x - e end
+  x = first(p, cur[i], 0, 0)
+  if x >= 0 then return start[i] + p.W + x - t end
+  return start[i] + 2 * p.W - t
+end
+
+local ok = true
+for i = 1, N do
+  local p = P[i]
+  local ws = win_start(t, p.W)
+  if ws ~= start[i] then
+    if ws == start[i] + p.W then prev[i] = cur[i] else prev[i] = 0 end
+    cur[i] = 0
+    start[i] = ws
+  end
+  if COST > p.E or not fits(p, prev[i], cur[i], t - start[i]) then ok = false end
+end
+if ok then
+  for i = 1, N do cur[i] = cur[i] + COST end
+elseif COUNT_REJECTED then
+  for i = 1, N do cur[i] = add_capped(cur[i], P[i].E) end
+end
+save()
+
+local pick = win_pick(ok)
+for i = 1, N do
+  local p = P[i]
+  local reset, wait = 0, 0
+  if cur[i] > 0 then
+    reset = start[i] + 2 * p.W - t
+  elseif prev[i] > 0 then
+    reset = start[i] + p.W - t
+  end
+  if not ok then wait = wait_of(i) end
+  local rem = p.E - cur[i] - math.ceil(weighted(p, prev[i], t - start[i]))
+  pick.offer(i - 1, p.E, rem, reset, wait)
+end
+return pick.result()

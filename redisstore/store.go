@@ -1,0 +1,283 @@
+package redisstore
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/binary"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/zonelimit/caddy-ratelimit/algorithms"
+	"github.com/zonelimit/caddy-ratelimit/store"
+)
+
+// Margin is added to every key's TTL beyond the time its state needs.
+const Margin = time.Second
+
+// instanceID tells this process's sorted-set members apart from other
+// instances'.
+var instanceID = func() string {
+	var b [8]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		panic(err)
+	}
+	return strconv.FormatUint(binary.LittleEndian.Uint64(b[:]), 36)
+}()
+
+// Options names a Store's keys.
+type Options struct {
+	// KeyPrefix starts every key (e.g. "rl:"). It may not contain a brace.
+	KeyPrefix string
+
+	// Zone is the zone's name; it follows the prefix (escaped like a key).
+	Zone string
+
+	// Pipeliner, when set, sends the Store's calls in pipelines shared
+	// with the other Stores of the client (see Pipeliner). Nil: one
+	// round trip per call.
+	Pipeliner *Pipeliner
+}
+
+// Store keeps one zone's state in Redis. It is safe for concurrent use.
+type Store struct {
+	c       redis.UniversalClient
+	l       algorithms.Limiter
+	script  *script
+	head    string   // "<prefix><zone>:{"
+	tails   []string // "}:<alg>:<digest>[:<part>]", one per key
+	static  []any    // ARGV after the common arguments
+	cr      any      // count_rejected: "1" or "0"
+	maxCost int64    // costs above it decide as it does (see Take)
+	counter atomic.Uint64
+	idHead  string // "<instance id>-<store id>-"
+	pipe    *Pipeliner
+}
+
+var _ store.Store = (*Store)(nil)
+
+var storeSeq atomic.Uint64
+
+// NewStore returns a Store running l's script on c.
+func NewStore(c redis.UniversalClient, l algorithms.Limiter, o Options) (*Store, error) {
+	if c == nil {
+		return nil, errors.New("redis store: no client")
+	}
+	if l == nil {
+		return nil, errors.New("redis store: no limiter")
+	}
+	head, err := o.head("redis store")
+	if err != nil {
+		return nil, err
+	}
+	name := l.Name()
+	sc := scripts[name]
+	if sc == nil {
+		return nil, fmt.Errorf("redis store: no Lua script for algorithm %q", name)
+	}
+	cfg := l.Config()
+	// Twice the largest capacity: a cost above every tier's capacity is
+	// refused by every tier, and with count_rejected a bucket counts at
+	// most twice its capacity, so a larger cost decides exactly as this
+	// one, which keeps the scripts' doubles exact (a cost comes from a
+	// request and may be up to 2^63-1).
+	var maxCap int64
+	for _, t := range cfg.Tiers {
+		c := t.Events
+		if cfg.Burst > 0 && algorithms.UsesBurst(name) {
+			c = cfg.Burst
+		}
+		if t.Events > algorithms.MaxCount || c > algorithms.MaxCount || t.Window > algorithms.MaxWindow {
+			return nil, fmt.Errorf("redis store: limit %d per %s (burst %d) is beyond the bounds the scripts compute exactly within (%d units, %s)",
+				t.Events, t.Window, cfg.Burst, algorithms.MaxCount, algorithms.MaxWindow)
+		}
+		maxCap = max(maxCap, c)
+	}
+	s := &Store{
+		maxCost: 2 * maxCap,
+		c:       c,
+		l:       l,
+		script:  sc,
+		head:    head,
+		cr:      any("0"),
+		idHead:  instanceID + "-" + strconv.FormatUint(storeSeq.Add(1), 36) + "-",
+		pipe:    o.Pipeliner,
+	}
+	if cfg.CountRejected {
+		s.cr = any("1")
+	}
+	kind := fmt.Sprintf("%s|%d|", name, cfg.Burst)
+	if sc.layout != "" {
+		kind += sc.layout + "|"
+	}
+	digest := configDigest(kind, cfg.Tiers)
+
+	num := func(v int64) any { return strconv.FormatInt(v, 10) }
+	s.static = append(s.static, num(Margin.Milliseconds()), num(int64(len(cfg.Tiers))))
+	for i, t := range cfg.Tiers {
+		vs, err := sc.tier(t, cfg.Burst)
+		if err != nil {
+			return nil, fmt.Errorf("redis store: %s: limit %d: %v", name, i+1, err)
+		}
+		for _, v := range vs {
+			s.static = append(s.static, num(v))
+		}
+	}
+	for _, p := range sc.parts(len(cfg.Tiers)) {
+		s.tails = append(s.tails, "}:"+sc.short+":"+digest+p)
+	}
+	return s, nil
+}
+
+// head returns "<prefix><zone>:{", the start of every key of the zone, or
+// what (a store's name) refuses in o.
+func (o Options) head(what string) (string, error) {
+	if strings.ContainsAny(o.KeyPrefix, "{}") {
+		return "", fmt.Errorf("%s: key_prefix %q must not contain a brace ('{' or '}' would change the Cluster hash tag)", what, o.KeyPrefix)
+	}
+	return o.KeyPrefix + EscapeKey(o.Zone) + ":{", nil
+}
+
+// configDigest is the config digest of the key names: 8 hex digits of a
+// SHA-256 of kind (the algorithm and what else changes the state's
+// meaning) and the tiers, so that a changed limit starts from fresh state.
+func configDigest(kind string, tiers []algorithms.Tier) string {
+	h := sha256.New()
+	h.Write([]byte(kind))
+	for _, t := range tiers {
+		fmt.Fprintf(h, "%d/%d|", t.Events, t.Window.Microseconds())
+	}
+	return hex.EncodeToString(h.Sum(nil))[:8]
+}
+
+// setMargin changes the TTL margin of the keys s writes (tests: a long one
+// keeps real time from expiring the keys of a replayed timeline).
+func (s *Store) setMargin(d time.Duration) {
+	s.static[0] = strconv.FormatInt(d.Milliseconds(), 10)
+}
+
+// Keys returns the Redis keys of key, in the order the script takes them.
+func (s *Store) Keys(key string) []string {
+	esc := EscapeKey(key)
+	// One string holding every key, sliced: two allocations in all.
+	n := 0
+	for _, t := range s.tails {
+		n += len(s.head) + len(esc) + len(t)
+	}
+	var b strings.Builder
+	b.Grow(n)
+	for _, t := range s.tails {
+		b.WriteString(s.head)
+		b.WriteString(esc)
+		b.WriteString(t)
+	}
+	all := b.String()
+	keys := make([]string, len(s.tails))
+	for i, t := range s.tails {
+		m := len(s.head) + len(esc) + len(t)
+		keys[i], all = all[:m], all[m:]
+	}
+	return keys
+}
+
+// Modes of a script call (ARGV[1]), boxed once.
+var (
+	modeTake any = "0"
+	modeUndo any = "1"
+	noNow    any = ""
+)
+
+// args returns ARGV: the common arguments (see lib.lua), then the
+// algorithm's constants. Integers are passed as int64 (go-redis writes them
+// in decimal; small ones box without allocating).
+func (s *Store) args(mode any, now time.Time, cost int64, extra string) []any {
+	a := make([]any, 0, 5+len(s.static))
+	ns := noNow
+	if !now.IsZero() {
+		ns = now.UnixMicro()
+	}
+	a = append(a, mode, ns, cost, s.cr, extra)
+	return append(a, s.static...)
+}
+
+// Take decides whether key may consume cost units at now (Redis TIME when
+// now is zero) with one EVALSHA.
+func (s *Store) Take(ctx context.Context, key string, now time.Time, cost int64) (algorithms.Decision, error) {
+	cost = min(cost, s.maxCost)
+	extra := ""
+	if s.script.member {
+		extra = s.idHead + strconv.FormatUint(s.counter.Add(1), 36)
+	}
+	res, err := s.call(ctx, s.Keys(key), s.args(modeTake, now, cost, extra)).Int64Slice()
+	if err != nil {
+		return algorithms.Decision{}, fmt.Errorf("redis store: %s: %w", s.l.Name(), err)
+	}
+	if len(res) < 8 {
+		return algorithms.Decision{}, fmt.Errorf("redis store: %s: script answered %d values, want 8", s.l.Name(), len(res))
+	}
+	return algorithms.Decision{
+		Allowed:    res[0] == 1,
+		Tier:       int(res[1]),
+		Limit:      res[2],
+		Remaining:  res[3],
+		ResetAfter: durationOf(res[4]),
+		RetryAfter: durationOf(res[5]),
+		Delay:      durationOf(res[6]),
+		Token:      uint64(res[7]),
+	}, nil
+}
+
+// Undo gives back what an admitted Take of cost, which returned d, consumed
+// (one EVALSHA; none when there is nothing to give back).
+func (s *Store) Undo(ctx context.Context, key string, now time.Time, cost int64, d algorithms.Decision) error {
+	if !d.Allowed {
+		return nil
+	}
+	if s.script.byToken {
+		if d.Token == 0 {
+			return nil
+		}
+	} else if cost <= 0 {
+		return nil
+	}
+	cost = min(cost, s.maxCost)
+	extra := strconv.FormatUint(d.Token, 10)
+	err := s.call(ctx, s.Keys(key), s.args(modeUndo, now, cost, extra)).Err()
+	if err != nil && !errors.Is(err, redis.Nil) {
+		return fmt.Errorf("redis store: %s undo: %w", s.l.Name(), err)
+	}
+	return nil
+}
+
+// call runs the script once: in the Pipeliner's next pipeline, or on its
+// own.
+func (s *Store) call(ctx context.Context, keys []string, args []any) *redis.Cmd {
+	if s.pipe == nil {
+		return evalOne(ctx, s.c, s.script.run, keys, args)
+	}
+	cmd, err := s.pipe.run(ctx, s.script.run, keys, args)
+	if cmd == nil {
+		cmd = redis.NewCmd(ctx)
+		cmd.SetErr(err)
+	}
+	return cmd
+}
+
+// durationOf converts the microseconds of a script's answer to a Duration,
+// saturating instead of overflowing, and never negative.
+func durationOf(us int64) time.Duration {
+	if us <= 0 {
+		return 0
+	}
+	if us > int64(1<<63-1)/int64(time.Microsecond) {
+		return time.Duration(1<<63 - 1)
+	}
+	return time.Duration(us) * time.Microsecond
+}

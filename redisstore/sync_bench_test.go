@@ -1,0 +1,50 @@
+package redisstore
+
+import (
+	"context"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/zonelimit/caddy-ratelimit/algorithms"
+)
+
+// BenchmarkSyncTake: a Take on a held key touches no network and allocates
+// nothing; Redis is only needed for the syncs, which the benchmark leaves
+// out (no client is ever dialled).
+func BenchmarkSyncTake(b *testing.B) {
+	c := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"})
+	defer c.Close()
+	for _, name := range []string{algorithms.FixedWindow, algorithms.SlidingWindow} {
+		b.Run(name, func(b *testing.B) {
+			cfg := algorithms.Config{Tiers: []algorithms.Tier{{Events: 1 << 40, Window: time.Minute}, {Events: 1 << 40, Window: time.Hour}}}
+			l, err := algorithms.New(name, cfg)
+			if err != nil {
+				b.Fatal(err)
+			}
+			s, err := newSyncStore(c, l, Options{Zone: "bench"}, SyncOptions{Interval: time.Hour})
+			if err != nil {
+				b.Fatal(err)
+			}
+			keys := make([]string, 1024)
+			for i := range keys {
+				keys[i] = "10.0." + strconv.Itoa(i/256) + "." + strconv.Itoa(i%256)
+			}
+			ctx := context.Background()
+			now := time.Now()
+			b.ReportAllocs()
+			b.ResetTimer()
+			b.RunParallel(func(pb *testing.PB) {
+				i := 0
+				for pb.Next() {
+					if _, err := s.Take(ctx, keys[i&1023], now, 1); err != nil {
+						b.Fatal(err)
+					}
+					i++
+				}
+			})
+		})
+	}
+}

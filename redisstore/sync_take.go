@@ -1,0 +1,250 @@
+package redisstore
+
+// Deciding in the two-layer store: Take and Undo, on local counts only
+// (TWO_LAYER.md).
+
+import (
+	"context"
+	"math"
+	"time"
+
+	"github.com/zonelimit/caddy-ratelimit/algorithms"
+	"github.com/zonelimit/caddy-ratelimit/store"
+)
+
+// syncShard is a shard of a SyncStore's keys.
+type syncShard = store.Shard[syncEntry]
+
+// entry returns key's entry, created at now if new (evicting the shard's
+// least recently used one when full), and marks it most recently used.
+// The shard's lock is held.
+func (s *SyncStore) entry(sh *syncShard, key string, now time.Time) *syncEntry {
+	if e := sh.Use(key); e != nil {
+		return &e.Value
+	}
+	// An evicted entry that a sync in flight still refers to is not reused.
+	v := &sh.Add(key, func(old *store.Entry[syncEntry]) bool { return !old.Value.inFlight }).Value
+	tiers := v.tiers
+	if tiers == nil {
+		tiers = make([]syncTier, len(s.tiers))
+	}
+	*v = syncEntry{tiers: tiers, last: math.MinInt64}
+	t := now.UnixMicro()
+	for i := range tiers {
+		w := floorDiv(t, s.tiers[i].window)
+		tiers[i] = syncTier{cur: syncSlot{idx: w}, prev: syncSlot{idx: w - 1}}
+	}
+	return v
+}
+
+func floorDiv(a, b int64) int64 {
+	q := a / b
+	if a%b != 0 && a < 0 {
+		q--
+	}
+	return q
+}
+
+// overBudget reports whether the per-interval budget of tier p refuses
+// cost after used units.
+func overBudget(p *syncParams, used, cost int64) bool {
+	return used > 0 && (cost > p.budget || used > p.budget-cost)
+}
+
+// budgetWait is how long until the next sync renews the budget, as far as
+// this instance knows (a whole interval when the sync is overdue).
+func (s *SyncStore) budgetWait(t int64) int64 {
+	if d := s.nextSync.Load() - t; d > 0 {
+		return d
+	}
+	return s.intervalUS
+}
+
+// Take decides whether key may consume cost units at now (the Now clock
+// when zero), from local state only. It never fails.
+func (s *SyncStore) Take(_ context.Context, key string, now time.Time, cost int64) (algorithms.Decision, error) {
+	if now.IsZero() {
+		now = s.now()
+	}
+	if cost < 0 {
+		cost = 0
+	}
+	sh := s.keys.Shard(key)
+	sh.Lock()
+	e := s.entry(sh, key, now)
+	t := e.clamp(now)
+	e.touched = 2
+	ok := true
+	for i := range e.tiers {
+		p, tr := &s.tiers[i], &e.tiers[i]
+		tr.roll(floorDiv(t, p.window), s.sliding)
+		if cost > p.events || overBudget(p, e.used, cost) || !s.fits(p, tr, t, cost) {
+			ok = false
+		}
+	}
+	switch {
+	case ok:
+		e.used += cost
+		for i := range e.tiers {
+			tr := &e.tiers[i]
+			tr.cur.pend += cost
+			tr.cur.own += cost
+		}
+	case s.cr:
+		for i := range e.tiers {
+			tr := &e.tiers[i]
+			if add := min(cost, s.tiers[i].events-tr.cur.view()); add > 0 {
+				tr.cur.pend += add
+				tr.cur.own += add
+			}
+		}
+	}
+	pk := algorithms.TierPick{Allowed: ok}
+	for i := range e.tiers {
+		p, tr := &s.tiers[i], &e.tiers[i]
+		start := tr.cur.idx * p.window
+		C := tr.cur.view()
+		var rem, reset, wait int64
+		if s.sliding {
+			_, rem, reset, wait = slidingWindow(p.events, p.window, start, tr.prev.view(), C, t, cost, !ok)
+		} else {
+			rem = p.events - C
+			if C > 0 {
+				reset = start + p.window - t
+			}
+			if !ok {
+				switch {
+				case cost > p.events:
+					wait = p.window
+				case C > p.events-cost:
+					wait = start + p.window - t
+				}
+			}
+		}
+		if !ok && cost <= p.events && overBudget(p, e.used, cost) {
+			wait = max(wait, s.budgetWait(t))
+		}
+		pk.Offer(i, p.events, rem, reset, wait)
+	}
+	sh.Unlock()
+	return pk.Decision(), nil
+}
+
+// fits reports whether cost fits tier p's window counts at t (the tier
+// rolled to t).
+func (s *SyncStore) fits(p *syncParams, tr *syncTier, t, cost int64) bool {
+	if !s.sliding {
+		C := tr.cur.view()
+		return C <= p.events-cost
+	}
+	fits, _, _, _ := slidingWindow(p.events, p.window, tr.cur.idx*p.window, tr.prev.view(), tr.cur.view(), t, cost, false)
+	return fits
+}
+
+// Undo gives back what an admitted Take of cost, which returned d,
+// consumed, in every tier whose window is still current: locally, or with
+// a negative delta at the next sync when those units were sent already.
+func (s *SyncStore) Undo(_ context.Context, key string, now time.Time, cost int64, d algorithms.Decision) error {
+	if !d.Allowed || cost <= 0 {
+		return nil
+	}
+	if now.IsZero() {
+		now = s.now()
+	}
+	sh := s.keys.Shard(key)
+	sh.Lock()
+	if ent := sh.Get(key); ent != nil {
+		e := &ent.Value
+		t := e.clamp(now)
+		for i := range e.tiers {
+			tr := &e.tiers[i]
+			if tr.cur.idx == floorDiv(t, s.tiers[i].window) {
+				amt := min(cost, tr.cur.own)
+				tr.cur.own -= amt
+				tr.cur.pend -= amt
+			}
+		}
+		e.used -= min(e.used, cost)
+	}
+	sh.Unlock()
+	return nil
+}
+
+// slidingWindow is the arithmetic of algorithms/sliding_window.go (the same
+// float64 evaluation order) on the view counts of one tier of E events per
+// W µs: P in the window before the one starting at start, C in that one,
+// at t in it. It returns whether a request of cost fits, the units
+// remaining, how long until the estimate is 0 (reset), and, with wantWait,
+// how long until the request fits if nothing else arrives (wait).
+//
+// It is a copy kept in this one function: package algorithms exports the
+// same arithmetic (SlidingCounts: Fits, Remaining, ResetAfter, RetryAfter),
+// which is to replace it.
+func slidingWindow(E, W, start, P, C, t, cost int64, wantWait bool) (fits bool, rem, reset, wait int64) {
+	// weighted is the part of a previous count pc still inside the
+	// rolling window at offset e.
+	weighted := func(pc, e int64) float64 {
+		if pc == 0 {
+			return 0
+		}
+		x := float64(float64(pc) * float64(W-e))
+		return x / float64(W)
+	}
+	fitsAt := func(pc, cc, e int64) bool {
+		a := E - cost - cc
+		return a >= 0 && weighted(pc, e) <= float64(a)
+	}
+	// first returns the smallest x in [lo, W) with fitsAt(pc, cc, x), or -1.
+	first := func(pc, cc, lo int64) int64 {
+		a := E - cost - cc
+		if a < 0 {
+			return -1
+		}
+		if fitsAt(pc, cc, lo) {
+			return lo
+		}
+		if !fitsAt(pc, cc, W-1) {
+			return -1
+		}
+		f := math.Ceil(float64(W) - float64(a)*float64(W)/float64(pc))
+		x := W - 1
+		if f < float64(W-1) {
+			x = int64(max(f, float64(lo+1)))
+		}
+		for !fitsAt(pc, cc, x) {
+			x++
+		}
+		for x-1 > lo && fitsAt(pc, cc, x-1) {
+			x--
+		}
+		return x
+	}
+
+	e := t - start
+	fits = fitsAt(P, C, e)
+	switch {
+	case C > 0:
+		reset = start + 2*W - t
+	case P > 0:
+		reset = start + W - t
+	}
+	if c := math.Ceil(weighted(P, e)); c < float64(E-C) {
+		rem = E - C - int64(c)
+	}
+	if !wantWait {
+		return fits, rem, reset, 0
+	}
+	switch {
+	case cost > E:
+		wait = W
+	default:
+		if x := first(P, C, e); x >= 0 {
+			wait = x - e
+		} else if x := first(C, 0, 0); x >= 0 {
+			wait = start + W + x - t
+		} else {
+			wait = start + 2*W - t
+		}
+	}
+	return fits, rem, reset, wait
+}

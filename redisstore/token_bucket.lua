@@ -1,0 +1,77 @@
+-- token_bucket.lua: the Redis twin of algorithms/token_bucket.go; read the
+-- integer model there. Per tier a bucket of `level` sub-units, refilled at
+-- `rate` sub-units per microsecond up to `cap`; a unit is `scale` sub-units.
+--
+-- KEYS[1]  state: "<t> <level_1> ... <level_n>": the latest instant seen
+--          (µs) and the level per tier (see load_state)
+-- ARGV[8..] per tier: rate, scale, cap, burst, window_us (from
+--           algorithms.BucketParams, so both twins use the same constants)
+local key = KEYS[1]
+local P = tier_params({'rate', 'scale', 'cap', 'burst', 'window'})
+
+local st, exists = load_state(key)
+local last = st[1] or 0
+local level = {}
+for i = 1, N do
+  level[i] = st[i + 1] or P[i].cap
+end
+
+local function fill(lv, dt, p)
+  local deficit = p.cap - lv
+  if deficit <= 0 then return lv end
+  if dt >= cdiv(deficit, p.rate) then return p.cap end
+  return lv + dt * p.rate
+end
+
+-- advance: clamp now to the latest instant seen and refill to it.
+local t = NOW
+if t <= last then
+  t = last
+else
+  local dt = t - last
+  last = t
+  for i = 1, N do level[i] = fill(level[i], dt, P[i]) end
+end
+
+-- save: the state lives until every bucket is full again.
+local function save()
+  save_tiers(key, {last, unpack(level)}, function(i) return cdiv(P[i].cap - level[i], P[i].rate) end)
+end
+
+if MODE == '1' then
+  return undo(exists, function(i)
+    local p = P[i]
+    if COST <= p.burst then
+      local lv = level[i] + COST * p.scale
+      if lv < p.cap then level[i] = lv else level[i] = p.cap end
+    end
+  end, save)
+end
+
+local allowed = true
+for i = 1, N do
+  if COST > P[i].burst or level[i] < COST * P[i].scale then
+    allowed = false
+    break
+  end
+end
+if allowed or COUNT_REJECTED then
+  for i = 1, N do
+    local p = P[i]
+    local c = COST
+    if c > 2 * p.burst then c = 2 * p.burst end -- the clamp below gives the same level
+    local lv = level[i] - c * p.scale
+    if lv < -p.cap then lv = -p.cap end
+    level[i] = lv
+  end
+end
+save()
+
+return bucket_result(allowed, P, function(i)
+  local p, lv = P[i], level[i]
+  local rem, wait = 0, 0
+  if lv > 0 then rem = idiv(lv, p.scale) end
+  local need = COST * p.scale - lv
+  if need > 0 then wait = cdiv(need, p.rate) end
+  return rem, cdiv(p.cap - lv, p.rate), wait
+end, 0)
