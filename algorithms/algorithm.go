@@ -3,7 +3,7 @@
 //
 // Every algorithm takes the current time as an argument and never reads the
 // clock, so the same timeline can be replayed in tests and against the Redis
-// twin of each algorithm (package lua). A Limiter binds an algorithm to a
+// twin of each algorithm (package redisstore). A Limiter binds an algorithm to a
 // zone's tiers; its State holds what one key has consumed. A State is not safe
 // for concurrent use: the store that owns it serializes calls.
 //
@@ -19,6 +19,7 @@ package algorithms
 import (
 	"errors"
 	"fmt"
+	"math"
 	"time"
 )
 
@@ -153,3 +154,16 @@ type ConfigError struct {
 
 func (e *ConfigError) Error() string { return e.Err.Error() }
 func (e *ConfigError) Unwrap() error { return e.Err }
+
+// Micros converts microseconds, the unit the algorithms (and their Lua
+// twins) compute in, to a Duration: never negative, and saturating instead
+// of overflowing.
+func Micros(us int64) time.Duration {
+	if us <= 0 {
+		return 0
+	}
+	if us > math.MaxInt64/int64(time.Microsecond) {
+		return math.MaxInt64
+	}
+	return time.Duration(us) * time.Microsecond
+}

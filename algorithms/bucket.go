@@ -196,15 +196,6 @@ func bktCeilDiv(a, b int64) int64 {
 	return (a + b - 1) / b
 }
 
-// bktDur converts microseconds to a Duration, saturating instead of
-// overflowing, and never negative.
-func bktDur(us int64) time.Duration {
-	if us <= 0 {
-		return 0
-	}
-	return winDur(us)
-}
-
 // bktPick is the per-tier view a Decision is chosen from.
 type bktPick struct {
 	tier       int
@@ -238,11 +229,11 @@ func bktDecision(allowed bool, p bktPick, limit, delay int64) Decision {
 		Tier:       p.tier,
 		Limit:      limit,
 		Remaining:  p.remaining,
-		ResetAfter: bktDur(p.resetAfter),
-		Delay:      bktDur(delay),
+		ResetAfter: Micros(p.resetAfter),
+		Delay:      Micros(delay),
 	}
 	if !allowed {
-		d.RetryAfter = bktDur(p.wait)
+		d.RetryAfter = Micros(p.wait)
 		if d.RetryAfter <= 0 {
 			d.RetryAfter = time.Microsecond
 		}

@@ -128,7 +128,7 @@ func (s *concurrencyState) Take(now time.Time, cost int64) Decision {
 			d.Token = tok
 		}
 	} else if cost > l.events {
-		d.RetryAfter = bktDur(l.window)
+		d.RetryAfter = Micros(l.window)
 	} else {
 		// The oldest lease whose expiry frees enough slots.
 		free := l.events - s.held
@@ -148,11 +148,11 @@ func (s *concurrencyState) Take(now time.Time, cost int64) Decision {
 		if wait < 1 {
 			wait = 1
 		}
-		d.RetryAfter = bktDur(wait)
+		d.RetryAfter = Micros(wait)
 	}
 	d.Remaining = l.events - s.held
 	if n := len(s.leases); n > 0 {
-		d.ResetAfter = bktDur(s.leases[n-1].expiry - t)
+		d.ResetAfter = Micros(s.leases[n-1].expiry - t)
 	}
 	return d
 }

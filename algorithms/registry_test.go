@@ -82,7 +82,7 @@ func TestSlidingCounts(t *testing.T) {
 			}
 			continue
 		}
-		if c.Fits(t0, cost) || d.RetryAfter != winDur(c.RetryAfter(t0, cost)) || d.ResetAfter != winDur(c.ResetAfter(t0)) {
+		if c.Fits(t0, cost) || d.RetryAfter != Micros(c.RetryAfter(t0, cost)) || d.ResetAfter != Micros(c.ResetAfter(t0)) {
 			t.Fatalf("step %d: %+v, counts %+v: Fits %v RetryAfter %d ResetAfter %d", i, d, c, c.Fits(t0, cost), c.RetryAfter(t0, cost), c.ResetAfter(t0))
 		}
 	}

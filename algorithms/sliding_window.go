@@ -76,7 +76,7 @@ type slidingWindowState struct {
 // units counted in the window that starts at Start and Prev in the one
 // before. Its methods are the model's arithmetic above, for an instant t
 // in that window (Start <= t < Start + Window, Cur and Prev >= 0); the
-// two-layer store (package lua) applies them to the counts of a fleet.
+// two-layer store (package redisstore) applies them to the counts of a fleet.
 type SlidingCounts struct {
 	Events, Window   int64 // E, W (µs)
 	Start, Prev, Cur int64

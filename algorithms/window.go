@@ -104,18 +104,10 @@ func winCount(count, cost, events int64, ok, countRejected bool) int64 {
 	return count + cost
 }
 
-// winDur converts µs to a Duration, saturating instead of overflowing.
-func winDur(us int64) time.Duration {
-	if us > math.MaxInt64/int64(time.Microsecond) {
-		return math.MaxInt64
-	}
-	return time.Duration(us) * time.Microsecond
-}
-
 // TierPick chooses the tier a Decision describes: when allowed the one with
 // the fewest remaining, when denied the one with the longest wait; ties go
 // to the lowest index (the first offered). The window algorithms use it,
-// and so does the two-layer store (package lua), so that their decisions
+// and so does the two-layer store (package redisstore), so that their decisions
 // describe the same tier.
 type TierPick struct {
 	// Allowed is whether every tier admitted the request.
@@ -148,10 +140,10 @@ func (p *TierPick) Decision() Decision {
 		Tier:       p.tier,
 		Limit:      p.limit,
 		Remaining:  p.rem,
-		ResetAfter: winDur(p.reset),
+		ResetAfter: Micros(p.reset),
 	}
 	if !p.Allowed {
-		d.RetryAfter = winDur(p.wait)
+		d.RetryAfter = Micros(p.wait)
 	}
 	return d
 }

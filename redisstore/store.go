@@ -227,9 +227,9 @@ func (s *Store) Take(ctx context.Context, key string, now time.Time, cost int64)
 		Tier:       int(res[1]),
 		Limit:      res[2],
 		Remaining:  res[3],
-		ResetAfter: durationOf(res[4]),
-		RetryAfter: durationOf(res[5]),
-		Delay:      durationOf(res[6]),
+		ResetAfter: algorithms.Micros(res[4]),
+		RetryAfter: algorithms.Micros(res[5]),
+		Delay:      algorithms.Micros(res[6]),
 		Token:      uint64(res[7]),
 	}, nil
 }
@@ -268,16 +268,4 @@ func (s *Store) call(ctx context.Context, keys []string, args []any) *redis.Cmd 
 		cmd.SetErr(err)
 	}
 	return cmd
-}
-
-// durationOf converts the microseconds of a script's answer to a Duration,
-// saturating instead of overflowing, and never negative.
-func durationOf(us int64) time.Duration {
-	if us <= 0 {
-		return 0
-	}
-	if us > int64(1<<63-1)/int64(time.Microsecond) {
-		return time.Duration(1<<63 - 1)
-	}
-	return time.Duration(us) * time.Microsecond
 }

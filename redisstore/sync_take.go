@@ -170,81 +170,17 @@ func (s *SyncStore) Undo(_ context.Context, key string, now time.Time, cost int6
 	return nil
 }
 
-// slidingWindow is the arithmetic of algorithms/sliding_window.go (the same
-// float64 evaluation order) on the view counts of one tier of E events per
-// W µs: P in the window before the one starting at start, C in that one,
-// at t in it. It returns whether a request of cost fits, the units
-// remaining, how long until the estimate is 0 (reset), and, with wantWait,
-// how long until the request fits if nothing else arrives (wait).
-//
-// It is a copy kept in this one function: package algorithms exports the
-// same arithmetic (SlidingCounts: Fits, Remaining, ResetAfter, RetryAfter),
-// which is to replace it.
+// slidingWindow is sliding_window's arithmetic (algorithms.SlidingCounts)
+// on the view counts of one tier of E events per W µs: P in the window
+// before the one starting at start, C in that one, at t in it. It returns
+// whether a request of cost fits, the units remaining, how long until the
+// estimate is 0 (reset), and, with wantWait, how long until the request
+// fits if nothing else arrives (wait).
 func slidingWindow(E, W, start, P, C, t, cost int64, wantWait bool) (fits bool, rem, reset, wait int64) {
-	// weighted is the part of a previous count pc still inside the
-	// rolling window at offset e.
-	weighted := func(pc, e int64) float64 {
-		if pc == 0 {
-			return 0
-		}
-		x := float64(float64(pc) * float64(W-e))
-		return x / float64(W)
-	}
-	fitsAt := func(pc, cc, e int64) bool {
-		a := E - cost - cc
-		return a >= 0 && weighted(pc, e) <= float64(a)
-	}
-	// first returns the smallest x in [lo, W) with fitsAt(pc, cc, x), or -1.
-	first := func(pc, cc, lo int64) int64 {
-		a := E - cost - cc
-		if a < 0 {
-			return -1
-		}
-		if fitsAt(pc, cc, lo) {
-			return lo
-		}
-		if !fitsAt(pc, cc, W-1) {
-			return -1
-		}
-		f := math.Ceil(float64(W) - float64(a)*float64(W)/float64(pc))
-		x := W - 1
-		if f < float64(W-1) {
-			x = int64(max(f, float64(lo+1)))
-		}
-		for !fitsAt(pc, cc, x) {
-			x++
-		}
-		for x-1 > lo && fitsAt(pc, cc, x-1) {
-			x--
-		}
-		return x
-	}
-
-	e := t - start
-	fits = fitsAt(P, C, e)
-	switch {
-	case C > 0:
-		reset = start + 2*W - t
-	case P > 0:
-		reset = start + W - t
-	}
-	if c := math.Ceil(weighted(P, e)); c < float64(E-C) {
-		rem = E - C - int64(c)
-	}
-	if !wantWait {
-		return fits, rem, reset, 0
-	}
-	switch {
-	case cost > E:
-		wait = W
-	default:
-		if x := first(P, C, e); x >= 0 {
-			wait = x - e
-		} else if x := first(C, 0, 0); x >= 0 {
-			wait = start + W + x - t
-		} else {
-			wait = start + 2*W - t
-		}
+	c := algorithms.SlidingCounts{Events: E, Window: W, Start: start, Prev: P, Cur: C}
+	fits, rem, reset = c.Fits(t, cost), c.Remaining(t), c.ResetAfter(t)
+	if wantWait {
+		wait = c.RetryAfter(t, cost)
 	}
 	return fits, rem, reset, wait
 }
