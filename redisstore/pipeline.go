@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"sync"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -20,6 +21,7 @@ import (
 // the client share its workers. It is safe for concurrent use.
 type Pipeliner struct {
 	c     redis.UniversalClient
+	wait  time.Duration // how long a caller waits for its reply at most
 	calls chan *scriptCall
 	stop  chan struct{}
 	wg    sync.WaitGroup
@@ -47,13 +49,24 @@ type scriptCall struct {
 	cmd  *redis.Cmd // the reply; nil with err set when never sent
 	err  error
 	done chan struct{}
+
+	// deadline is when the caller stops waiting (Pipeliner.wait after it
+	// queued the call), timed by timer (kept with the pooled call): a call
+	// still queued then is not sent at all.
+	deadline time.Time
+	timer    *time.Timer
 }
 
 var callPool = sync.Pool{New: func() any { return &scriptCall{done: make(chan struct{}, 1)} }}
 
-// NewPipeliner starts the workers of a Pipeliner on c. Close stops them.
-func NewPipeliner(c redis.UniversalClient) *Pipeliner {
-	p := &Pipeliner{c: c, calls: make(chan *scriptCall, callQueue), stop: make(chan struct{})}
+// NewPipeliner starts the workers of a Pipeliner on c. A caller waits at
+// most wait for its reply, however long its call queued behind the
+// pipelines of others (a hung Redis holds every worker for a timeout): wait
+// is one round trip's timeouts (the client's write and read timeouts), so a
+// failing Redis costs a call one timeout, not one per pipeline ahead of
+// it. Zero: no bound but the client's timeouts. Close stops the workers.
+func NewPipeliner(c redis.UniversalClient, wait time.Duration) *Pipeliner {
+	p := &Pipeliner{c: c, wait: wait, calls: make(chan *scriptCall, callQueue), stop: make(chan struct{})}
 	p.wg.Add(pipelineWorkers)
 	for i := 0; i < pipelineWorkers; i++ {
 		go p.work()
@@ -85,29 +98,51 @@ func (p *Pipeliner) Close() {
 func (p *Pipeliner) run(ctx context.Context, script *redis.Script, keys []string, args []any) (*redis.Cmd, error) {
 	c := callPool.Get().(*scriptCall)
 	c.evalCall = evalCall{script, keys, args}
+	var expired <-chan time.Time
+	if p.wait > 0 {
+		c.deadline = time.Now().Add(p.wait)
+		if c.timer == nil {
+			c.timer = time.NewTimer(p.wait)
+		} else {
+			c.timer.Reset(p.wait)
+		}
+		expired = c.timer.C
+	}
 	select {
 	case p.calls <- c:
 	case <-p.stop:
 		return nil, redis.ErrClosed
 	case <-ctx.Done():
 		return nil, ctx.Err()
+	case <-expired:
+		return nil, errQueueTimeout
 	}
 	select {
 	case <-c.done:
 	case <-ctx.Done():
 		// The worker still owns c: it is not put back.
 		return nil, ctx.Err()
+	case <-expired:
+		// Likewise; the worker does not send it if it has not yet.
+		return nil, errQueueTimeout
 	case <-p.stop:
 		return nil, redis.ErrClosed
 	}
+	if c.timer != nil {
+		c.timer.Stop()
+	}
 	cmd, err := c.cmd, c.err
-	*c = scriptCall{done: c.done}
+	*c = scriptCall{done: c.done, timer: c.timer}
 	callPool.Put(c)
 	if err != nil {
 		return nil, err
 	}
 	return cmd, cmd.Err()
 }
+
+// errQueueTimeout fails a call whose reply did not come within the
+// Pipeliner's wait (a Redis that hangs, holding every worker).
+var errQueueTimeout = errors.New("redis: no reply within the read and write timeouts (calls queued behind pipelines that did not return)")
 
 func (p *Pipeliner) work() {
 	defer p.wg.Done()
@@ -131,12 +166,27 @@ func (p *Pipeliner) work() {
 				break fill
 			}
 		}
+		// A call whose caller stopped waiting while it queued is not
+		// sent: a hung Redis would only hold this worker for another
+		// timeout.
+		now := time.Now()
+		sent := batch[:0]
 		for _, c := range batch {
+			if !c.deadline.IsZero() && !now.Before(c.deadline) {
+				c.err = errQueueTimeout
+				c.done <- struct{}{}
+				continue
+			}
+			sent = append(sent, c)
 			evals = append(evals, &c.evalCall)
 		}
-		// The client's timeouts bound the pipeline; a caller whose ctx
-		// ends stops waiting for it (see run).
-		cmds = evalAll(context.Background(), p.c, evals, cmds[:0])
+		batch = sent
+		if len(batch) > 0 {
+			// The client's timeouts bound the pipeline; a caller
+			// whose ctx ends or whose wait passes stops waiting for
+			// it (see run).
+			cmds = evalAll(context.Background(), p.c, evals, cmds[:0])
+		}
 		for i, c := range batch {
 			c.cmd = cmds[i]
 			c.done <- struct{}{}

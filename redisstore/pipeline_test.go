@@ -26,7 +26,7 @@ func pipelinedStore(t *testing.T, c redis.UniversalClient, p *Pipeliner, name st
 // the same decisions as unpipelined calls on a timeline.
 func TestPipelinerExact(t *testing.T) {
 	srv, c := newClient(t)
-	p := NewPipeliner(c)
+	p := NewPipeliner(c, 0)
 	defer p.Close()
 	for _, name := range []string{algorithms.SlidingLog, algorithms.FixedWindow, algorithms.TokenBucket, algorithms.GCRA} {
 		s := pipelinedStore(t, c, p, name, oneTier(100, time.Hour), "pipe")
@@ -48,7 +48,7 @@ func TestPipelinerExact(t *testing.T) {
 // A pipelined Take and Undo answer what the unpipelined ones do.
 func TestPipelinerSameDecisions(t *testing.T) {
 	_, c := newClient(t)
-	p := NewPipeliner(c)
+	p := NewPipeliner(c, 0)
 	defer p.Close()
 	cfg := algorithms.Config{Tiers: []algorithms.Tier{{Events: 3, Window: time.Second}, {Events: 5, Window: time.Minute}}}
 	for _, name := range algorithms.Names {
@@ -76,7 +76,7 @@ func TestPipelinerSameDecisions(t *testing.T) {
 // NOSCRIPT and the calls are sent again with EVAL. Close fails later calls.
 func TestPipelinerNoScriptAndClose(t *testing.T) {
 	srv, c := newClient(t)
-	p := NewPipeliner(c)
+	p := NewPipeliner(c, 0)
 	s := pipelinedStore(t, c, p, algorithms.GCRA, oneTier(10, time.Minute), "noscript")
 	if _, err := s.Take(context.Background(), "k", time.Time{}, 1); err != nil {
 		t.Fatal(err)
@@ -98,7 +98,7 @@ func TestPipelinerNoScriptAndClose(t *testing.T) {
 // A canceled request does not wait for its pipeline.
 func TestPipelinerContext(t *testing.T) {
 	srv, c := newClient(t)
-	p := NewPipeliner(c)
+	p := NewPipeliner(c, 0)
 	defer p.Close()
 	s := pipelinedStore(t, c, p, algorithms.GCRA, oneTier(10, time.Minute), "ctx")
 	srv.Pause()
@@ -112,7 +112,7 @@ func TestPipelinerContext(t *testing.T) {
 
 func BenchmarkRedisTakePipelined(b *testing.B) {
 	_, c := newClient(b)
-	p := NewPipeliner(c)
+	p := NewPipeliner(c, 0)
 	defer p.Close()
 	s, err := NewStore(c, mustLimiter(b, algorithms.GCRA, oneTier(1<<40, time.Second)), Options{KeyPrefix: "rlbench:", Zone: "p", Pipeliner: p})
 	if err != nil {
