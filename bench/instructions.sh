@@ -8,9 +8,13 @@
 #   bash bench/instructions.sh lua      # redis-server's instructions per EVALSHA, per algorithm
 #
 # caddy: one ./cmd/caddy under callgrind (GODEBUG=asyncpreemptoff=1: callgrind
-# asserts on Go's preemption signal) serving the sites of e2e.sh's memory
-# scenarios and redis_pass (its redis-server runs natively); for each, a warm-up, then wrk for DURATION (default 8s, 4
-# connections), with the counters zeroed before and dumped after. User space
+# asserts on Go's preemption signal; cpu.rdtscp=off: valgrind cannot run the
+# RDTSCP instruction Go's runtime uses on AMD processors, and Go then reads
+# the time another way) serving the sites of e2e.sh's memory scenarios and
+# redis_pass (its redis-server runs natively); for each, a warm-up, then wrk
+# for DURATION (default 8s) with CONNS connections (default 16: enough
+# requests in flight that the Redis store's pipelines batch), with the
+# counters zeroed before and dumped after. User space
 # only (the kernel's share of a request is not counted), and garbage
 # collection falls where it falls: repeat a run to see the spread (about
 # 10 % here).
@@ -25,6 +29,7 @@
 set -euo pipefail
 
 DURATION=${DURATION:-8s}
+CONNS=${CONNS:-16}
 N=${N:-2000}
 
 if ! command -v go >/dev/null 2>&1; then
@@ -90,20 +95,20 @@ run_caddy() {
 		{ cat "$workdir/Caddyfile" "$workdir/adapt.log" >&2; die "the Caddyfile does not adapt"; }
 
 	local out="$workdir/caddy.cg"
-	GODEBUG=asyncpreemptoff=1 taskset -c "$CADDY_CPU" valgrind --tool=callgrind --callgrind-out-file="$out" \
+	GODEBUG=asyncpreemptoff=1,cpu.rdtscp=off taskset -c "$CADDY_CPU" valgrind --tool=callgrind --callgrind-out-file="$out" \
 		"$workdir/caddy" run --config "$workdir/Caddyfile" --adapter caddyfile >"$workdir/caddy.log" 2>&1 &
 	local pid=$!
 	on_exit "kill $pid 2>/dev/null; wait $pid 2>/dev/null"
 	for s in "${sites[@]}"; do
 		wait_port "${port[$s]}" 120 || { tail -20 "$workdir/caddy.log" >&2; die "Caddy did not listen on ${port[$s]}"; }
 	done
-	echo "instructions: Caddy under callgrind (pid $pid); $DURATION of wrk -c4 per site"
+	echo "instructions: Caddy under callgrind (pid $pid); $DURATION of wrk -c$CONNS per site"
 	local plain=0 n ir per
 	printf '%-22s %10s %14s %8s\n' site requests instr/request ratio | tee -a "$result"
 	for s in "${sites[@]}"; do
-		taskset -c "$WRK_CPU" wrk -t1 -c4 -d2s "http://127.0.0.1:${port[$s]}/" >/dev/null
+		taskset -c "$WRK_CPU" wrk -t1 -c"$CONNS" -d2s "http://127.0.0.1:${port[$s]}/" >/dev/null
 		callgrind_control -z "$pid" >/dev/null 2>&1
-		n=$(taskset -c "$WRK_CPU" wrk -t1 -c4 -d"$DURATION" "http://127.0.0.1:${port[$s]}/" | awk '/requests in/ { print $1 }')
+		n=$(taskset -c "$WRK_CPU" wrk -t1 -c"$CONNS" -d"$DURATION" "http://127.0.0.1:${port[$s]}/" | awk '/requests in/ { print $1 }')
 		ir=$(dump_total "$out" "$pid")
 		per=$((ir / n))
 		[ "$s" = plain ] && plain=$per
