@@ -156,8 +156,8 @@ func (w *statusWriter) Hijack() (net.Conn, *bufio.ReadWriter, error) {
 // Bounds of a count_status code: a status, or a class (4 for 4xx), as
 // Caddy's response matchers take them.
 const (
-	minStatusCode = 100
-	maxStatusCode = 599
+	minStatusCode  = 100
+	maxStatusCode  = 599
 	maxStatusClass = 5
 )
 
