@@ -87,8 +87,14 @@ func testCountStatusCounts(t *testing.T, config string, clock *testClock) {
 // The same counts with the redis store.
 func TestCountStatusRedis(t *testing.T) {
 	srv := redistest.Start(t)
-	testCountStatusCounts(t, loginZone("", `"store":"redis","redis":{"addresses":["`+srv.Addr+`"]},`), nil)
+	config := loginZone("", `"store":"redis","redis":{"addresses":["`+srv.Addr+`"]},`)
+	testCountStatusCounts(t, config, nil)
 	expectKey(t, srv.Addr, "rl:login:*", "rl:login:{192.0.2.1}")
+	// A denial is not cached until its Retry-After: units given back
+	// after a response may admit the key sooner.
+	if h := provision(t, config, nil); h.rt.zones[0].denies != nil {
+		t.Error("a count_status zone caches its denials")
+	}
 }
 
 // A class (4 for 4xx), several codes, errors returned by next and panics
