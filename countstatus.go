@@ -93,7 +93,7 @@ func errorStatus(err error) int {
 // whose statuses it does not match are undone. Not to a Redis whose
 // breaker is open: the call would only wait for its timeout.
 func (h *Handler) settle(ctx context.Context, held []taken, status int) {
-	ctx = context.WithoutCancel(ctx)
+	var undoCtx context.Context // made only when something is given back
 	for i := len(held) - 1; i >= 0; i-- {
 		t := &held[i]
 		if !t.z.lease && t.z.countsStatus(status) {
@@ -102,7 +102,10 @@ func (h *Handler) settle(ctx context.Context, held []taken, status int) {
 		if t.st == t.z.store && !t.z.breaker.Allow() {
 			continue
 		}
-		if err := t.st.Undo(ctx, t.key, time.Time{}, t.cost, t.d); err != nil {
+		if undoCtx == nil {
+			undoCtx = context.WithoutCancel(ctx)
+		}
+		if err := t.st.Undo(undoCtx, t.key, time.Time{}, t.cost, t.d); err != nil {
 			h.rt.logger.Debug("giving back a rate limit admission after the response", zap.String("zone", t.z.name), zap.Error(err))
 		}
 	}
