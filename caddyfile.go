@@ -30,8 +30,8 @@ func parseCaddyfile(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler, error)
 // Subdirectives of a rate_limit block and of a zone block, for error
 // messages.
 var (
-	handlerSubdirectives = []string{"zone", "store", "redis", "sync_interval", "on_error", "headers", "status", "dry_run", "jitter", "sweep_interval", "max_keys", "log_keys", "disable_metrics"}
-	zoneSubdirectives    = []string{"match", "key", "algorithm", "limit", "events", "window", "burst", "cost", "on_limit", "max_waiters", "count_rejected", "ipv4_prefix", "ipv6_prefix", "empty_key"}
+	handlerSubdirectives = []string{"zone", "store", "redis", "sync_interval", "on_error", "headers", "status", "problem_details", "dry_run", "jitter", "sweep_interval", "max_keys", "log_keys", "disable_metrics"}
+	zoneSubdirectives    = []string{"match", "key", "algorithm", "limit", "events", "window", "burst", "cost", "on_limit", "max_waiters", "count_rejected", "count_status", "ipv4_prefix", "ipv6_prefix", "empty_key"}
 )
 
 // UnmarshalCaddyfile sets up the handler from Caddyfile tokens. Syntax:
@@ -49,6 +49,7 @@ var (
 //	        on_limit  reject | wait <max_wait>
 //	        max_waiters <n>
 //	        count_rejected
+//	        count_status <code | class (4xx)>...
 //	        ipv4_prefix <bits>
 //	        ipv6_prefix <bits>
 //	        empty_key allow | deny | global
@@ -74,6 +75,7 @@ var (
 //	    log_keys
 //	    headers        ietf | legacy | both | off
 //	    status         <code>
+//	    problem_details
 //	    dry_run
 //	    jitter         <fraction>
 //	    sweep_interval <duration>
@@ -144,6 +146,10 @@ func (h *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 		case "dry_run":
 			err = noArgs(d, "dry_run")
 			h.DryRun = true
+
+		case "problem_details":
+			err = noArgs(d, "problem_details")
+			h.ProblemDetails = true
 
 		case "jitter":
 			var v string

@@ -180,6 +180,16 @@ func (h *Handler) unmarshalZone(d *caddyfile.Dispenser, zoneLines map[string]int
 			}
 			z.CountRejected = true
 
+		case "count_status":
+			codes, err := parseCountStatus(d.RemainingArgs())
+			if err != nil {
+				return zerr(err)
+			}
+			if err := noBlock(d, "count_status"); err != nil {
+				return err
+			}
+			z.CountStatus = codes
+
 		case "ipv4_prefix", "ipv6_prefix":
 			v, err := oneArg(d, sub, "<bits>")
 			if err != nil {

@@ -25,8 +25,9 @@ const leasePoll = 50 * time.Millisecond
 
 // ServeHTTP decides the request in every zone that applies, in order. A
 // zone that denies it undoes what the zones before it admitted, and the
-// request is rejected; otherwise it proceeds to next, and the leases of
-// concurrency zones are released when next returns (or panics).
+// request is rejected; otherwise it proceeds to next, and when next returns
+// (or panics) the leases of concurrency zones are released and the
+// admissions of count_status zones settled (see serveHeld).
 //
 // The decision is made by admit, which returns before next is called: its
 // large frame (the admissions kept for undoing) is then off the stack that
@@ -37,12 +38,12 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 		h.rt.inflight.Add(1)
 		defer h.rt.inflight.Add(-1)
 	}
-	leases, done, err := h.admit(w, r)
+	held, done, err := h.admit(w, r)
 	if done {
 		return err
 	}
-	if leases != nil {
-		defer h.release(r.Context(), leases)
+	if held != nil {
+		return h.serveHeld(w, r, next, held)
 	}
 	return next.ServeHTTP(w, r)
 }
@@ -50,9 +51,9 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 // admit decides the request in every zone, in order. It returns done with
 // the error for ServeHTTP to return when the request was answered here
 // (rejected, 503, the client gone); otherwise the request proceeds, and
-// leases are the concurrency admissions to release when it ends (nil when
-// none).
-func (h *Handler) admit(w http.ResponseWriter, r *http.Request) (leases []taken, done bool, err error) {
+// held are the admissions to settle when it ends, of concurrency and
+// count_status zones (nil when none).
+func (h *Handler) admit(w http.ResponseWriter, r *http.Request) (held []taken, done bool, err error) {
 	rt := &h.rt
 	ctx := r.Context()
 
@@ -67,7 +68,7 @@ func (h *Handler) admit(w http.ResponseWriter, r *http.Request) (leases []taken,
 	reported, repDenied := false, false
 
 	var delay time.Duration
-	hasLeases := false
+	hasHeld := false
 	down := false // Redis failed: the later zones do not call it (see take)
 
 	for _, z := range rt.zones {
@@ -100,8 +101,8 @@ func (h *Handler) admit(w http.ResponseWriter, r *http.Request) (leases []taken,
 
 		z.m.allowed.Inc()
 		takes = append(takes, *t)
-		if z.lease {
-			hasLeases = true
+		if z.lease || z.countStatus != nil {
+			hasHeld = true
 		}
 		if z.shape && t.d.Delay > delay && !rt.dryRun {
 			delay = t.d.Delay
@@ -128,16 +129,16 @@ func (h *Handler) admit(w http.ResponseWriter, r *http.Request) (leases []taken,
 		}
 	}
 
-	if hasLeases {
-		// Off the stack: released after next returns.
-		leases = make([]taken, 0, 1)
+	if hasHeld {
+		// Off the stack: settled after next returns.
+		held = make([]taken, 0, 1)
 		for _, t := range takes {
-			if t.z.lease {
-				leases = append(leases, t)
+			if t.z.lease || t.z.countStatus != nil {
+				held = append(held, t)
 			}
 		}
 	}
-	return leases, false, nil
+	return held, false, nil
 }
 
 // reject answers a denied request: Retry-After, the rate-limit headers and
@@ -155,6 +156,9 @@ func (h *Handler) reject(w http.ResponseWriter, r *http.Request, z *zone, key st
 	}
 	if h.useErrorRoutes(r) {
 		return z.rejection(rt.status)
+	}
+	if rt.problemDetails {
+		return z.writeProblem(w, rt.status, retry)
 	}
 	w.WriteHeader(rt.status)
 	return nil

@@ -78,6 +78,15 @@ type Handler struct {
 	// DryRun decides, counts, logs and sets headers, but never rejects.
 	DryRun bool `json:"dry_run,omitempty"`
 
+	// ProblemDetails gives the rejections the handler writes itself an
+	// RFC 9457 body (Content-Type application/problem+json) of the
+	// quota-exceeded problem type of the IETF rate-limit headers draft:
+	// type, title, status, detail, and violated-policies (the
+	// RateLimit-Policy name of the zone that refused). Rejections handed
+	// to the site's handle_errors routes are theirs to render. Default:
+	// false (an empty body).
+	ProblemDetails bool `json:"problem_details,omitempty"`
+
 	// Jitter adds a random fraction of up to this much of the wait to
 	// Retry-After (0.2: up to 20% more; any non-negative value), so
 	// rejected clients do not all retry at the same instant. Retry-After is
@@ -190,6 +199,17 @@ type Zone struct {
 	// that keeps hammering stays limited. Default: false (a denied request
 	// consumes nothing).
 	CountRejected bool `json:"count_rejected,omitempty"`
+
+	// CountStatus makes the zone count only the requests whose response
+	// has one of these status codes, e.g. [401, 403] to count failed
+	// logins; a one-digit code stands for its class (4 for every 4xx). A
+	// request is still refused at once while its key is over the limit;
+	// an admitted one is counted provisionally (so concurrent requests see
+	// it) and given back once the response is known, unless its status
+	// matches. An error returned by a later handler counts as its status
+	// (500 if it has none), a panic as 500. Not with algorithm
+	// concurrency. Default: none (every admitted request counts).
+	CountStatus []int `json:"count_status,omitempty"`
 
 	// IPv4Prefix groups IPv4 client addresses in the key by this many
 	// leading bits (e.g. 24 counts a /24 as one client). Applies to key

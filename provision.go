@@ -43,6 +43,10 @@ type handlerRuntime struct {
 	dryRun  bool
 	jitter  float64
 
+	// problemDetails: rejections written here have a problem+json body
+	// (problem.go).
+	problemDetails bool
+
 	// errorRoutes says whether a rejection is returned as an error for the
 	// site's handle_errors routes: errorRoutesUnknown means look at the
 	// server in the request's context.
@@ -156,6 +160,14 @@ type zone struct {
 
 	storeErrLog logThrottle // store failures at warn at most every storeErrorLogEvery
 	rejectError error
+
+	// countStatus, with count_status, are the statuses of the responses
+	// the zone counts (countstatus.go); nil: every admitted request.
+	countStatus []int
+
+	// problem is the zone's problem+json body, with problem_details
+	// (problem.go).
+	problem problemBody
 }
 
 // Provision validates the configuration, fills in the defaults and sets up
@@ -184,6 +196,7 @@ func (h *Handler) provision(ctx caddy.Context, opts provisionOptions) error {
 	h.rt.status = h.Status
 	h.rt.dryRun = h.DryRun
 	h.rt.jitter = h.Jitter
+	h.rt.problemDetails = h.ProblemDetails
 	h.rt.errorRoutes = errorRoutesFor(ctx)
 	var err error
 	if h.rt.metrics, err = h.provisionMetrics(ctx); err != nil {
@@ -241,6 +254,9 @@ func (h *Handler) provisionZone(ctx caddy.Context, zc *Zone, lz *loadZones, plac
 		lease:    alg.Lease,
 		shape:    wait && alg.Delay,
 		emptyKey: emptyKeyEnum.mode(zc.EmptyKey),
+	}
+	if len(zc.CountStatus) > 0 {
+		z.countStatus = zc.CountStatus
 	}
 	if z.wait {
 		z.waiters = newWaitLines(zc.MaxWaiters)
@@ -316,6 +332,9 @@ func (h *Handler) provisionZone(ctx caddy.Context, zc *Zone, lz *loadZones, plac
 	h.rt.metrics.zones.add(z)
 	z.precomputeHeaders()
 	z.rejectError = fmt.Errorf("rate limit exceeded in zone %q", z.name)
+	if h.ProblemDetails {
+		z.problem = newProblemBody(z.name, h.Status)
+	}
 	return z, nil
 }
 

@@ -269,6 +269,9 @@ func (z *Zone) validate() error {
 	if err := emptyKeyEnum.check(z.EmptyKey); err != nil {
 		return &zoneError{option: "empty_key", err: err}
 	}
+	if err := z.validateCountStatus(); err != nil {
+		return err
+	}
 	if !strings.Contains(z.Key, "{") {
 		// Prefixes group the addresses a key template evaluates to, and
 		// empty_key applies to a key that evaluates to nothing: with a

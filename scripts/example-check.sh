@@ -16,7 +16,9 @@ expected=(
 	"HTTP/1.1 429"
 	"200 200 200 200 200 200 200 200 200 200 429 429 "
 	"200 200 200 200 200 429 429 429 "
-	"200 200 200 429 429 "
+	"200 200 200 "
+	"401 401 401 429 429 "
+	"HTTP/1.1 429"
 )
 
 mapfile -t cmds < <(sed -n -E 's/^#     ((for i|curl) .*)$/\1/p' Caddyfile.example | sed -E 's/ +# .*$//')
@@ -31,7 +33,6 @@ bash scripts/run.sh >"$log" 2>&1 &
 pid=$!
 stop() {
 	kill "$pid" 2>/dev/null || true
-	pkill -f 'bin/caddy run --config Caddyfile.example' 2>/dev/null || true
 	wait "$pid" 2>/dev/null || true
 	rm -f "$log"
 }
