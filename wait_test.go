@@ -27,6 +27,15 @@ import (
 const waitOnePerSecond = `{"zones":[{"name":"w","key":"k","on_limit":"wait","max_wait":"1m",
 	"limits":[{"events":1,"window":"1s"}]}]}`
 
+// newWaitOnePerSecond is a handler of waitOnePerSecond on a step clock,
+// the Takes of its store counted, and the admissions of its requests.
+func newWaitOnePerSecond(t *testing.T) (*testClock, *Handler, *countingStore, *admissions) {
+	t.Helper()
+	c := newStepClock()
+	h := provision(t, waitOnePerSecond, c)
+	return c, h, countTakes(h, c), newAdmissions(c)
+}
+
 // expectNoWaiters fails the test unless the first zone of h has no
 // waiters left, nor lines.
 func expectNoWaiters(t *testing.T, h *Handler) {
@@ -189,11 +198,8 @@ func TestWaitFIFO(t *testing.T) {
 // Only the head of a line asks the store: once per retry interval, plus
 // the admissions.
 func TestWaitStoreCallsPerRetryInterval(t *testing.T) {
-	c := newStepClock()
-	h := provision(t, waitOnePerSecond, c)
-	cs := countTakes(h, c)
+	c, h, cs, a := newWaitOnePerSecond(t)
 	t0 := c.Now()
-	a := newAdmissions(c)
 	const n = 50
 	for i := range n {
 		a.serve(h, i, newReq("192.0.2.1:1"))
@@ -264,11 +270,8 @@ func TestWaitMaxWaitersRejectsAtOnce(t *testing.T) {
 // head, the next waits out the rest of the retry interval without asking
 // the store, and gets in when the one who left would have.
 func TestWaitClientGone(t *testing.T) {
-	c := newStepClock()
-	h := provision(t, waitOnePerSecond, c)
-	cs := countTakes(h, c)
+	c, h, cs, a := newWaitOnePerSecond(t)
 	t0 := c.Now()
-	a := newAdmissions(c)
 	cancels := make([]context.CancelFunc, 5)
 	for i := range 5 { // 0 admitted, 1 (head) to 4 wait
 		ctx, cancel := context.WithCancel(context.Background())
@@ -301,16 +304,13 @@ type goneKey struct{}
 // A head whose client goes away as the store admits it gives the admission
 // back: the next in line gets it at the same instant.
 func TestWaitClientGoneAtAdmission(t *testing.T) {
-	c := newStepClock()
-	h := provision(t, waitOnePerSecond, c)
-	cs := countTakes(h, c)
+	c, h, cs, a := newWaitOnePerSecond(t)
 	cs.onTake = func(ctx context.Context, d algorithms.Decision) {
 		if cancel, ok := ctx.Value(goneKey{}).(context.CancelFunc); ok && d.Allowed {
 			cancel()
 		}
 	}
 	t0 := c.Now()
-	a := newAdmissions(c)
 	a.serve(h, 0, newReq("192.0.2.1:1"))
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
