@@ -30,7 +30,6 @@ func (h *Handler) unmarshalZone(d *caddyfile.Dispenser, zoneLines map[string]int
 	// after the block at the line at fault.
 	lines := make(map[string]caddyfile.Token)
 	var limitLines []caddyfile.Token // every limit line, for errors of one tier
-	var events, window bool
 	for nesting := d.Nesting(); d.NextBlock(nesting); {
 		sub := d.Val()
 		if tok, dup := lines[sub]; dup && sub != "match" && sub != "limit" {
@@ -94,35 +93,13 @@ func (h *Handler) unmarshalZone(d *caddyfile.Dispenser, zoneLines map[string]int
 			}
 			z.Limits = append(z.Limits, Limit{Events: n, Window: caddy.Duration(w)})
 
-		case "events":
+		case "events", "window":
 			if tok, ok := lines["limit"]; ok {
 				return zerr(mixErr(tok))
 			}
-			v, err := oneArg(d, "events", "<n>")
-			if err != nil {
+			if err := shorthandLine(d, z, sub); err != nil {
 				return err
 			}
-			n, err := parseEvents(v)
-			if err != nil {
-				return zerr(err)
-			}
-			events = true
-			shorthand(z).Events = n
-
-		case "window":
-			if tok, ok := lines["limit"]; ok {
-				return zerr(mixErr(tok))
-			}
-			v, err := oneArg(d, "window", "<duration>")
-			if err != nil {
-				return err
-			}
-			w, err := parseWindow(v)
-			if err != nil {
-				return zerr(err)
-			}
-			window = true
-			shorthand(z).Window = caddy.Duration(w)
 
 		case "burst":
 			n, err := positiveIntArg(d, "burst")
@@ -222,6 +199,8 @@ func (h *Handler) unmarshalZone(d *caddyfile.Dispenser, zoneLines map[string]int
 	}
 
 	// The events/window shorthand needs both halves.
+	_, events := lines["events"]
+	_, window := lines["window"]
 	if events != window {
 		have, missing := "events", "window"
 		if window {
@@ -240,6 +219,30 @@ func (h *Handler) unmarshalZone(d *caddyfile.Dispenser, zoneLines map[string]int
 		return errAt(tok, fmt.Errorf("zone %q: %v", name, err))
 	}
 	h.Zones = append(h.Zones, z)
+	return nil
+}
+
+// shorthandLine reads an events or window line (sub) into the limit of the
+// events/window shorthand.
+func shorthandLine(d *caddyfile.Dispenser, z *Zone, sub string) error {
+	usage := "<n>"
+	if sub == "window" {
+		usage = "<duration>"
+	}
+	v, err := oneArg(d, sub, usage)
+	if err != nil {
+		return err
+	}
+	l := shorthand(z)
+	if sub == "events" {
+		l.Events, err = parseEvents(v)
+	} else {
+		w, werr := parseWindow(v)
+		l.Window, err = caddy.Duration(w), werr
+	}
+	if err != nil {
+		return d.Errf("zone %q: %v", z.Name, err)
+	}
 	return nil
 }
 

@@ -88,6 +88,27 @@ func serve(h *Handler, r *http.Request, fn ...func(http.ResponseWriter, *http.Re
 	return res
 }
 
+// serveHeld starts a request through h whose next handler, once reached,
+// answers 200 only when release is called. It returns once next is
+// reached; release returns the request's result.
+func serveHeld(h *Handler, r *http.Request) (release func() result) {
+	inside, leave := make(chan struct{}), make(chan struct{})
+	done := make(chan result)
+	go func() {
+		done <- serve(h, r, func(w http.ResponseWriter, _ *http.Request) error {
+			close(inside)
+			<-leave
+			w.WriteHeader(http.StatusOK)
+			return nil
+		})
+	}()
+	<-inside
+	return func() result {
+		close(leave)
+		return <-done
+	}
+}
+
 // expectPlaceholders fails the test unless the placeholders of the request
 // of res have the values of want ("-" when unknown).
 func expectPlaceholders(t *testing.T, res result, want map[string]string) {
@@ -505,21 +526,11 @@ func TestConcurrencyRelease(t *testing.T) {
 	h := provision(t, `{"zones":[{"name":"c","algorithm":"concurrency","key":"k","limits":[{"events":1,"window":"1m"}]}]}`, newClock())
 
 	// A request in flight holds the only lease.
-	inside, leave := make(chan struct{}), make(chan struct{})
-	done := make(chan result)
-	go func() {
-		done <- serve(h, newReq("192.0.2.1:1"), func(w http.ResponseWriter, r *http.Request) error {
-			close(inside)
-			<-leave
-			return nil
-		})
-	}()
-	<-inside
+	release := serveHeld(h, newReq("192.0.2.1:1"))
 	if res := serve(h, newReq("192.0.2.1:1")); res.code != 429 || res.called {
 		t.Fatalf("second in flight: code %d", res.code)
 	}
-	close(leave)
-	if res := <-done; res.err != nil {
+	if res := release(); res.err != nil {
 		t.Fatal(res.err)
 	}
 

@@ -3,7 +3,6 @@ package ratelimit
 import (
 	"context"
 	"fmt"
-	"net/http"
 	"strconv"
 	"strings"
 	"testing"
@@ -345,25 +344,14 @@ func TestRedisCleanupWaitsForRequests(t *testing.T) {
 	h := provisionIn(t, `{"store":"redis","on_error":"closed","redis":{"addresses":["`+srv.Addr+`"]},
 		"zones":[{"name":"cc","key":"k","algorithm":"concurrency","limits":[{"events":1,"window":"1m"}]}]}`, nil)
 	c := h.rt.redis
-	inside, release := make(chan struct{}), make(chan struct{})
-	done := make(chan result)
-	go func() {
-		done <- serve(h, newReq("192.0.2.1:1"), func(w http.ResponseWriter, r *http.Request) error {
-			close(inside)
-			<-release
-			w.WriteHeader(200)
-			return nil
-		})
-	}()
-	<-inside
+	release := serveHeld(h, newReq("192.0.2.1:1"))
 	if err := h.Cleanup(); err != nil {
 		t.Fatal(err)
 	}
 	if err := c.Ping(context.Background()).Err(); err != nil {
 		t.Fatalf("client closed under a request in flight: %v", err)
 	}
-	close(release)
-	if res := <-done; res.code != 200 {
+	if res := release(); res.code != 200 {
 		t.Fatalf("request: %d", res.code)
 	}
 	// The lease was released in Redis: the in-flight set is empty.

@@ -27,6 +27,15 @@ import (
 const waitOnePerSecond = `{"zones":[{"name":"w","key":"k","on_limit":"wait","max_wait":"1m",
 	"limits":[{"events":1,"window":"1s"}]}]}`
 
+// newWaitOnePerSecond is a handler of waitOnePerSecond on a step clock,
+// the Takes of its store counted, and the admissions of its requests.
+func newWaitOnePerSecond(t *testing.T) (*testClock, *Handler, *countingStore, *admissions) {
+	t.Helper()
+	c := newStepClock()
+	h := provision(t, waitOnePerSecond, c)
+	return c, h, countTakes(h, c), newAdmissions(c)
+}
+
 // expectNoWaiters fails the test unless the first zone of h has no
 // waiters left, nor lines.
 func expectNoWaiters(t *testing.T, h *Handler) {
@@ -97,8 +106,10 @@ func newAdmissions(c *testClock) *admissions {
 	return &admissions{clock: c, done: make(map[int]result)}
 }
 
-// serve starts request id of h.
+// serve starts request id of h and lets it run until it waits or returns:
+// requests served one after the other arrive in a known order.
 func (a *admissions) serve(h *Handler, id int, r *http.Request) {
+	defer a.clock.settle()
 	a.clock.start(func() {
 		res := serve(h, r, func(w http.ResponseWriter, _ *http.Request) error {
 			a.mu.Lock()
@@ -172,7 +183,6 @@ func TestWaitFIFO(t *testing.T) {
 	want := make([]int, n)
 	for i := range n {
 		a.serve(h, i, newReq("192.0.2.1:1"))
-		c.settle() // one after the other: a known order of arrival
 		want[i] = i
 	}
 	c.drain(t)
@@ -188,15 +198,11 @@ func TestWaitFIFO(t *testing.T) {
 // Only the head of a line asks the store: once per retry interval, plus
 // the admissions.
 func TestWaitStoreCallsPerRetryInterval(t *testing.T) {
-	c := newStepClock()
-	h := provision(t, waitOnePerSecond, c)
-	cs := countTakes(h, c)
+	c, h, cs, a := newWaitOnePerSecond(t)
 	t0 := c.Now()
-	a := newAdmissions(c)
 	const n = 50
 	for i := range n {
 		a.serve(h, i, newReq("192.0.2.1:1"))
-		c.settle()
 	}
 	c.drain(t)
 	allowed, denied := cs.count()
@@ -229,11 +235,9 @@ func TestWaitMaxWaitersRejectsAtOnce(t *testing.T) {
 	a := newAdmissions(c)
 	for i := range 4 { // 0 admitted, 1 to 3 wait
 		a.serve(h, i, newReq("192.0.2.1:1", header("K", "a")))
-		c.settle()
 	}
 	before := len(cs.takes)
 	a.serve(h, 4, newReq("192.0.2.1:1", header("K", "a")))
-	c.settle()
 	res := a.result(t, 4) // returned without the clock moving
 	if res.code != 429 || res.called {
 		t.Fatalf("over max_waiters: code %d, called %v", res.code, res.called)
@@ -246,7 +250,6 @@ func TestWaitMaxWaitersRejectsAtOnce(t *testing.T) {
 	// quota, and rejected at once when denied.
 	for i := 5; i <= 6; i++ {
 		a.serve(h, i, newReq("192.0.2.1:1", header("K", "b")))
-		c.settle()
 	}
 	if res := a.result(t, 5); res.code != 200 {
 		t.Fatalf("other key: %d", res.code)
@@ -267,17 +270,13 @@ func TestWaitMaxWaitersRejectsAtOnce(t *testing.T) {
 // head, the next waits out the rest of the retry interval without asking
 // the store, and gets in when the one who left would have.
 func TestWaitClientGone(t *testing.T) {
-	c := newStepClock()
-	h := provision(t, waitOnePerSecond, c)
-	cs := countTakes(h, c)
+	c, h, cs, a := newWaitOnePerSecond(t)
 	t0 := c.Now()
-	a := newAdmissions(c)
 	cancels := make([]context.CancelFunc, 5)
 	for i := range 5 { // 0 admitted, 1 (head) to 4 wait
 		ctx, cancel := context.WithCancel(context.Background())
 		cancels[i] = cancel
 		a.serve(h, i, newReq("192.0.2.1:1").WithContext(ctx))
-		c.settle()
 	}
 	defer func() {
 		for _, cancel := range cancels {
@@ -305,24 +304,18 @@ type goneKey struct{}
 // A head whose client goes away as the store admits it gives the admission
 // back: the next in line gets it at the same instant.
 func TestWaitClientGoneAtAdmission(t *testing.T) {
-	c := newStepClock()
-	h := provision(t, waitOnePerSecond, c)
-	cs := countTakes(h, c)
+	c, h, cs, a := newWaitOnePerSecond(t)
 	cs.onTake = func(ctx context.Context, d algorithms.Decision) {
 		if cancel, ok := ctx.Value(goneKey{}).(context.CancelFunc); ok && d.Allowed {
 			cancel()
 		}
 	}
 	t0 := c.Now()
-	a := newAdmissions(c)
 	a.serve(h, 0, newReq("192.0.2.1:1"))
-	c.settle()
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	a.serve(h, 1, newReq("192.0.2.1:1").WithContext(context.WithValue(ctx, goneKey{}, cancel)))
-	c.settle()
 	a.serve(h, 2, newReq("192.0.2.1:1"))
-	c.settle()
 	c.drain(t)
 	a.expectOrder(t, 0, 2)
 	if d := a.at[1].Sub(t0); d != time.Second {
@@ -353,7 +346,6 @@ func TestWaitConcurrencyInLine(t *testing.T) {
 	a := newAdmissions(c)
 	for i := 1; i <= 3; i++ {
 		a.serve(h, i, newReq("192.0.2.1:1"))
-		c.settle()
 	}
 	for range 4 { // the head polls
 		c.next()

@@ -2,7 +2,6 @@ package algorithms
 
 import (
 	"math"
-	"slices"
 	"testing"
 	"time"
 )
@@ -84,37 +83,24 @@ func TestFixedWindowCountRejected(t *testing.T) {
 	base := []winTStep{
 		{at: 0, cost: 2, want: winTOK(0, 3, 1, time.Second)},
 	}
-	winTRun(t, FixedWindow, Config{Tiers: one}, append(slices.Clone(base),
-		winTStep{at: 100 * ms, cost: 2, want: winTNo(0, 3, 1, 900*ms, 900*ms)},
-		winTStep{at: 200 * ms, cost: 1, want: winTOK(0, 3, 0, 800*ms)},
-	))
-	winTRun(t, FixedWindow, Config{Tiers: one, CountRejected: true}, append(slices.Clone(base),
-		winTStep{at: 100 * ms, cost: 2, want: winTNo(0, 3, 0, 900*ms, 900*ms)},
-		winTStep{at: 200 * ms, cost: 1, want: winTNo(0, 3, 0, 800*ms, 800*ms)},
-		winTStep{at: 1000 * ms, cost: 3, want: winTOK(0, 3, 0, time.Second)},
-	))
+	winTCountRejected(t, FixedWindow, one, base, []winTStep{
+		{at: 100 * ms, cost: 2, want: winTNo(0, 3, 1, 900*ms, 900*ms)},
+		{at: 200 * ms, cost: 1, want: winTOK(0, 3, 0, 800*ms)},
+	}, []winTStep{
+		{at: 100 * ms, cost: 2, want: winTNo(0, 3, 0, 900*ms, 900*ms)},
+		{at: 200 * ms, cost: 1, want: winTNo(0, 3, 0, 800*ms, 800*ms)},
+		{at: 1000 * ms, cost: 3, want: winTOK(0, 3, 0, time.Second)},
+	})
 	two := []Tier{{3, time.Second}, {5, 10 * time.Second}}
 	base = []winTStep{
 		{at: 0, cost: 1, want: winTOK(0, 3, 2, time.Second)},
 		{at: 100 * ms, cost: 1, want: winTOK(0, 3, 1, 900*ms)},
 		{at: 200 * ms, cost: 1, want: winTOK(0, 3, 0, 800*ms)},
 	}
-	winTRun(t, FixedWindow, Config{Tiers: two, CountRejected: true}, append(slices.Clone(base),
-		winTStep{at: 500 * ms, cost: 2, want: winTNo(1, 5, 0, 9500*ms, 9500*ms)},
-	))
-	winTRun(t, FixedWindow, Config{Tiers: two}, append(slices.Clone(base),
-		winTStep{at: 500 * ms, cost: 2, want: winTNo(0, 3, 0, 500*ms, 500*ms)},
-	))
-}
-
-func TestFixedWindowIdle(t *testing.T) {
-	ms := winTms
-	winTIdle(t, FixedWindow, []winTIdleAt{
-		{-time.Hour, false},
-		{0, false},
-		{1500 * ms, false},
-		{10*time.Second - time.Microsecond, false},
-		{10 * time.Second, true},
+	winTCountRejected(t, FixedWindow, two, base, []winTStep{
+		{at: 500 * ms, cost: 2, want: winTNo(0, 3, 0, 500*ms, 500*ms)},
+	}, []winTStep{
+		{at: 500 * ms, cost: 2, want: winTNo(1, 5, 0, 9500*ms, 9500*ms)},
 	})
 }
 

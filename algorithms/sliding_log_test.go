@@ -62,17 +62,19 @@ func winTRun(t *testing.T, name string, cfg Config, steps []winTStep) State {
 	return st
 }
 
-// winTCase is a timeline played against a new state of an algorithm.
-type winTCase struct {
-	name  string
-	cfg   Config
-	steps []winTStep
+// winTCountRejected plays base then without against a new state of tiers,
+// and base then with against one of tiers that counts rejected requests.
+func winTCountRejected(t *testing.T, name string, tiers []Tier, base, without, with []winTStep) {
+	t.Helper()
+	winTRun(t, name, Config{Tiers: tiers}, slices.Concat(base, without))
+	winTRun(t, name, Config{Tiers: tiers, CountRejected: true}, slices.Concat(base, with))
 }
 
+// winTCase is a timeline of a window algorithm.
+type winTCase = timeline[winTStep]
+
 func winTRunCases(t *testing.T, name string, cases []winTCase) {
-	for _, c := range cases {
-		t.Run(c.name, func(t *testing.T) { winTRun(t, name, c.cfg, c.steps) })
-	}
+	runTimelines(t, cases, func(t *testing.T, cfg Config, steps []winTStep) { winTRun(t, name, cfg, steps) })
 }
 
 // Timelines that the window algorithms (fixed_window and sliding_log; the
@@ -131,6 +133,38 @@ func winTRandConfig(r *rand.Rand, countRejected bool) Config {
 type winTIdleAt struct {
 	at   time.Duration
 	idle bool
+}
+
+// TestWindowIdle: when a state of each window algorithm becomes idle (see
+// winTIdle).
+func TestWindowIdle(t *testing.T) {
+	ms := winTms
+	for name, want := range map[string][]winTIdleAt{
+		FixedWindow: {
+			{-time.Hour, false},
+			{0, false},
+			{1500 * ms, false},
+			{10*time.Second - time.Microsecond, false},
+			{10 * time.Second, true},
+		},
+		SlidingWindow: {
+			{-time.Hour, false},
+			{0, false},
+			{1500 * ms, false},
+			{10 * time.Second, false}, // the 10s tier still weighs the previous window
+			{20*time.Second - time.Microsecond, false},
+			{20 * time.Second, true},
+		},
+		SlidingLog: {
+			{-time.Hour, false}, // clamped to the latest instant seen
+			{0, false},
+			{1500 * ms, false}, // the 10s tier still holds both
+			{10*time.Second + 500*ms - time.Microsecond, false},
+			{10*time.Second + 500*ms, true},
+		},
+	} {
+		t.Run(name, func(t *testing.T) { winTIdle(t, name, want) })
+	}
 }
 
 // winTIdle checks Idle of a state of name with tiers 3/s and 5/10s that
@@ -479,37 +513,24 @@ func TestSlidingLogCountRejected(t *testing.T) {
 		{at: 200 * ms, cost: 1, want: winTOK(0, 3, 0, time.Second)},
 	}
 	// Without: the denial at 0.5s leaves the log alone, 1.05s is admitted.
-	winTRun(t, SlidingLog, Config{Tiers: one}, append(slices.Clone(base),
-		winTStep{at: 500 * ms, cost: 1, want: winTNo(0, 3, 0, 700*ms, 500*ms)},
-		winTStep{at: 1050 * ms, cost: 1, want: winTOK(0, 3, 0, time.Second)},
-	))
 	// With: the denial at 0.5s is logged (the oldest unit drops out).
-	winTRun(t, SlidingLog, Config{Tiers: one, CountRejected: true}, append(slices.Clone(base),
-		winTStep{at: 500 * ms, cost: 1, want: winTNo(0, 3, 0, time.Second, 600*ms)},
-		winTStep{at: 1050 * ms, cost: 1, want: winTNo(0, 3, 0, time.Second, 150*ms)},
-		winTStep{at: 1101 * ms, cost: 5, want: winTNo(0, 3, 0, time.Second, time.Second)},
-		winTStep{at: 2100 * ms, cost: 1, want: winTNo(0, 3, 0, time.Second, ms)},
-		winTStep{at: 3200 * ms, cost: 1, want: winTOK(0, 3, 2, time.Second)},
-	))
+	winTCountRejected(t, SlidingLog, one, base, []winTStep{
+		{at: 500 * ms, cost: 1, want: winTNo(0, 3, 0, 700*ms, 500*ms)},
+		{at: 1050 * ms, cost: 1, want: winTOK(0, 3, 0, time.Second)},
+	}, []winTStep{
+		{at: 500 * ms, cost: 1, want: winTNo(0, 3, 0, time.Second, 600*ms)},
+		{at: 1050 * ms, cost: 1, want: winTNo(0, 3, 0, time.Second, 150*ms)},
+		{at: 1101 * ms, cost: 5, want: winTNo(0, 3, 0, time.Second, time.Second)},
+		{at: 2100 * ms, cost: 1, want: winTNo(0, 3, 0, time.Second, ms)},
+		{at: 3200 * ms, cost: 1, want: winTOK(0, 3, 2, time.Second)},
+	})
 	// With two tiers, a denial by the first counts in the second too, which
 	// then holds the next request longer.
 	two := []Tier{{3, time.Second}, {5, 10 * time.Second}}
-	winTRun(t, SlidingLog, Config{Tiers: two, CountRejected: true}, append(slices.Clone(base),
-		winTStep{at: 500 * ms, cost: 2, want: winTNo(1, 5, 0, 10*time.Second, 9600*ms)},
-	))
-	winTRun(t, SlidingLog, Config{Tiers: two}, append(slices.Clone(base),
-		winTStep{at: 500 * ms, cost: 2, want: winTNo(0, 3, 0, 700*ms, 600*ms)},
-	))
-}
-
-func TestSlidingLogIdle(t *testing.T) {
-	ms := winTms
-	winTIdle(t, SlidingLog, []winTIdleAt{
-		{-time.Hour, false}, // clamped to the latest instant seen
-		{0, false},
-		{1500 * ms, false}, // the 10s tier still holds both
-		{10*time.Second + 500*ms - time.Microsecond, false},
-		{10*time.Second + 500*ms, true},
+	winTCountRejected(t, SlidingLog, two, base, []winTStep{
+		{at: 500 * ms, cost: 2, want: winTNo(0, 3, 0, 700*ms, 600*ms)},
+	}, []winTStep{
+		{at: 500 * ms, cost: 2, want: winTNo(1, 5, 0, 10*time.Second, 9600*ms)},
 	})
 }
 

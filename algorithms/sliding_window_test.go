@@ -2,7 +2,6 @@ package algorithms
 
 import (
 	"math"
-	"slices"
 	"testing"
 	"time"
 )
@@ -102,25 +101,12 @@ func TestSlidingWindowCountRejected(t *testing.T) {
 	ms := winTms
 	ten := []Tier{{10, time.Second}}
 	base := []winTStep{{at: 0, cost: 8, want: winTOK(0, 10, 2, 2*time.Second)}}
-	winTRun(t, SlidingWindow, Config{Tiers: ten}, append(slices.Clone(base),
-		winTStep{at: 100 * ms, cost: 3, want: winTNo(0, 10, 2, 1900*ms, 1025*ms)},
-		winTStep{at: 200 * ms, cost: 2, want: winTOK(0, 10, 0, 1800*ms)},
-	))
-	winTRun(t, SlidingWindow, Config{Tiers: ten, CountRejected: true}, append(slices.Clone(base),
-		winTStep{at: 100 * ms, cost: 3, want: winTNo(0, 10, 0, 1900*ms, 1200*ms)},
-		winTStep{at: 200 * ms, cost: 2, want: winTNo(0, 10, 0, 1800*ms, 1000*ms)},
-	))
-}
-
-func TestSlidingWindowIdle(t *testing.T) {
-	ms := winTms
-	winTIdle(t, SlidingWindow, []winTIdleAt{
-		{-time.Hour, false},
-		{0, false},
-		{1500 * ms, false},
-		{10 * time.Second, false}, // the 10s tier still weighs the previous window
-		{20*time.Second - time.Microsecond, false},
-		{20 * time.Second, true},
+	winTCountRejected(t, SlidingWindow, ten, base, []winTStep{
+		{at: 100 * ms, cost: 3, want: winTNo(0, 10, 2, 1900*ms, 1025*ms)},
+		{at: 200 * ms, cost: 2, want: winTOK(0, 10, 0, 1800*ms)},
+	}, []winTStep{
+		{at: 100 * ms, cost: 3, want: winTNo(0, 10, 0, 1900*ms, 1200*ms)},
+		{at: 200 * ms, cost: 2, want: winTNo(0, 10, 0, 1800*ms, 1000*ms)},
 	})
 }
 

@@ -77,19 +77,11 @@ func bktTDelay(d Decision, delay time.Duration) Decision {
 	return d
 }
 
-// bktTCase is a timeline played against a new state of an algorithm.
-type bktTCase struct {
-	name  string
-	cfg   Config
-	steps []bktTStep
-}
+// bktTCase is a timeline of a bucket algorithm (or concurrency).
+type bktTCase = timeline[bktTStep]
 
 func bktTRunCases(t *testing.T, name string, cases []bktTCase) {
-	for _, c := range cases {
-		t.Run(c.name, func(t *testing.T) {
-			bktTRun(t, bktTNew(t, name, c.cfg), c.steps)
-		})
-	}
+	runTimelines(t, cases, func(t *testing.T, cfg Config, steps []bktTStep) { bktTRun(t, bktTNew(t, name, cfg), steps) })
 }
 
 // Timelines that token_bucket and gcra (and, where said, leaky_bucket and

@@ -31,18 +31,12 @@ DURATION=${DURATION:-10s}
 WARMUP=${WARMUP:-3s}
 CONNECTIONS=${CONNECTIONS:-50}
 
-if ! command -v go >/dev/null 2>&1; then
-	export PATH="$PATH:/usr/local/go/bin"
-fi
-
-repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-cd "$repo"
-
 # The scenarios (site_<name>, EXPECT, TARGET, setup_<name>) and the helpers
-# shared with bench/instructions.sh.
+# shared with bench/instructions.sh; it also sets repo, the working
+# directory, and puts Go on PATH.
 BENCH=e2e
 # shellcheck source=bench/lib.sh
-. "$repo/bench/lib.sh"
+. "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
 # run_wrk PORT DURATION: prints "<requests/s> <requests> <non-2xx/3xx>".
 run_wrk() {

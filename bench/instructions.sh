@@ -32,15 +32,9 @@ DURATION=${DURATION:-8s}
 CONNS=${CONNS:-16}
 N=${N:-2000}
 
-if ! command -v go >/dev/null 2>&1; then
-	export PATH="$PATH:/usr/local/go/bin"
-fi
-repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-cd "$repo"
-
 BENCH=instructions
 # shellcheck source=bench/lib.sh
-. "$repo/bench/lib.sh"
+. "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 workdir=$(mktemp -d "${TMPDIR:-/tmp}/instructions.XXXXXX")
 on_exit "rm -rf '$workdir'"
 

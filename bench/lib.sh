@@ -1,7 +1,16 @@
 # Shared by the bench scripts (sourced, not run): the scenarios of
 # bench/e2e.sh, one Caddy site each, and the helpers that start and stop what
 # a run needs. The sourcing script sets BENCH (its name, for messages) and
-# repo, and creates workdir before any setup_<name> runs.
+# creates workdir before any setup_<name> runs.
+
+# repo is the repository, the scripts' working directory.
+repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+cd "$repo"
+
+# Go from its usual place when it is not on PATH.
+if ! command -v go >/dev/null 2>&1; then
+	export PATH="$PATH:/usr/local/go/bin"
+fi
 
 CADDY_CPU=${CADDY_CPU:-0}
 WRK_CPU=${WRK_CPU:-1}

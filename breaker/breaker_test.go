@@ -57,6 +57,15 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 	}
 }
 
+// expectState fails the test at once unless b is in state want; what says
+// after what.
+func expectState(t *testing.T, b *Breaker, want State, what string) {
+	t.Helper()
+	if got := b.State(); got != want {
+		t.Fatalf("%s: state %v, want %v", what, got, want)
+	}
+}
+
 // probers returns the number of prober goroutines alive in the process.
 func probers() int {
 	buf := make([]byte, 1<<20)
@@ -129,16 +138,12 @@ func TestSuccessResetsCount(t *testing.T) {
 		step(errDown)
 		step(errDown)
 		step(nil)
-		if b.State() != Closed {
-			t.Fatalf("2 failures then a success tripped the breaker")
-		}
+		expectState(t, b, Closed, "2 failures then a success")
 	}
 	step(errDown)
 	step(errDown)
 	step(errDown)
-	if b.State() != Open {
-		t.Fatalf("3 consecutive failures after a success: state %v, want open", b.State())
-	}
+	expectState(t, b, Open, "3 consecutive failures after a success")
 }
 
 func TestWindow(t *testing.T) {
@@ -162,9 +167,7 @@ func TestWindow(t *testing.T) {
 			b := New(Options{Failures: 5, Window: w, Probe: blockProbe})
 			defer b.Close()
 			for i, s := range tt.at {
-				if b.State() != Closed {
-					t.Fatalf("open after %d failures, before the last", i)
-				}
+				expectState(t, b, Closed, fmt.Sprintf("%d failures, before the last", i))
 				b.RecordAt(at(s*time.Second), errDown)
 			}
 			if got := b.State() == Open; got != tt.open {
@@ -179,9 +182,7 @@ func TestWindow(t *testing.T) {
 	for i := range 5 {
 		b.RecordAt(at(time.Duration(i)*time.Hour), errDown)
 	}
-	if b.State() != Open {
-		t.Fatalf("no window: 5 failures an hour apart: state %v, want open", b.State())
-	}
+	expectState(t, b, Open, "no window: 5 failures an hour apart")
 }
 
 func TestNowOption(t *testing.T) {
@@ -196,17 +197,13 @@ func TestNowOption(t *testing.T) {
 		b.Record(errDown)
 		advance(time.Second)
 	}
-	if b.State() != Closed {
-		t.Fatalf("failures 1s apart with a 1s window of 3: state %v, want closed", b.State())
-	}
+	expectState(t, b, Closed, "failures 1s apart with a 1s window of 3")
 	b.Record(errDown)
 	advance(time.Millisecond)
 	b.Record(errDown)
 	advance(time.Millisecond)
 	b.Record(errDown)
-	if b.State() != Open {
-		t.Fatalf("last 3 failures within 1s: state %v, want open", b.State())
-	}
+	expectState(t, b, Open, "last 3 failures within 1s")
 }
 
 func TestAllowFalseWhileOpen(t *testing.T) {
@@ -227,9 +224,7 @@ func TestAllowFalseWhileOpen(t *testing.T) {
 			b.RecordAt(t0, nil)
 		}
 	}
-	if b.State() != Open {
-		t.Fatalf("state %v, want open", b.State())
-	}
+	expectState(t, b, Open, "outcomes recorded while open")
 	if got := tr.list(); len(got) != 1 {
 		t.Fatalf("transitions %v, want one", got)
 	}
@@ -273,13 +268,9 @@ func TestCanceledNotCounted(t *testing.T) {
 	defer b.Close()
 	b.RecordAt(t0, errDown)
 	b.RecordAt(t0, context.Canceled)
-	if b.State() != Closed {
-		t.Fatal("tripped after one failure and one canceled call")
-	}
+	expectState(t, b, Closed, "one failure and one canceled call")
 	b.RecordAt(t0, errDown)
-	if b.State() != Open {
-		t.Fatal("a canceled call reset the count")
-	}
+	expectState(t, b, Open, "a failure, a canceled call, a failure (a canceled call must not reset the count)")
 }
 
 func TestProberClosesAfterProbeSucceeds(t *testing.T) {
@@ -299,9 +290,7 @@ func TestProberClosesAfterProbeSucceeds(t *testing.T) {
 			for range 3 {
 				b.RecordAt(t0, errDown)
 			}
-			if b.State() != Open {
-				t.Fatal("did not trip")
-			}
+			expectState(t, b, Open, "3 failures")
 			waitFor(t, "the breaker to close", func() bool { return b.State() == Closed })
 			if !b.Allow() {
 				t.Fatal("Allow false once closed")
@@ -316,13 +305,9 @@ func TestProberClosesAfterProbeSucceeds(t *testing.T) {
 			// It starts from a zero count and can trip again.
 			b.RecordAt(t0, errDown)
 			b.RecordAt(t0, errDown)
-			if b.State() != Closed {
-				t.Fatal("closed breaker remembered failures from before it tripped")
-			}
+			expectState(t, b, Closed, "2 failures once closed (the failures from before it tripped forgotten)")
 			b.RecordAt(t0, errDown)
-			if b.State() != Open {
-				t.Fatal("did not trip a second time")
-			}
+			expectState(t, b, Open, "3 failures once closed")
 		})
 	}
 }
@@ -331,9 +316,7 @@ func TestNilProbeCoolDown(t *testing.T) {
 	b := New(Options{Failures: 1, ProbeInterval: time.Millisecond})
 	defer b.Close()
 	b.Record(errDown)
-	if b.State() != Open {
-		t.Fatal("did not trip")
-	}
+	expectState(t, b, Open, "1 failure")
 	waitFor(t, "the breaker to close", func() bool { return b.State() == Closed })
 }
 
@@ -486,9 +469,7 @@ func TestOnStateChangeOncePerTransition(t *testing.T) {
 		}
 		close(start)
 		wg.Wait()
-		if b.State() != Open {
-			t.Fatalf("cycle %d: %d failures left state %v", c, workers*each, b.State())
-		}
+		expectState(t, b, Open, fmt.Sprintf("cycle %d: %d failures", c, workers*each))
 		if got := len(tr.list()); got != 2*c+1 {
 			t.Fatalf("cycle %d: %d transitions after the trip, want %d: %v", c, got, 2*c+1, tr.list())
 		}
@@ -598,10 +579,16 @@ func TestZeroAllocs(t *testing.T) {
 	}
 }
 
-func BenchmarkAllowClosed(b *testing.B) {
+// closedBreaker is the breaker of a benchmark of the closed state's paths.
+func closedBreaker(b *testing.B) *Breaker {
 	br := New(Options{Probe: blockProbe})
-	defer br.Close()
+	b.Cleanup(br.Close)
 	b.ReportAllocs()
+	return br
+}
+
+func BenchmarkAllowClosed(b *testing.B) {
+	br := closedBreaker(b)
 	for b.Loop() {
 		if !br.Allow() {
 			b.Fatal("open")
@@ -610,9 +597,7 @@ func BenchmarkAllowClosed(b *testing.B) {
 }
 
 func BenchmarkAllowClosedParallel(b *testing.B) {
-	br := New(Options{Probe: blockProbe})
-	defer br.Close()
-	b.ReportAllocs()
+	br := closedBreaker(b)
 	b.RunParallel(func(pb *testing.PB) {
 		for pb.Next() {
 			if !br.Allow() {
@@ -624,18 +609,14 @@ func BenchmarkAllowClosedParallel(b *testing.B) {
 }
 
 func BenchmarkRecordSuccess(b *testing.B) {
-	br := New(Options{Probe: blockProbe})
-	defer br.Close()
-	b.ReportAllocs()
+	br := closedBreaker(b)
 	for b.Loop() {
 		br.Record(nil)
 	}
 }
 
 func BenchmarkRecordSuccessParallel(b *testing.B) {
-	br := New(Options{Probe: blockProbe})
-	defer br.Close()
-	b.ReportAllocs()
+	br := closedBreaker(b)
 	b.RunParallel(func(pb *testing.PB) {
 		for pb.Next() {
 			br.Record(nil)

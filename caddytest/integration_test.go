@@ -29,19 +29,39 @@ import (
 // live is the package's Caddy, on caddytest's default admin port.
 var live = &caddytesting.Caddy{AdminPort: 2999, HTTPPort: 9080, HTTPSPort: 9443, GracePeriod: "1ns"}
 
-func TestLimitAndHeaders(t *testing.T) {
-	live.LoadSites(t, `
-http://:9080 {
+// respondOK and respondKey are the directives of a site that answers "ok"
+// and one that answers the request's key.
+const (
+	respondOK  = `respond "ok"`
+	respondKey = `respond "{http.rate_limit.key}"`
+)
+
+// clientA is the header of most tests' client.
+func clientA() []string { return []string{"X-Client", "a"} }
+
+// limitedSites is the sites a.test and b.test, each with the rate_limit
+// block rateLimit (one snippet that both import), then its own directives.
+func limitedSites(rateLimit, a, b string) string {
+	return fmt.Sprintf(`
+(limited) {
 	rate_limit {
-		zone it_basic {
-			key {http.request.header.X-Client}
-			limit 3 1m
-		}
+%s
 	}
-	respond "ok"
-}`)
+}
+http://a.test:9080 {
+	import limited
+	%s
+}
+http://b.test:9080 {
+	import limited
+	%s
+}`, rateLimit, a, b)
+}
+
+func TestLimitAndHeaders(t *testing.T) {
+	live.LoadSites(t, live.Site(caddytesting.Zone("it_basic", caddytesting.ClientKey, "limit 3 1m"), respondOK))
 	for i := 0; i < 3; i++ {
-		r := live.Get(t, "/", "X-Client", "a")
+		r := live.Get(t, "/", clientA()...)
 		caddytesting.ExpectCode(t, r, 200, fmt.Sprintf("request %d", i+1))
 		if r.Body != "ok" {
 			t.Fatalf("body %q", r.Body)
@@ -70,7 +90,7 @@ http://:9080 {
 			t.Errorf("Retry-After on an admitted request")
 		}
 	}
-	r := live.Get(t, "/", "X-Client", "a")
+	r := live.Get(t, "/", clientA()...)
 	caddytesting.ExpectCode(t, r, 429, "4th request")
 	if r.Body != "" {
 		t.Errorf("body of the 429: %q, want empty", r.Body)
@@ -85,135 +105,65 @@ http://:9080 {
 }
 
 func TestMatchersAndZones(t *testing.T) {
-	live.LoadSites(t, `
-http://:9080 {
-	rate_limit {
-		zone it_login {
-			match {
-				path /login
-			}
-			key {http.request.header.X-Client}
-			limit 2 1m
-		}
-		zone it_site {
-			key {http.request.header.X-Client}
-			limit 4 1m
-		}
-	}
-	respond "ok"
-}`)
+	live.LoadSites(t, live.Site(
+		caddytesting.Zone("it_login", caddytesting.MatchPath("/login"), caddytesting.ClientKey, "limit 2 1m")+
+			caddytesting.Zone("it_site", caddytesting.ClientKey, "limit 4 1m"),
+		respondOK))
 	// login counts in both zones; other paths only in the site zone.
-	caddytesting.ExpectCode(t, live.Get(t, "/login", "X-Client", "a"), 200, "login 1")
-	caddytesting.ExpectCode(t, live.Get(t, "/login", "X-Client", "a"), 200, "login 2")
-	r := live.Get(t, "/login", "X-Client", "a")
-	caddytesting.ExpectCode(t, r, 429, "login 3")
+	r := live.ExpectCodes(t, "/login", clientA(), 200, 200, 429)
 	if !strings.HasPrefix(r.Header.Get("RateLimit"), `"it_login";`) {
 		t.Errorf("denied by it_login, RateLimit %q", r.Header.Get("RateLimit"))
 	}
-	if got := r.Header.Get("RateLimit-Policy"); got != `"it_login";q=2;w=60` {
-		t.Errorf("policy %q", got)
-	}
+	caddytesting.ExpectHeader(t, r, "RateLimit-Policy", `"it_login";q=2;w=60`)
 	// The denied login consumed nothing in it_site: 2 of 4 used.
-	r = live.Get(t, "/page", "X-Client", "a")
-	caddytesting.ExpectCode(t, r, 200, "page 1")
-	if got := r.Header.Get("RateLimit-Policy"); got != `"it_site";q=4;w=60` {
-		t.Errorf("policy %q", got)
-	}
-	if got := r.Header.Get("X-RateLimit-Remaining"); got != "1" {
-		t.Errorf("it_site remaining %q, want 1", got)
-	}
-	caddytesting.ExpectCode(t, live.Get(t, "/page", "X-Client", "a"), 200, "page 2")
-	caddytesting.ExpectCode(t, live.Get(t, "/page", "X-Client", "a"), 429, "page 3")
+	r = live.ExpectCodes(t, "/page", clientA(), 200)
+	caddytesting.ExpectHeader(t, r, "RateLimit-Policy", `"it_site";q=4;w=60`)
+	caddytesting.ExpectHeader(t, r, "X-RateLimit-Remaining", "1")
+	live.ExpectCodes(t, "/page", clientA(), 200, 429)
 }
 
 func TestTiers(t *testing.T) {
-	live.LoadSites(t, `
-http://:9080 {
-	rate_limit {
-		zone it_tiers {
-			key {http.request.header.X-Client}
-			limit 2 1m
-			limit 3 1h
-		}
-	}
-	respond "ok"
-}`)
-	r := live.Get(t, "/", "X-Client", "a")
-	caddytesting.ExpectCode(t, r, 200, "1")
-	if got := r.Header.Get("RateLimit-Policy"); got != `"it_tiers";q=2;w=60, "it_tiers";q=3;w=3600` {
-		t.Errorf("policy %q", got)
-	}
-	caddytesting.ExpectCode(t, live.Get(t, "/", "X-Client", "a"), 200, "2")
-	r = live.Get(t, "/", "X-Client", "a")
-	caddytesting.ExpectCode(t, r, 429, "3")
+	live.LoadSites(t, live.Site(caddytesting.Zone("it_tiers", caddytesting.ClientKey, "limit 2 1m", "limit 3 1h"), respondOK))
+	r := live.ExpectCodes(t, "/", clientA(), 200)
+	caddytesting.ExpectHeader(t, r, "RateLimit-Policy", `"it_tiers";q=2;w=60, "it_tiers";q=3;w=3600`)
+	r = live.ExpectCodes(t, "/", clientA(), 200, 429)
 	caddytesting.ExpectRetryAfter(t, r, 1, 60)
-	if r.Header.Get("X-RateLimit-Limit") != "2" {
-		t.Errorf("limit of the refusing tier %q, want 2", r.Header.Get("X-RateLimit-Limit"))
-	}
+	caddytesting.ExpectHeader(t, r, "X-RateLimit-Limit", "2") // the refusing tier's
 }
 
 func TestReloadKeepsCounts(t *testing.T) {
 	site := func(events int, body string) string {
-		return fmt.Sprintf(`
-http://:9080 {
-	rate_limit {
-		zone it_reload {
-			key {http.request.header.X-Client}
-			limit %d 1h
-		}
-	}
-	respond %q
-}`, events, body)
+		return live.Site(caddytesting.Zone("it_reload", caddytesting.ClientKey, fmt.Sprintf("limit %d 1h", events)),
+			fmt.Sprintf("respond %q", body))
 	}
 	live.LoadSites(t, site(5, "one"))
-	for i := 0; i < 2; i++ {
-		caddytesting.ExpectCode(t, live.Get(t, "/", "X-Client", "a"), 200, "before reload")
-	}
+	live.ExpectCodes(t, "/", clientA(), 200, 200) // before the reload
 
 	// The same config again, then a different config with the same zone:
 	// the count continues.
 	live.LoadSites(t, site(5, "one"))
-	if r := live.Get(t, "/", "X-Client", "a"); r.Header.Get("X-RateLimit-Remaining") != "2" {
-		t.Fatalf("after reloading the same config: remaining %q, want 2", r.Header.Get("X-RateLimit-Remaining"))
-	}
+	caddytesting.ExpectHeader(t, live.Get(t, "/", clientA()...), "X-RateLimit-Remaining", "2")
 	live.LoadSites(t, site(5, "two"))
-	r := live.Get(t, "/", "X-Client", "a")
+	r := live.Get(t, "/", clientA()...)
 	if r.Body != "two" {
 		t.Fatalf("new config not active: body %q", r.Body)
 	}
-	if r.Header.Get("X-RateLimit-Remaining") != "1" {
-		t.Fatalf("after a reload with the zone unchanged: remaining %q, want 1", r.Header.Get("X-RateLimit-Remaining"))
-	}
+	caddytesting.ExpectHeader(t, r, "X-RateLimit-Remaining", "1")
 
 	// A changed limit applies at once, from a fresh count.
 	live.LoadSites(t, site(2, "three"))
-	r = live.Get(t, "/", "X-Client", "a")
-	caddytesting.ExpectCode(t, r, 200, "after changing the limit")
-	if r.Header.Get("X-RateLimit-Limit") != "2" || r.Header.Get("X-RateLimit-Remaining") != "1" {
-		t.Fatalf("after changing the limit: limit %q remaining %q, want 2 and 1",
-			r.Header.Get("X-RateLimit-Limit"), r.Header.Get("X-RateLimit-Remaining"))
-	}
-	caddytesting.ExpectCode(t, live.Get(t, "/", "X-Client", "a"), 200, "2nd under the new limit")
-	caddytesting.ExpectCode(t, live.Get(t, "/", "X-Client", "a"), 429, "3rd under the new limit")
+	r = live.ExpectCodes(t, "/", clientA(), 200)
+	caddytesting.ExpectHeader(t, r, "X-RateLimit-Limit", "2")
+	caddytesting.ExpectHeader(t, r, "X-RateLimit-Remaining", "1")
+	live.ExpectCodes(t, "/", clientA(), 200, 429) // 2nd and 3rd under the new limit
 }
 
 func TestHandleErrors(t *testing.T) {
-	live.LoadSites(t, `
-http://:9080 {
-	rate_limit {
-		zone it_errors {
-			key {http.request.header.X-Client}
-			limit 1 1m
-		}
-	}
-	respond "ok"
+	live.LoadSites(t, live.Site(caddytesting.Zone("it_errors", caddytesting.ClientKey, "limit 1 1m"), respondOK+`
 	handle_errors {
 		respond "limited by {http.rate_limit.zone}, retry in {http.rate_limit.retry_after}s ({err.status_code})"
-	}
-}`)
-	caddytesting.ExpectCode(t, live.Get(t, "/", "X-Client", "a"), 200, "first")
-	r := live.Get(t, "/", "X-Client", "a")
-	caddytesting.ExpectCode(t, r, 429, "second")
+	}`))
+	r := live.ExpectCodes(t, "/", clientA(), 200, 429)
 	want := "limited by it_errors, retry in " + r.Header.Get("Retry-After") + "s (429)"
 	if r.Body != want {
 		t.Fatalf("body %q, want %q", r.Body, want)
@@ -225,105 +175,45 @@ http://:9080 {
 }
 
 func TestStatusAndHeaderModes(t *testing.T) {
-	live.LoadSites(t, `
-http://:9080 {
-	rate_limit {
-		zone it_status {
-			key {http.request.header.X-Client}
-			limit 1 1m
-		}
-		status 503
-		headers ietf
-	}
-	respond "ok"
-}`)
-	r := live.Get(t, "/", "X-Client", "a")
+	live.LoadSites(t, live.Site(caddytesting.Zone("it_status", caddytesting.ClientKey, "limit 1 1m")+"status 503\nheaders ietf", respondOK))
+	r := live.Get(t, "/", clientA()...)
 	if r.Header.Get("X-RateLimit-Limit") != "" || r.Header.Get("RateLimit") == "" {
 		t.Fatalf("headers ietf: %v", r.Header)
 	}
-	r = live.Get(t, "/", "X-Client", "a")
+	r = live.Get(t, "/", clientA()...)
 	caddytesting.ExpectCode(t, r, 503, "denied")
 	caddytesting.ExpectRetryAfter(t, r, 1, 60)
 }
 
 func TestDryRun(t *testing.T) {
-	live.LoadSites(t, `
-http://:9080 {
-	rate_limit {
-		zone it_dry {
-			key {http.request.header.X-Client}
-			limit 1 1m
-		}
-		dry_run
-	}
-	respond "ok"
-}`)
-	for i := 0; i < 3; i++ {
-		r := live.Get(t, "/", "X-Client", "a")
-		caddytesting.ExpectCode(t, r, 200, "dry run")
-	}
-	if r := live.Get(t, "/", "X-Client", "a"); r.Header.Get("X-RateLimit-Remaining") != "0" {
+	live.LoadSites(t, live.Site(caddytesting.Zone("it_dry", caddytesting.ClientKey, "limit 1 1m")+"dry_run", respondOK))
+	live.ExpectCodes(t, "/", clientA(), 200, 200, 200)
+	if r := live.Get(t, "/", clientA()...); r.Header.Get("X-RateLimit-Remaining") != "0" {
 		t.Fatalf("dry run headers: %v", r.Header)
 	}
 }
 
 func TestEmptyKeyAndCost(t *testing.T) {
-	live.LoadSites(t, `
-http://:9080 {
-	rate_limit {
-		zone it_tenant {
-			key {http.request.header.X-Tenant}
-			empty_key deny
-			cost {http.request.header.X-Cost}
-			limit 10 1m
-		}
-	}
-	respond "ok"
-}`)
+	live.LoadSites(t, live.Site(caddytesting.Zone("it_tenant",
+		"key {http.request.header.X-Tenant}", "empty_key deny", "cost {http.request.header.X-Cost}", "limit 10 1m"), respondOK))
 	caddytesting.ExpectCode(t, live.Get(t, "/"), 429, "no tenant")
 	r := live.Get(t, "/", "X-Tenant", "t1", "X-Cost", "7")
 	caddytesting.ExpectCode(t, r, 200, "cost 7")
-	if r.Header.Get("X-RateLimit-Remaining") != "3" {
-		t.Fatalf("remaining %q, want 3", r.Header.Get("X-RateLimit-Remaining"))
-	}
+	caddytesting.ExpectHeader(t, r, "X-RateLimit-Remaining", "3")
 	caddytesting.ExpectCode(t, live.Get(t, "/", "X-Tenant", "t1", "X-Cost", "4"), 429, "cost 4 of 3")
 	caddytesting.ExpectCode(t, live.Get(t, "/", "X-Tenant", "t1", "X-Cost", "bogus"), 200, "bogus cost counts 1")
 }
 
 func TestMholtCompatible(t *testing.T) {
-	live.LoadSites(t, `
-http://:9080 {
-	rate_limit {
-		zone it_mholt {
-			key {remote_host}
-			events 2
-			window 1m
-		}
-		jitter 0.1
-		sweep_interval 30s
-	}
-	respond "ok"
-}`)
-	caddytesting.ExpectCode(t, live.Get(t, "/"), 200, "1")
-	caddytesting.ExpectCode(t, live.Get(t, "/"), 200, "2")
-	r := live.Get(t, "/")
-	caddytesting.ExpectCode(t, r, 429, "3")
+	live.LoadSites(t, live.Site(caddytesting.Zone("it_mholt", "key {remote_host}", "events 2", "window 1m")+
+		"jitter 0.1\nsweep_interval 30s", respondOK))
+	r := live.ExpectCodes(t, "/", nil, 200, 200, 429)
 	caddytesting.ExpectRetryAfter(t, r, 1, 66)
 }
 
 func TestIPv6Prefix(t *testing.T) {
-	live.LoadSites(t, `
-http://:9080 {
-	rate_limit {
-		zone it_v6 {
-			key {http.request.header.X-Real-IP}
-			ipv6_prefix 64
-			ipv4_prefix 24
-			limit 1 1m
-		}
-	}
-	respond "{http.rate_limit.key}"
-}`)
+	live.LoadSites(t, live.Site(caddytesting.Zone("it_v6",
+		"key {http.request.header.X-Real-IP}", "ipv6_prefix 64", "ipv4_prefix 24", "limit 1 1m"), respondKey))
 	r := live.Get(t, "/", "X-Real-IP", "2001:db8:1:2::1")
 	caddytesting.ExpectCode(t, r, 200, "first of the /64")
 	if r.Body != "2001:db8:1:2::/64" {
@@ -342,18 +232,8 @@ func TestIPv6Client(t *testing.T) {
 		t.Skipf("no IPv6 loopback: %v", err)
 	}
 	ln.Close()
-	live.LoadSites(t, `
-http://:9080 {
-	bind ::1
-	rate_limit {
-		zone it_v6client {
-			key {remote_host}
-			ipv6_prefix 64
-			limit 1 1m
-		}
-	}
-	respond "{http.rate_limit.key}"
-}`)
+	live.LoadSites(t, live.Site(caddytesting.Zone("it_v6client", "key {remote_host}", "ipv6_prefix 64", "limit 1 1m"),
+		"bind ::1\n"+respondKey))
 	client := &http.Client{Timeout: 10 * time.Second} // the tester's client dials 127.0.0.1 only
 	do := func() caddytesting.Response {
 		req, err := http.NewRequest("GET", "http://[::1]:9080/", nil)
@@ -375,26 +255,10 @@ http://:9080 {
 }
 
 func TestWaitMode(t *testing.T) {
-	live.LoadSites(t, `
-http://:9080 {
-	rate_limit {
-		zone it_wait {
-			key {http.request.header.X-Wait}
-			empty_key allow
-			limit 1 2s
-			on_limit wait 1m
-		}
-		zone it_wait_long {
-			key {http.request.header.X-Client}
-			limit 1 1h
-			on_limit wait 1s
-			match {
-				path /long
-			}
-		}
-	}
-	respond "{time.now.unix_ms}"
-}`)
+	live.LoadSites(t, live.Site(
+		caddytesting.Zone("it_wait", "key {http.request.header.X-Wait}", "empty_key allow", "limit 1 2s", "on_limit wait 1m")+
+			caddytesting.Zone("it_wait_long", caddytesting.ClientKey, "limit 1 1h", "on_limit wait 1s", caddytesting.MatchPath("/long")),
+		`respond "{time.now.unix_ms}"`))
 	// The server's clock tells when each request was answered: the second
 	// cannot pass before the first's unit leaves the 2s window.
 	r1 := live.Get(t, "/", "X-Wait", "a")
@@ -411,9 +275,7 @@ http://:9080 {
 	}
 
 	// A wait longer than max_wait is refused (at once).
-	caddytesting.ExpectCode(t, live.Get(t, "/long", "X-Client", "b"), 200, "long 1")
-	r := live.Get(t, "/long", "X-Client", "b")
-	caddytesting.ExpectCode(t, r, 429, "long 2")
+	r := live.ExpectCodes(t, "/long", []string{"X-Client", "b"}, 200, 429)
 	caddytesting.ExpectRetryAfter(t, r, 3500, 3600)
 }
 
@@ -433,17 +295,8 @@ func TestConcurrency(t *testing.T) {
 	}))
 	defer upstream.Close()
 
-	live.LoadSites(t, `
-http://:9080 {
-	rate_limit {
-		zone it_conc {
-			algorithm concurrency
-			key {http.request.header.X-Client}
-			limit 1 1m
-		}
-	}
-	reverse_proxy `+upstream.Listener.Addr().String()+`
-}`)
+	live.LoadSites(t, live.Site(caddytesting.Zone("it_conc", "algorithm concurrency", caddytesting.ClientKey, "limit 1 1m"),
+		"reverse_proxy "+upstream.Listener.Addr().String()))
 	done := make(chan caddytesting.Response, 1)
 	go func() { done <- live.Do("/slow", "X-Client", "a") }()
 	<-arrived // the first request holds the lease, in the upstream
@@ -472,32 +325,13 @@ http://:9080 {
 // In one server, a site with handle_errors renders its 429s; a site without
 // gets the handler's own empty 429.
 func TestHandleErrorsOneSiteOfTwo(t *testing.T) {
-	live.LoadSites(t, `
-(limited) {
-	rate_limit {
-		zone it_errsites {
-			key {http.request.header.X-Client}
-			limit 1 1h
-		}
-	}
-}
-http://a.test:9080 {
-	import limited
-	respond "a"
+	live.LoadSites(t, limitedSites(caddytesting.Zone("it_errsites", caddytesting.ClientKey, "limit 1 1h"), `respond "a"
 	handle_errors {
 		respond "a says {err.status_code}"
-	}
-}
-http://b.test:9080 {
-	import limited
-	respond "b"
-}`)
+	}`, `respond "b"`))
 	// The sites share the zone: a client of each.
 	for _, host := range []string{"a.test", "b.test"} {
-		r := live.Get(t, "/", "Host", host, "X-Client", host)
-		caddytesting.ExpectCode(t, r, 200, host+" first")
-		r = live.Get(t, "/", "Host", host, "X-Client", host)
-		caddytesting.ExpectCode(t, r, 429, host+" second")
+		r := live.ExpectCodes(t, "/", []string{"Host", host, "X-Client", host}, 200, 429)
 		caddytesting.ExpectRetryAfter(t, r, 3500, 3600)
 		want := ""
 		if host == "a.test" {
@@ -513,18 +347,13 @@ http://b.test:9080 {
 func TestAlgorithms(t *testing.T) {
 	// (concurrency: TestConcurrency)
 	algs := []string{"sliding_log", "sliding_window", "fixed_window", "token_bucket", "leaky_bucket", "gcra"}
-	cfg := "http://:9080 {\n\trate_limit {\n"
+	var zones string
 	for _, a := range algs {
-		limit := "limit 2 1h"
-		cfg += fmt.Sprintf("\t\tzone it_alg_%s {\n\t\t\tmatch {\n\t\t\t\tpath /%s\n\t\t\t}\n\t\t\talgorithm %s\n\t\t\tkey {http.request.header.X-Client}\n\t\t\t%s\n\t\t}\n", a, a, a, limit)
+		zones += caddytesting.Zone("it_alg_"+a, caddytesting.MatchPath("/"+a), "algorithm "+a, caddytesting.ClientKey, "limit 2 1h")
 	}
-	cfg += "\t}\n\trespond \"ok\"\n}\n"
-	live.LoadSites(t, cfg)
+	live.LoadSites(t, live.Site(zones, respondOK))
 	for _, a := range algs {
-		caddytesting.ExpectCode(t, live.Get(t, "/"+a, "X-Client", "a"), 200, a+" 1")
-		caddytesting.ExpectCode(t, live.Get(t, "/"+a, "X-Client", "a"), 200, a+" 2")
-		r := live.Get(t, "/"+a, "X-Client", "a")
-		caddytesting.ExpectCode(t, r, 429, a+" 3")
+		r := live.ExpectCodes(t, "/"+a, clientA(), 200, 200, 429)
 		caddytesting.ExpectRetryAfter(t, r, 1, 2*3600)
 		if !strings.HasPrefix(r.Header.Get("RateLimit"), `"it_alg_`+a+`";r=0;t=`) {
 			t.Errorf("%s: RateLimit %q", a, r.Header.Get("RateLimit"))

@@ -101,23 +101,8 @@ func loadJSON(t *testing.T, routes, apps string) {
 // share its count (memory store), before and after a reload.
 func TestZoneSharedBySites(t *testing.T) {
 	cfg := func(body string) string {
-		return `
-(limited) {
-	rate_limit {
-		zone it_parity_shared {
-			key {http.request.header.X-Client}
-			limit 3 1h
-		}
-	}
-}
-http://a.test:9080 {
-	import limited
-	respond "a` + body + `"
-}
-http://b.test:9080 {
-	import limited
-	respond "b` + body + `"
-}`
+		return limitedSites(caddytesting.Zone("it_parity_shared", caddytesting.ClientKey, "limit 3 1h"),
+			`respond "a`+body+`"`, `respond "b`+body+`"`)
 	}
 	live.LoadSites(t, cfg("1"))
 	getHost := func(host string) caddytesting.Response {
@@ -150,16 +135,8 @@ http://a.test:9080 {
 	respond "running"
 }`)
 	site := func(host string, events int) string {
-		return fmt.Sprintf(`
-http://%s:9080 {
-	rate_limit {
-		zone it_parity_conflict {
-			key {http.request.header.X-Client}
-			limit %d 1h
-		}
-	}
-	respond %q
-}`, host, events, host[:1])
+		return live.HostSite(host, caddytesting.Zone("it_parity_conflict", caddytesting.ClientKey, fmt.Sprintf("limit %d 1h", events)),
+			fmt.Sprintf("respond %q", host[:1]))
 	}
 	msg := live.LoadError(t, live.Globals("")+site("a.test", 3)+site("b.test", 4))
 	for _, want := range []string{`zone \"it_parity_conflict\": defined differently in rate_limit handler #`,
@@ -252,9 +229,7 @@ func TestEventExceeded(t *testing.T) {
 	}]
 }`, sink.URL))
 
-	caddytesting.ExpectCode(t, live.Get(t, "/", "X-Client", "a"), 200, "1st")
-	r := live.Get(t, "/", "X-Client", "a")
-	caddytesting.ExpectCode(t, r, 429, "2nd")
+	r := live.ExpectCodes(t, "/", clientA(), 200, 429)
 	// The event is emitted (and the sink answered) before the response
 	// is written.
 	var e sunkEvent

@@ -8,6 +8,9 @@ import (
 	"github.com/zonelimit/caddy-ratelimit/internal/caddytesting"
 )
 
+// respondKey is the directive of a site that answers the request's key.
+const respondKey = `respond "{http.rate_limit.key}"`
+
 // randomIP returns a random documentation or private address, v4 or v6.
 func randomIP(r *rand.Rand) string {
 	if r.IntN(2) == 0 {
@@ -28,18 +31,7 @@ func randomIP(r *rand.Rand) string {
 func TestForgedForwardedForCounts(t *testing.T) {
 	live.Load(t, live.Globals(`	servers {
 		trusted_proxies static 10.0.0.0/8
-	}`)+fmt.Sprintf(`
-http://:%d {
-	rate_limit {
-		zone ops_xff_forged {
-			key {client_ip}
-			ipv6_prefix 64
-			limit 3 1h
-		}
-	}
-	respond "{http.rate_limit.key}"
-}
-`, httpPort))
+	}`)+live.Site(caddytesting.Zone("ops_xff_forged", "key {client_ip}", "ipv6_prefix 64", "limit 3 1h"), respondKey))
 	rnd := rand.New(rand.NewPCG(1, 2))
 	forge := func() []string {
 		ip := randomIP(rnd)
@@ -68,18 +60,7 @@ func TestTrustedForwardedForAndIPv6Prefix(t *testing.T) {
 	live.Load(t, live.Globals(`	servers {
 		trusted_proxies static 127.0.0.1/32
 		client_ip_headers X-Forwarded-For
-	}`)+fmt.Sprintf(`
-http://:%d {
-	rate_limit {
-		zone ops_xff_trusted {
-			key {client_ip}
-			ipv6_prefix 64
-			limit 1 1h
-		}
-	}
-	respond "{http.rate_limit.key}"
-}
-`, httpPort))
+	}`)+live.Site(caddytesting.Zone("ops_xff_trusted", "key {client_ip}", "ipv6_prefix 64", "limit 1 1h"), respondKey))
 	xff := func(ip string) []string { return []string{"X-Forwarded-For", ip} }
 	for _, step := range []struct {
 		xff, key string
@@ -111,36 +92,12 @@ http://:%d {
 // with a header key the requests leave out. (empty_key deny is covered by
 // caddytest/integration's TestEmptyKeyAndCost.)
 func TestEmptyKeyAllowAndGlobal(t *testing.T) {
-	live.LoadSites(t, fmt.Sprintf(`
-http://:%d {
-	rate_limit {
-		zone ops_empty_allow {
-			match {
-				path /allow
-			}
-			key {http.request.header.X-Tenant}
-			empty_key allow
-			limit 1 1h
-		}
-		zone ops_empty_global {
-			match {
-				path /global
-			}
-			key {http.request.header.X-Tenant}
-			empty_key global
-			limit 2 1h
-		}
-		zone ops_empty_default {
-			match {
-				path /default
-			}
-			key {http.request.header.X-Tenant}
-			limit 1 1h
-		}
-	}
-	respond "ok"
-}
-`, httpPort))
+	const tenantKey = "key {http.request.header.X-Tenant}"
+	live.LoadSites(t, live.Site(
+		caddytesting.Zone("ops_empty_allow", caddytesting.MatchPath("/allow"), tenantKey, "empty_key allow", "limit 1 1h")+
+			caddytesting.Zone("ops_empty_global", caddytesting.MatchPath("/global"), tenantKey, "empty_key global", "limit 2 1h")+
+			caddytesting.Zone("ops_empty_default", caddytesting.MatchPath("/default"), tenantKey, "limit 1 1h"),
+		`respond "ok"`))
 
 	// allow: a request without the key is not limited by the zone at all
 	// (no headers either); one with a key is.
@@ -187,17 +144,7 @@ func TestForgedLeftmostForwardedForBehindProxy(t *testing.T) {
 		trusted_proxies static 127.0.0.1/32
 		trusted_proxies_strict
 		client_ip_headers X-Forwarded-For
-	}`)+fmt.Sprintf(`
-http://:%d {
-	rate_limit {
-		zone ops_xff_strict {
-			key {client_ip}
-			limit 3 1h
-		}
-	}
-	respond "{http.rate_limit.key}"
-}
-`, httpPort))
+	}`)+live.Site(caddytesting.Zone("ops_xff_strict", "key {client_ip}", "limit 3 1h"), respondKey))
 	const client = "198.51.100.23" // what the load balancer (127.0.0.1) appends
 	rnd := rand.New(rand.NewPCG(3, 4))
 	forged := func() []string {

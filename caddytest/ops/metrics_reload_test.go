@@ -12,24 +12,12 @@ import (
 // 2, not 1: the counters are not restarted by a new config's registry.
 func TestMetricsCountAcrossReload(t *testing.T) {
 	cfg := func(body string) string {
-		return live.Globals("") + fmt.Sprintf(`
-http://:%d {
-	rate_limit {
-		zone ops_metrics_reload {
-			match {
-				path /limited
-			}
-			key {http.request.header.X-Client}
-			limit 1 1h
-		}
-	}
-	respond %q
-}
-`, httpPort, body)
+		return live.Globals("") + live.Site(
+			caddytesting.Zone("ops_metrics_reload", caddytesting.MatchPath("/limited"), caddytesting.ClientKey, "limit 1 1h"),
+			fmt.Sprintf("respond %q", body))
 	}
 	live.Load(t, cfg("one"))
-	caddytesting.ExpectCode(t, live.Get(t, "/limited", "X-Client", "c"), 200, "first")
-	caddytesting.ExpectCode(t, live.Get(t, "/limited", "X-Client", "c"), 429, "second")
+	live.ExpectCodes(t, "/limited", []string{"X-Client", "c"}, 200, 429)
 	expectValue(t, live.Scrape(t), 1, mRequests, "zone", "ops_metrics_reload", "result", "denied")
 
 	live.Load(t, cfg("two"))

@@ -45,28 +45,10 @@ func expectValue(t *testing.T, fams map[string]*dto.MetricFamily, want float64, 
 // per config load; the same collectors are registered in each).
 func TestMetricsScrape(t *testing.T) {
 	cfg := func(body string) string {
-		return live.Globals("") + fmt.Sprintf(`
-http://:%d {
-	rate_limit {
-		zone ops_metrics_a {
-			match {
-				path /a
-			}
-			key {http.request.header.X-Client}
-			limit 2 1h
-		}
-		zone ops_metrics_b {
-			match {
-				path /b
-			}
-			key {http.request.header.X-Client}
-			algorithm token_bucket
-			limit 1 1h
-		}
-	}
-	respond %q
-}
-`, httpPort, body)
+		return live.Globals("") + live.Site(
+			caddytesting.Zone("ops_metrics_a", caddytesting.MatchPath("/a"), caddytesting.ClientKey, "limit 2 1h")+
+				caddytesting.Zone("ops_metrics_b", caddytesting.MatchPath("/b"), caddytesting.ClientKey, "algorithm token_bucket", "limit 1 1h"),
+			fmt.Sprintf("respond %q", body))
 	}
 	live.Load(t, cfg("one"))
 

@@ -63,6 +63,33 @@ func (c *Caddy) Globals(extra string) string {
 `, c.AdminPort, c.HTTPPort, c.HTTPSPort, c.GracePeriod, extra)
 }
 
+// Site is a Caddyfile site on the HTTP port, any host: a rate_limit block
+// of rateLimit (zones and handler options), then directives (the rest of
+// the site).
+func (c *Caddy) Site(rateLimit, directives string) string {
+	return c.HostSite("", rateLimit, directives)
+}
+
+// HostSite is Site for one host.
+func (c *Caddy) HostSite(host, rateLimit, directives string) string {
+	return fmt.Sprintf("\nhttp://%s:%d {\n\trate_limit {\n%s\n\t}\n\t%s\n}\n", host, c.HTTPPort, rateLimit, directives)
+}
+
+// ClientKey is the key of a zone that counts each X-Client header value
+// apart.
+const ClientKey = "key {http.request.header.X-Client}"
+
+// Zone is a zone block of a rate_limit block: the zone's Caddyfile lines
+// (key, limit, match, ...) in a block named name.
+func Zone(name string, lines ...string) string {
+	return "\t\tzone " + name + " {\n\t\t\t" + strings.Join(lines, "\n\t\t\t") + "\n\t\t}\n"
+}
+
+// MatchPath is the match block of a zone that applies to path only.
+func MatchPath(path string) string {
+	return "match {\n\t\t\t\tpath " + path + "\n\t\t\t}"
+}
+
 // Marker is a response body new to each load, which the config being
 // loaded answers on the host marker.test: once that host answers it on
 // every new connection, the config serves (see WaitServing).
@@ -248,6 +275,27 @@ func ExpectCode(t *testing.T, r Response, code int, what string) {
 	t.Helper()
 	if r.Code != code {
 		t.Fatalf("%s: status %d, want %d (body %q, headers %v)", what, r.Code, code, r.Body, r.Header)
+	}
+}
+
+// ExpectCodes sends a request to path with header pairs hdr (see Request)
+// per code, in order, and fails the test unless each gets its code. It
+// returns the last response.
+func (c *Caddy) ExpectCodes(t *testing.T, path string, hdr []string, codes ...int) Response {
+	t.Helper()
+	var r Response
+	for i, code := range codes {
+		r = c.Get(t, path, hdr...)
+		ExpectCode(t, r, code, fmt.Sprintf("request %d of %v to %s %v", i+1, codes, path, hdr))
+	}
+	return r
+}
+
+// ExpectHeader fails the test (and goes on) unless r's header name is want.
+func ExpectHeader(t *testing.T, r Response, name, want string) {
+	t.Helper()
+	if got := r.Header.Get(name); got != want {
+		t.Errorf("%s %q, want %q", name, got, want)
 	}
 }
 
