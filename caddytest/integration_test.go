@@ -140,7 +140,8 @@ http://:9080 {
 }`)
 	r := live.Get(t, "/", "X-Client", "a")
 	caddytesting.ExpectCode(t, r, 200, "1")
-	if got := r.Header.Get("RateLimit-Policy"); got != `"it_tiers";q=2;w=60, "it_tiers";q=3;w=3600` {
+	// One policy per tier, named by its window.
+	if got := r.Header.Get("RateLimit-Policy"); got != `"it_tiers-1m";q=2;w=60, "it_tiers-1h";q=3;w=3600` {
 		t.Errorf("policy %q", got)
 	}
 	caddytesting.ExpectCode(t, live.Get(t, "/", "X-Client", "a"), 200, "2")
@@ -149,6 +150,9 @@ http://:9080 {
 	caddytesting.ExpectRetryAfter(t, r, 1, 60)
 	if r.Header.Get("X-RateLimit-Limit") != "2" {
 		t.Errorf("limit of the refusing tier %q, want 2", r.Header.Get("X-RateLimit-Limit"))
+	}
+	if got := r.Header.Get("RateLimit"); !strings.HasPrefix(got, `"it_tiers-1m";r=0;t=`) {
+		t.Errorf("RateLimit %q does not name the refusing tier", got)
 	}
 }
 
@@ -447,7 +451,11 @@ http://:9080 {
 	done := make(chan caddytesting.Response, 1)
 	go func() { done <- live.Do("/slow", "X-Client", "a") }()
 	<-arrived // the first request holds the lease, in the upstream
-	caddytesting.ExpectCode(t, live.Get(t, "/fast", "X-Client", "a"), 429, "second in flight")
+	r := live.Get(t, "/fast", "X-Client", "a")
+	caddytesting.ExpectCode(t, r, 429, "second in flight")
+	if got := r.Header.Get("RateLimit-Policy"); got != `"it_conc";q=1;qu="concurrent-requests";w=60` {
+		t.Errorf("policy %q", got)
+	}
 	caddytesting.ExpectCode(t, live.Get(t, "/fast", "X-Client", "b"), 200, "another client")
 	close(release)
 	if r := <-done; r.Code != 200 || r.Body != "upstream" {
