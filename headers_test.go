@@ -219,3 +219,16 @@ func TestHeadersDryRunDenial(t *testing.T) {
 	res := serve(h, newReq("192.0.2.1:1"))
 	expectHeaders(t, res, map[string]string{"RateLimit": `"d";r=0;t=45`, "Retry-After": ""})
 }
+
+// A waiter rejected after waiting reports the line's latest denial as seen
+// then: every wait shortened by the time passed, t included.
+func TestSinceShortensMoreAfter(t *testing.T) {
+	at := time.Unix(1_700_000_000, 0)
+	d := since(algorithms.Decision{ResetAfter: 20 * time.Second, MoreAfter: 10 * time.Second, RetryAfter: 10 * time.Second}, at, at.Add(4*time.Second))
+	if d.ResetAfter != 16*time.Second || d.MoreAfter != 6*time.Second || d.RetryAfter != 6*time.Second {
+		t.Fatalf("4s after the denial: %+v", d)
+	}
+	if d = since(d, at, at.Add(time.Minute)); d.ResetAfter != 0 || d.MoreAfter != 0 || d.RetryAfter != 0 {
+		t.Fatalf("long after: %+v", d)
+	}
+}
