@@ -255,8 +255,8 @@ func TestTiersReportTightest(t *testing.T) {
 
 	res := serve(h, newReq("192.0.2.1:1"))
 	expectHeaders(t, res, map[string]string{
-		"RateLimit-Policy":      `"t";q=2;w=1, "t";q=5;w=60`,
-		"RateLimit":             `"t";r=1;t=1`,
+		"RateLimit-Policy":      `"t-1s";q=2;w=1, "t-1m";q=5;w=60`,
+		"RateLimit":             `"t-1s";r=1;t=1`,
 		"X-RateLimit-Limit":     "2",
 		"X-RateLimit-Remaining": "1",
 	})

@@ -73,29 +73,102 @@ func retryAfterSeconds(d time.Duration, jitter float64) int64 {
 	return max(ceilSeconds(d), 1)
 }
 
+// The IETF headers follow draft-ietf-httpapi-ratelimit-headers-11:
+//
+//	RateLimit-Policy: "<name>";q=<events>[;qu="<unit>"];w=<seconds>, ...
+//	RateLimit: "<name>";r=<remaining>;t=<seconds>
+//
+// with one policy per tier, named by policyNames, and t the effective
+// window: the seconds within which the client can use no more than r
+// (Decision.MoreAfter).
+
+// Quota units of the qu parameter. The draft registers "requests" (the
+// default, left out), "content-bytes" and "concurrent-requests"; a zone
+// whose requests cost other than 1 unit counts in units of its own.
+const (
+	quConcurrent = "concurrent-requests"
+	quUnits      = "units"
+)
+
+// policyNames names the tiers of zone name, distinctly: a single tier is
+// the zone's name; several are "<zone>-<window>" (windowName), and a tier
+// whose window an earlier one has too is "<zone>-<window>-<n>", n its
+// position in the zone (from 1). Zone names are printable ASCII without
+// quotes or backslashes, so a name is a valid sf-string as it is.
+func policyNames(name string, tiers []algorithms.Tier) []string {
+	if len(tiers) == 1 {
+		return []string{name}
+	}
+	names := make([]string, len(tiers))
+	seen := make(map[time.Duration]bool, len(tiers))
+	for i, t := range tiers {
+		names[i] = name + "-" + windowName(t.Window)
+		if seen[t.Window] {
+			names[i] += "-" + strconv.Itoa(i+1)
+		}
+		seen[t.Window] = true
+	}
+	return names
+}
+
+// windowName writes w in its largest unit that divides it (d, h, m, s, ms,
+// us), as a Caddyfile would: 10s, 1h, 1500ms, 7d.
+func windowName(w time.Duration) string {
+	for _, u := range []struct {
+		d    time.Duration
+		name string
+	}{{24 * time.Hour, "d"}, {time.Hour, "h"}, {time.Minute, "m"}, {time.Second, "s"}, {time.Millisecond, "ms"}} {
+		if w%u.d == 0 {
+			return strconv.FormatInt(int64(w/u.d), 10) + u.name
+		}
+	}
+	return strconv.FormatInt(w.Microseconds(), 10) + "us" // windows are whole µs
+}
+
+// quotaUnit is the qu of zone z's policies, "" for the default, requests.
+func (z *zone) quotaUnit() string {
+	switch {
+	case z.lease:
+		return quConcurrent
+	case z.costTmpl != "" || z.cost != 1:
+		return quUnits
+	}
+	return ""
+}
+
 // precomputeHeaders prepares the header values of a zone that do not
-// change per request.
+// change per request. The w of a policy is its window in whole seconds
+// rounded up (the draft has no sub-second windows): a limit of 10 per
+// 500ms says q=10;w=1, which never invites more than it admits.
 func (z *zone) precomputeHeaders() {
+	names := policyNames(z.name, z.tiers)
+	qu := ""
+	if u := z.quotaUnit(); u != "" {
+		qu = `;qu="` + u + `"`
+	}
 	items := make([]string, len(z.tiers))
 	z.limitVals = make([][]string, len(z.tiers))
+	z.rlPrefixes = make([]string, len(z.tiers))
 	for i, t := range z.tiers {
-		w := ceilSeconds(t.Window)
-		items[i] = `"` + z.name + `";q=` + strconv.FormatInt(t.Events, 10) + ";w=" + strconv.FormatInt(w, 10)
+		w := max(ceilSeconds(t.Window), 1)
+		items[i] = `"` + names[i] + `";q=` + strconv.FormatInt(t.Events, 10) + qu + ";w=" + strconv.FormatInt(w, 10)
 		z.limitVals[i] = []string{strconv.FormatInt(t.Events, 10)}
+		z.rlPrefixes[i] = `"` + names[i] + `";r=`
 	}
 	z.policy = strings.Join(items, ", ")
 	z.policyVals = []string{z.policy}
-	z.rlPrefix = `"` + z.name + `";r=`
 }
 
-// quotaSeconds is the t of the RateLimit header: for a denial, the seconds
-// until a request would be admitted (more quota); otherwise until the tier
-// is whole again.
-func quotaSeconds(d *algorithms.Decision) int64 {
+// quotaSeconds is the t of the RateLimit header: the seconds, rounded up,
+// until the reported tier admits more than its remaining units
+// (MoreAfter), 0 when it is whole; for a denial at least the Retry-After
+// (retryAfter, when the header is sent), so that the two agree.
+func quotaSeconds(d *algorithms.Decision, retryAfter int64) int64 {
+	t := ceilSeconds(d.MoreAfter)
 	if !d.Allowed {
-		return max(ceilSeconds(d.RetryAfter), 1)
+		t = max(t, retryAfter, ceilSeconds(d.RetryAfter), 1)
 	}
-	return ceilSeconds(d.ResetAfter)
+	return t
 }
 
 // setHeaders writes the configured rate-limit headers for decision d of
@@ -118,10 +191,10 @@ func (h *Handler) setHeaders(hdr http.Header, z *zone, d *algorithms.Decision, p
 	remaining := max(d.Remaining, 0)
 	if mode&headersIETF != 0 {
 		var buf [160]byte
-		b := append(buf[:0], z.rlPrefix...)
+		b := append(buf[:0], z.rlPrefixes[z.tierIndex(d)]...)
 		b = strconv.AppendInt(b, remaining, 10)
 		b = append(b, ";t="...)
-		b = strconv.AppendInt(b, quotaSeconds(d), 10)
+		b = strconv.AppendInt(b, quotaSeconds(d, retryAfter), 10)
 		vals[0] = string(b)
 		if policy != nil {
 			hdr[hdrPolicy] = policy
@@ -140,6 +213,14 @@ func (h *Handler) setHeaders(hdr http.Header, z *zone, d *algorithms.Decision, p
 		hdr[hdrRemaining] = vals[1:2:2]
 		hdr[hdrReset] = vals[2:3:3]
 	}
+}
+
+// tierIndex is the tier d reports, the first if d names none.
+func (z *zone) tierIndex(d *algorithms.Decision) int {
+	if d.Tier >= 0 && d.Tier < len(z.tiers) {
+		return d.Tier
+	}
+	return 0
 }
 
 // tierMatches reports whether d's Limit is the Events of its tier, so that

@@ -155,7 +155,7 @@ type zone struct {
 	// Precomputed header material.
 	policy     string     // RateLimit-Policy items of this zone
 	policyVals []string   // []string{policy}
-	rlPrefix   string     // `"<name>";r=`
+	rlPrefixes []string   // per tier: `"<policy name>";r=`
 	limitVals  [][]string // per tier: []string{events}
 
 	storeErrLog logThrottle // store failures at warn at most every storeErrorLogEvery

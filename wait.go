@@ -177,6 +177,7 @@ func since(d algorithms.Decision, at, now time.Time) algorithms.Decision {
 	passed := now.Sub(at)
 	d.RetryAfter = max(d.RetryAfter-passed, 0)
 	d.ResetAfter = max(d.ResetAfter-passed, 0)
+	d.MoreAfter = max(d.MoreAfter-passed, 0)
 	return d
 }
 

@@ -64,6 +64,15 @@ type Decision struct {
 	// Limit) if nothing more arrives.
 	ResetAfter time.Duration
 
+	// MoreAfter is how long until that tier admits more than Remaining
+	// units if nothing more arrives: the wait of a request of Remaining+1
+	// units, exact and never early (for concurrency, at most a second, as
+	// RetryAfter). Zero when the tier is whole (Remaining == Limit). It is
+	// the t of the IETF RateLimit header: the time within which a client
+	// can use no more than Remaining. With sliding windows and buckets it is
+	// usually much shorter than ResetAfter.
+	MoreAfter time.Duration
+
 	// RetryAfter, when denied, is how long until a request of the same cost
 	// would be admitted if nothing else arrives. Zero when allowed. Never
 	// shorter than the real wait. When the cost can never be admitted

@@ -22,6 +22,9 @@ package algorithms
 //	         (with min(cost, 2*burst) for cost: the same level, no overflow)
 //	remaining  = max(0, floor((cap - level)/scale))
 //	resetAfter = ceil(level/rate)
+//	moreAfter  = remaining < burst ? ceil((level - (cap - (remaining+1)*scale))/rate) : 0
+//	             (the wait of remaining+1 units: until the level is low
+//	             enough for one more)
 //	retryAfter = max(0, ceil((level + c - cap)/rate))   after the update
 //	             (Window when cost > burst: it can never pass)
 //	undo (admitted only): leak, level = max(0, level - c)
@@ -144,6 +147,9 @@ func (s *bucketState) Take(now time.Time, cost int64) Decision {
 		if lv < p.cap {
 			v.remaining = (p.cap - lv) / p.scale
 		}
+		if v.remaining < p.burst {
+			v.moreAfter = p.drained(lv - (p.cap - (v.remaining+1)*p.scale))
+		}
 		if allowed {
 			if bktBetterAllowed(v, best) {
 				best = v
@@ -201,6 +207,7 @@ type bktPick struct {
 	tier       int
 	remaining  int64
 	resetAfter int64 // µs
+	moreAfter  int64 // µs until remaining+1 units pass this tier
 	wait       int64 // µs until the same cost passes this tier
 	impossible bool  // cost exceeds this tier's capacity
 }
@@ -230,6 +237,7 @@ func bktDecision(allowed bool, p bktPick, limit, delay int64) Decision {
 		Limit:      limit,
 		Remaining:  p.remaining,
 		ResetAfter: Micros(p.resetAfter),
+		MoreAfter:  Micros(p.moreAfter),
 		Delay:      Micros(delay),
 	}
 	if !allowed {

@@ -19,6 +19,9 @@ package algorithms
 //	         (cost 0 is admitted without a lease: token 0)
 //	remaining  = Events - held                       after the update
 //	resetAfter = expiry of the newest lease - t      (0 with no lease)
+//	moreAfter  = min(1s, expiry of the oldest lease - t), at least 1µs
+//	             (0 with no lease): when a unit is sure to come back, at
+//	             most a second, as retryAfter
 //	retryAfter (denied) = min(1s, e - t), at least 1µs, where e is the
 //	             expiry of the oldest lease whose expiry frees enough slots
 //	             for cost (requests usually end long before their lease
@@ -59,6 +62,10 @@ func newConcurrency(cfg Config) (Limiter, error) {
 	t := cfg.Tiers[0]
 	return &concurrency{limiter: newLimiter(Concurrency, cfg), events: t.Events, window: t.Window.Microseconds()}, nil
 }
+
+// ccMaxWait bounds retryAfter and moreAfter (µs): a request usually ends
+// long before its lease expires, and when is not known.
+const ccMaxWait = int64(time.Second / time.Microsecond)
 
 // ccMaxScan bounds the leases a denial looks at for its retryAfter.
 const ccMaxScan = 64
@@ -132,7 +139,7 @@ func (s *concurrencyState) Take(now time.Time, cost int64) Decision {
 	} else {
 		// The oldest lease whose expiry frees enough slots.
 		free := l.events - s.held
-		wait := int64(time.Second / time.Microsecond)
+		wait := int64(ccMaxWait)
 		for k, ls := range s.leases {
 			if k == ccMaxScan {
 				break
@@ -153,6 +160,7 @@ func (s *concurrencyState) Take(now time.Time, cost int64) Decision {
 	d.Remaining = l.events - s.held
 	if n := len(s.leases); n > 0 {
 		d.ResetAfter = Micros(s.leases[n-1].expiry - t)
+		d.MoreAfter = Micros(max(min(s.leases[0].expiry-t, ccMaxWait), 1))
 	}
 	return d
 }

@@ -31,7 +31,8 @@ package algorithms
 //	           RetryAfter = wait (with CountRejected the wait is computed on
 //	           the state after counting, so it covers every tier that would
 //	           refuse the next request)
-//	  Limit = E, Remaining = remaining, ResetAfter = reset of that tier
+//	  Limit = E, Remaining = remaining, ResetAfter = reset of that tier,
+//	  MoreAfter = ResetAfter (nothing comes back before the window ends)
 //	  durations = µs * time.Microsecond; Delay 0; Token 0
 //	Undo (of an allowed decision with cost > 0; anything else is a no-op
 //	  that does not even advance last): t as above; in every tier whose start
@@ -90,7 +91,9 @@ func (s *fixedWindowState) Take(now time.Time, cost int64) Decision {
 		}
 		p.Offer(i, tr.events, tr.events-tr.count, reset, wait)
 	}
-	return p.Decision()
+	d := p.Decision()
+	d.MoreAfter = d.ResetAfter // nothing comes back before the window ends
+	return d
 }
 
 func (s *fixedWindowState) Undo(now time.Time, cost int64, d Decision) {

@@ -26,6 +26,8 @@ package algorithms
 //	         (with min(cost, 2*B) for cost: the same TAT, no overflow)
 //	remaining  = clamp(floor((tau - (tat - t)) / T), 0, B)   after the update
 //	resetAfter = tat - t
+//	moreAfter  = remaining < B ? tat - t - tau + T*(remaining+1) : 0
+//	             (until remaining+1 units conform)
 //	retryAfter = max(0, tat + T*cost - tau - t)             after the update;
 //	             exact: admitted at t+retryAfter, not one µs earlier
 //	             (Window when cost > B: it can never pass)

@@ -25,6 +25,9 @@ package algorithms
 //	         (with min(cost, 2*burst) for cost: the same level, no overflow)
 //	remaining  = max(0, floor((cap - level)/scale))
 //	resetAfter = ceil(level/rate)                          µs until empty
+//	moreAfter  = remaining < burst
+//	             ? ceil((level - cap + (remaining+1)*scale)/rate) : 0
+//	             µs until room for one more unit than remaining
 //	retryAfter = max(0, ceil((level + c - cap)/rate))      µs, after the update
 //	             (Window when cost > burst: it can never pass)
 //	undo (admitted only): leak, level = max(0, level - c)

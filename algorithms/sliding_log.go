@@ -33,6 +33,8 @@ package algorithms
 //	           the state after counting, so it covers every tier that would
 //	           refuse the next request)
 //	  Limit = E, Remaining = remaining, ResetAfter = reset of that tier
+//	  MoreAfter = count > 0 ? oldest ts + W - t : 0, of that tier (when
+//	            its oldest unit leaves, one more is free)
 //	  durations = µs * time.Microsecond; Delay 0; Token 0
 //	Undo (of an allowed decision with cost > 0; anything else is a no-op
 //	  that does not even advance last): t as above; remove the
@@ -239,7 +241,12 @@ func (s *slidingLogState) Take(now time.Time, cost int64) Decision {
 		}
 		p.Offer(i, tr.events, tr.events-tr.count, reset, wait)
 	}
-	return p.Decision()
+	d := p.Decision()
+	if tr := &s.tiers[d.Tier]; tr.size > 0 {
+		// One more unit is free when the oldest leaves the window.
+		d.MoreAfter = Micros(tr.buf[tr.head].ts + tr.window - t)
+	}
+	return d
 }
 
 func (s *slidingLogState) Undo(now time.Time, cost int64, d Decision) {

@@ -19,8 +19,14 @@ const winTms = time.Millisecond
 type winTStep struct {
 	at   time.Duration
 	cost int64
-	want Decision
-	undo bool // Undo(at, cost, last decision) instead of Take
+	want Decision // every field but MoreAfter (see TestMoreAfter) is compared
+	undo bool     // Undo(at, cost, last decision) instead of Take
+}
+
+// winTNoMore is d without its MoreAfter, for the tables that predate it.
+func winTNoMore(d Decision) Decision {
+	d.MoreAfter = 0
+	return d
 }
 
 func winTOK(tier int, limit, rem int64, reset time.Duration) Decision {
@@ -54,10 +60,10 @@ func winTRun(t *testing.T, name string, cfg Config, steps []winTStep) State {
 			continue
 		}
 		got := st.Take(winT0.Add(s.at), s.cost)
-		if got != s.want {
+		last = got
+		if got := winTNoMore(got); got != s.want {
 			t.Errorf("step %d (at %v cost %d):\n got  %+v\n want %+v", i, s.at, s.cost, got, s.want)
 		}
-		last = got
 	}
 	return st
 }
@@ -240,7 +246,8 @@ func winTProperty(t *testing.T, name string, cfg Config, r *rand.Rand, steps int
 		d := st.Take(now, cost)
 		seen = eff
 		if ref != nil {
-			if want := ref.Take(now.UnixMicro(), cost); d != want {
+			// The reference has no MoreAfter: the checks below test it.
+			if want, got := ref.Take(now.UnixMicro(), cost), winTNoMore(d); got != want {
 				t.Fatalf("step %d (now %v, cost %d): got %+v, reference %+v", i, now.Sub(winT0), cost, d, want)
 			}
 		}
@@ -274,6 +281,20 @@ func winTProperty(t *testing.T, name string, cfg Config, r *rand.Rand, steps int
 				if winTClone(st).Take(eff.Add(d.RetryAfter-time.Microsecond), cost).Allowed {
 					t.Fatalf("step %d: %+v: admitted 1µs before RetryAfter", i, d)
 				}
+			}
+		}
+		// MoreAfter: zero exactly when the tier is whole, never after it is;
+		// for a single tier, exact to the microsecond: Remaining+1 units
+		// are admitted then, not 1µs earlier.
+		if (d.MoreAfter == 0) != (d.Remaining == d.Limit) || d.MoreAfter > d.ResetAfter {
+			t.Fatalf("step %d: %+v: MoreAfter inconsistent with Remaining or ResetAfter", i, d)
+		}
+		if len(cfg.Tiers) == 1 && d.MoreAfter > 0 {
+			if !winTClone(st).Take(eff.Add(d.MoreAfter), d.Remaining+1).Allowed {
+				t.Fatalf("step %d: %+v: %d units refused at MoreAfter", i, d, d.Remaining+1)
+			}
+			if winTClone(st).Take(eff.Add(d.MoreAfter-time.Microsecond), d.Remaining+1).Allowed {
+				t.Fatalf("step %d: %+v: %d units admitted 1µs before MoreAfter", i, d, d.Remaining+1)
 			}
 		}
 		// ResetAfter: whole (idle) exactly then, for a single tier.

@@ -49,6 +49,9 @@ package algorithms
 //	           RetryAfter = wait (with CountRejected the wait is computed on
 //	           the state after counting)
 //	  Limit = E, Remaining = remaining, ResetAfter = reset of that tier
+//	  MoreAfter = remaining < E ? wait of cost remaining+1 : 0, of that
+//	            tier (the first instant remaining grows: the weighted
+//	            previous count shrinks as the rolling window moves on)
 //	  durations = µs * time.Microsecond; Delay 0; Token 0
 //	Undo (of an allowed decision with cost > 0; anything else is a no-op
 //	  that does not even advance last): t as above; in every tier whose start
@@ -181,6 +184,17 @@ func (c *SlidingCounts) ResetAfter(t int64) int64 {
 	return 0
 }
 
+// MoreAfter is how long after t (µs) more than Remaining(t) units are
+// admitted if nothing more arrives: the wait of Remaining(t)+1 units; 0
+// when the estimate is 0 (Remaining is Events).
+func (c *SlidingCounts) MoreAfter(t int64) int64 {
+	r := c.Remaining(t)
+	if r >= c.Events {
+		return 0
+	}
+	return c.RetryAfter(t, r+1)
+}
+
 // RetryAfter is how long after t (µs) a request of cost is admitted if
 // nothing else arrives: 0 if it is now, Window if it never is (cost above
 // Events).
@@ -214,7 +228,9 @@ func (s *slidingWindowState) Take(now time.Time, cost int64) Decision {
 		}
 		p.Offer(i, tr.Events, tr.Remaining(t), tr.ResetAfter(t), wait)
 	}
-	return p.Decision()
+	d := p.Decision()
+	d.MoreAfter = Micros(s.tiers[d.Tier].MoreAfter(t))
+	return d
 }
 
 func (s *slidingWindowState) Undo(now time.Time, cost int64, d Decision) {

@@ -29,6 +29,9 @@ package algorithms
 //	        (with min(cost, 2*burst) for cost: the same level, no overflow)
 //	remaining  = max(0, floor(level/scale))
 //	resetAfter = ceil((cap - level)/rate)                  µs until full
+//	moreAfter  = remaining < burst
+//	             ? ceil(((remaining+1)*scale - level)/rate) : 0
+//	             µs until one more token than remaining
 //	retryAfter = max(0, ceil((c - level)/rate))            µs, after the update
 //	             (Window when cost > burst: it can never pass)
 //	undo (admitted only): refill, level = min(cap, level + c)

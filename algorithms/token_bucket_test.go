@@ -33,7 +33,7 @@ type bktTStep struct {
 	op   string // "take" (default), "undo" (the decision of step ref), "idle", "busy"
 	cost int64
 	ref  int
-	want Decision // for take: every field but Token is compared
+	want Decision // for take: every field but Token and MoreAfter (see TestMoreAfter) is compared
 }
 
 func bktTRun(t *testing.T, l Limiter, steps []bktTStep) []Decision {
@@ -46,7 +46,7 @@ func bktTRun(t *testing.T, l Limiter, steps []bktTStep) []Decision {
 		case "", "take":
 			d := s.Take(now, st.cost)
 			got[i] = d
-			d.Token = 0
+			d.Token, d.MoreAfter = 0, 0
 			if d != st.want {
 				t.Errorf("step %d: Take(t0+%v, %d)\n got %+v\nwant %+v", i, st.at, st.cost, d, st.want)
 			}

@@ -133,7 +133,8 @@ func (p *TierPick) Offer(i int, limit, rem, reset, wait int64) {
 	p.set, p.tier, p.limit, p.rem, p.reset, p.wait = true, i, limit, rem, reset, wait
 }
 
-// Decision is the decision describing the tier picked.
+// Decision is the decision describing the tier picked; its MoreAfter is
+// the caller's to set (each algorithm has its own), for that tier.
 func (p *TierPick) Decision() Decision {
 	d := Decision{
 		Allowed:    p.Allowed,

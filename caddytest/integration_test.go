@@ -125,10 +125,14 @@ func TestMatchersAndZones(t *testing.T) {
 func TestTiers(t *testing.T) {
 	live.LoadSites(t, live.Site(caddytesting.Zone("it_tiers", caddytesting.ClientKey, "limit 2 1m", "limit 3 1h"), respondOK))
 	r := live.ExpectCodes(t, "/", clientA(), 200)
-	caddytesting.ExpectHeader(t, r, "RateLimit-Policy", `"it_tiers";q=2;w=60, "it_tiers";q=3;w=3600`)
+	// One policy per tier, named by its window.
+	caddytesting.ExpectHeader(t, r, "RateLimit-Policy", `"it_tiers-1m";q=2;w=60, "it_tiers-1h";q=3;w=3600`)
 	r = live.ExpectCodes(t, "/", clientA(), 200, 429)
 	caddytesting.ExpectRetryAfter(t, r, 1, 60)
 	caddytesting.ExpectHeader(t, r, "X-RateLimit-Limit", "2") // the refusing tier's
+	if got := r.Header.Get("RateLimit"); !strings.HasPrefix(got, `"it_tiers-1m";r=0;t=`) {
+		t.Errorf("RateLimit %q does not name the refusing tier", got)
+	}
 }
 
 func TestReloadKeepsCounts(t *testing.T) {
@@ -300,7 +304,11 @@ func TestConcurrency(t *testing.T) {
 	done := make(chan caddytesting.Response, 1)
 	go func() { done <- live.Do("/slow", "X-Client", "a") }()
 	<-arrived // the first request holds the lease, in the upstream
-	caddytesting.ExpectCode(t, live.Get(t, "/fast", "X-Client", "a"), 429, "second in flight")
+	r := live.Get(t, "/fast", "X-Client", "a")
+	caddytesting.ExpectCode(t, r, 429, "second in flight")
+	if got := r.Header.Get("RateLimit-Policy"); got != `"it_conc";q=1;qu="concurrent-requests";w=60` {
+		t.Errorf("policy %q", got)
+	}
 	caddytesting.ExpectCode(t, live.Get(t, "/fast", "X-Client", "b"), 200, "another client")
 	close(release)
 	if r := <-done; r.Code != 200 || r.Body != "upstream" {

@@ -106,4 +106,12 @@ else
   retry = wait
 end
 local reset = save()
-return {allowed, 0, events, events - held, reset, retry, 0, token}
+-- more: when the oldest lease expires, at most a second (as retry).
+local more = 0
+local oldest = redis.call('ZRANGE', zkey, 0, 0, 'WITHSCORES')
+if #oldest == 2 then
+  more = tonumber(oldest[2]) - t
+  if more > 1000000 then more = 1000000 end
+  if more < 1 then more = 1 end
+end
+return {allowed, 0, events, events - held, reset, retry, 0, token, more}

@@ -143,8 +143,9 @@ func timeline(rng *rand.Rand, alg string, cfg algorithms.Config, n int) []op {
 }
 
 // diffDecision describes how got differs from want ("" when they agree):
-// Allowed, Tier, Limit, Remaining and Token exactly, the durations within a
-// millisecond (inexact) or exactly (exact).
+// Allowed, Tier, Limit, Remaining and Token exactly, the durations
+// (ResetAfter, MoreAfter, RetryAfter, Delay) within a millisecond (inexact)
+// or exactly (exact).
 func diffDecision(want, got algorithms.Decision, exact bool) string {
 	tol := time.Millisecond
 	if exact {
@@ -156,7 +157,8 @@ func diffDecision(want, got algorithms.Decision, exact bool) string {
 	}
 	if want.Allowed != got.Allowed || want.Tier != got.Tier || want.Limit != got.Limit ||
 		want.Remaining != got.Remaining || want.Token != got.Token ||
-		far(want.ResetAfter, got.ResetAfter) || far(want.RetryAfter, got.RetryAfter) || far(want.Delay, got.Delay) {
+		far(want.ResetAfter, got.ResetAfter) || far(want.MoreAfter, got.MoreAfter) ||
+		far(want.RetryAfter, got.RetryAfter) || far(want.Delay, got.Delay) {
 		return fmt.Sprintf("\n\tgo:    %+v\n\tredis: %+v", want, got)
 	}
 	return ""

@@ -97,6 +97,7 @@ func (c *DenyCache) Denied(key string, now time.Time) (algorithms.Decision, bool
 	elapsed := time.Duration(ns - e.at)
 	d.RetryAfter = time.Duration(e.until - ns)
 	d.ResetAfter = max(d.ResetAfter-elapsed, d.RetryAfter)
+	d.MoreAfter = max(d.MoreAfter-elapsed, 0)
 	return d, true
 }
 

@@ -26,7 +26,7 @@ func (s *answerStore) Undo(context.Context, string, time.Time, int64, algorithms
 
 func TestDenyCache(t *testing.T) {
 	ctx := context.Background()
-	inner := &answerStore{d: algorithms.Decision{Limit: 5, RetryAfter: 2 * time.Second, ResetAfter: 10 * time.Second}}
+	inner := &answerStore{d: algorithms.Decision{Limit: 5, RetryAfter: 2 * time.Second, MoreAfter: 2 * time.Second, ResetAfter: 10 * time.Second}}
 	c := NewDenyCache(inner)
 	take := func(key string, at time.Time) algorithms.Decision {
 		t.Helper()
@@ -38,7 +38,8 @@ func TestDenyCache(t *testing.T) {
 	}
 	take("k", t0)
 	got := take("k", t0.Add(500*time.Millisecond))
-	if inner.takes != 1 || got.RetryAfter != 1500*time.Millisecond || got.ResetAfter != 9500*time.Millisecond || got.Limit != 5 || got.Allowed {
+	if inner.takes != 1 || got.RetryAfter != 1500*time.Millisecond || got.ResetAfter != 9500*time.Millisecond ||
+		got.MoreAfter != 1500*time.Millisecond || got.Limit != 5 || got.Allowed {
 		t.Fatalf("after 500ms: %+v after %d calls, want the denial counted down without a call", got, inner.takes)
 	}
 	if d, ok := c.Denied("k", t0.Add(time.Second)); !ok || d.RetryAfter != time.Second {

@@ -68,4 +68,5 @@ for i = 1, N do
   end
   pick.offer(i - 1, p.E, p.E - count[i], reset, wait)
 end
-return pick.result()
+-- Nothing comes back before the window ends.
+return pick.result(function(i) return start[i] + P[i].W - t end)

@@ -62,7 +62,8 @@ save()
 return bucket_result(allowed, P, function(i)
   local p = P[i]
   local ahead = tat[i] - t
-  local rem = 0
+  local rem, more = 0, 0
   if ahead < p.tau then rem = idiv(p.tau - ahead, p.iv) end
-  return rem, ahead, ahead + p.iv * COST - p.tau
+  if rem < p.burst then more = ahead - p.tau + p.iv * (rem + 1) end
+  return rem, ahead, ahead + p.iv * COST - p.tau, more
 end, 0)

@@ -79,5 +79,7 @@ return bucket_result(allowed, P, function(i)
   if lv < p.cap then rem = idiv(p.cap - lv, p.scale) end
   local over = lv + COST * p.scale - p.cap
   if over > 0 then wait = cdiv(over, p.rate) end
-  return rem, cdiv(lv, p.rate), wait
+  local more = 0
+  if rem < p.burst then more = cdiv(lv - p.cap + (rem + 1) * p.scale, p.rate) end
+  return rem, cdiv(lv, p.rate), wait, more
 end, delay)

@@ -15,7 +15,8 @@
 --   ARGV[6] the TTL margin in milliseconds (added to every key's TTL)
 --   ARGV[7] n, the number of tiers, then per tier the algorithm's constants
 -- Every script answers {allowed (1/0), tier (0-based), limit, remaining,
--- reset_after_us, retry_after_us, delay_us, token}, or 0 for an undo.
+-- reset_after_us, retry_after_us, delay_us, token, more_after_us}, or 0 for
+-- an undo.
 --
 -- Arithmetic: all values are integers below 2^53, exact in Lua's doubles.
 -- Lua 5.1 has no integer division: idiv truncates toward zero as Go's / does
@@ -114,7 +115,9 @@ end
 
 -- win_pick: the tier a Decision of sliding_log, sliding_window or
 -- fixed_window describes: allowed, the fewest remaining; denied, the longest
--- wait; ties go to the lowest index. RetryAfter is that wait.
+-- wait; ties go to the lowest index. RetryAfter is that wait. result(more)
+-- calls more(i) for the MoreAfter (µs) of the tier picked (1-based i) when
+-- it is not whole, and only for it (it may cost a Redis call).
 local function win_pick(allowed)
   local p = {set = false}
   function p.offer(i, limit, rem, reset, wait)
@@ -124,10 +127,11 @@ local function win_pick(allowed)
     end
     p.set, p.tier, p.limit, p.rem, p.reset, p.wait = true, i, limit, rem, reset, wait
   end
-  function p.result()
-    local retry = 0
+  function p.result(more)
+    local retry, m = 0, 0
     if not allowed then retry = p.wait end
-    return {allowed and 1 or 0, p.tier, p.limit, p.rem, p.reset, retry, 0, 0}
+    if p.rem < p.limit then m = more(p.tier + 1) end
+    return {allowed and 1 or 0, p.tier, p.limit, p.rem, p.reset, retry, 0, 0, m}
   end
   return p
 end
@@ -167,14 +171,15 @@ end
 
 -- bucket_result is the answer of gcra and the buckets (P[i] with burst and
 -- window): the tier picked by better_allowed or better_denied, where
--- tier(i) returns tier i's remaining, reset and, denied within its burst,
--- wait (µs). A denied request waits at least 1µs.
+-- tier(i) returns tier i's remaining, reset, wait (denied within its burst)
+-- and more (the wait of remaining+1 units, 0 when whole), in µs. A denied
+-- request waits at least 1µs.
 local function bucket_result(allowed, P, tier, delay)
   local best = nil
   for i = 1, N do
     local p = P[i]
-    local rem, reset, wait = tier(i)
-    local v = {tier = i - 1, remaining = rem, reset = reset, wait = 0, impossible = false}
+    local rem, reset, wait, more = tier(i)
+    local v = {tier = i - 1, remaining = rem, reset = reset, more = more, wait = 0, impossible = false}
     if allowed then
       if better_allowed(v, best) then best = v end
     else
@@ -192,7 +197,7 @@ local function bucket_result(allowed, P, tier, delay)
     retry = best.wait
     if retry <= 0 then retry = 1 end
   end
-  return {allowed and 1 or 0, best.tier, P[best.tier + 1].burst, best.remaining, best.reset, retry, delay, 0}
+  return {allowed and 1 or 0, best.tier, P[best.tier + 1].burst, best.remaining, best.reset, retry, delay, 0, best.more}
 end
 
 -- win_start is the start of the window of W µs holding t (windows aligned

@@ -270,4 +270,5 @@ for i = 1, N do
   end
   pick.offer(i - 1, p.E, p.E - count[i], reset, wait)
 end
-return pick.result()
+-- One more unit is free when the oldest leaves the window.
+return pick.result(function(i) return kth(i, 1) + P[i].W - t end)

@@ -53,47 +53,58 @@ local function weighted(p, pc, e)
   return (pc * (p.W - e)) / p.W
 end
 
-local function fits(p, pc, cc, e)
-  local a = p.E - COST - cc
+-- fits: whether cost units fit at offset e of a window whose previous and
+-- current counts are pc and cc.
+local function fits(p, pc, cc, e, cost)
+  local a = p.E - cost - cc
   return a >= 0 and weighted(p, pc, e) <= a
 end
 
--- first: the smallest x in [lo, W) with fits(pc, cc, x), or -1.
-local function first(p, pc, cc, lo)
-  local a = p.E - COST - cc
+-- first: the smallest x in [lo, W) with fits(pc, cc, x, cost), or -1.
+local function first(p, pc, cc, lo, cost)
+  local a = p.E - cost - cc
   if a < 0 then return -1 end
-  if fits(p, pc, cc, lo) then return lo end
+  if fits(p, pc, cc, lo, cost) then return lo end
   local W = p.W
-  if not fits(p, pc, cc, W - 1) then return -1 end
+  if not fits(p, pc, cc, W - 1, cost) then return -1 end
   -- The answer is in (lo, W-1]; fits is monotone in x: the closed form
   -- first (almost always exact), then a bisection, at most log2(W) < 50
   -- rounds whatever the rounding.
   local f = math.ceil(W - a * W / pc)
   local bad, good = lo, W - 1
   if f > bad and f < good then
-    if fits(p, pc, cc, f) then
+    if fits(p, pc, cc, f, cost) then
       good = f
-      if f - 1 > bad and not fits(p, pc, cc, f - 1) then bad = f - 1 end
+      if f - 1 > bad and not fits(p, pc, cc, f - 1, cost) then bad = f - 1 end
     else
       bad = f
     end
   end
   while good - bad > 1 do
     local m = bad + idiv(good - bad, 2)
-    if fits(p, pc, cc, m) then good = m else bad = m end
+    if fits(p, pc, cc, m, cost) then good = m else bad = m end
   end
   return good
 end
 
-local function wait_of(i)
+-- wait_of: how long until cost units fit tier i if nothing else arrives.
+local function wait_of(i, cost)
   local p = P[i]
-  if COST > p.E then return p.W end
+  if cost > p.E then return p.W end
   local e = t - start[i]
-  local x = first(p, prev[i], cur[i], e)
+  local x = first(p, prev[i], cur[i], e, cost)
   if x >= 0 then return x - e end
-  x = first(p, cur[i], 0, 0)
+  x = first(p, cur[i], 0, 0, cost)
   if x >= 0 then return start[i] + p.W + x - t end
   return start[i] + 2 * p.W - t
+end
+
+-- remaining: the units tier i admits now, floor(E - estimate), at least 0.
+local function remaining(i)
+  local p = P[i]
+  local rem = p.E - cur[i] - math.ceil(weighted(p, prev[i], t - start[i]))
+  if rem < 0 then return 0 end
+  return rem
 end
 
 local ok = true
@@ -105,7 +116,7 @@ for i = 1, N do
     cur[i] = 0
     start[i] = ws
   end
-  if COST > p.E or not fits(p, prev[i], cur[i], t - start[i]) then ok = false end
+  if COST > p.E or not fits(p, prev[i], cur[i], t - start[i], COST) then ok = false end
 end
 if ok then
   for i = 1, N do cur[i] = cur[i] + COST end
@@ -123,8 +134,8 @@ for i = 1, N do
   elseif prev[i] > 0 then
     reset = start[i] + p.W - t
   end
-  if not ok then wait = wait_of(i) end
-  local rem = p.E - cur[i] - math.ceil(weighted(p, prev[i], t - start[i]))
-  pick.offer(i - 1, p.E, rem, reset, wait)
+  if not ok then wait = wait_of(i, COST) end
+  pick.offer(i - 1, p.E, remaining(i), reset, wait)
 end
-return pick.result()
+-- The first instant the estimate leaves room for one unit more.
+return pick.result(function(i) return wait_of(i, remaining(i) + 1) end)

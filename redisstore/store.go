@@ -219,8 +219,8 @@ func (s *Store) Take(ctx context.Context, key string, now time.Time, cost int64)
 	if err != nil {
 		return algorithms.Decision{}, fmt.Errorf("redis store: %s: %w", s.l.Name(), err)
 	}
-	if len(res) < 8 {
-		return algorithms.Decision{}, fmt.Errorf("redis store: %s: script answered %d values, want 8", s.l.Name(), len(res))
+	if len(res) < 9 {
+		return algorithms.Decision{}, fmt.Errorf("redis store: %s: script answered %d values, want 9", s.l.Name(), len(res))
 	}
 	return algorithms.Decision{
 		Allowed:    res[0] == 1,
@@ -228,6 +228,7 @@ func (s *Store) Take(ctx context.Context, key string, now time.Time, cost int64)
 		Limit:      res[2],
 		Remaining:  res[3],
 		ResetAfter: algorithms.Micros(res[4]),
+		MoreAfter:  algorithms.Micros(res[8]),
 		RetryAfter: algorithms.Micros(res[5]),
 		Delay:      algorithms.Micros(res[6]),
 		Token:      uint64(res[7]),

@@ -126,8 +126,16 @@ func (s *SyncStore) Take(_ context.Context, key string, now time.Time, cost int6
 		}
 		pk.Offer(i, p.events, rem, reset, wait)
 	}
+	d := pk.Decision()
+	if s.sliding {
+		p, tr := &s.tiers[d.Tier], &e.tiers[d.Tier]
+		c := algorithms.SlidingCounts{Events: p.events, Window: p.window, Start: tr.cur.idx * p.window, Prev: tr.prev.view(), Cur: tr.cur.view()}
+		d.MoreAfter = algorithms.Micros(c.MoreAfter(t))
+	} else {
+		d.MoreAfter = d.ResetAfter // fixed_window: nothing comes back before the window ends
+	}
 	sh.Unlock()
-	return pk.Decision(), nil
+	return d, nil
 }
 
 // fits reports whether cost fits tier p's window counts at t (the tier

@@ -73,5 +73,7 @@ return bucket_result(allowed, P, function(i)
   if lv > 0 then rem = idiv(lv, p.scale) end
   local need = COST * p.scale - lv
   if need > 0 then wait = cdiv(need, p.rate) end
-  return rem, cdiv(p.cap - lv, p.rate), wait
+  local more = 0
+  if rem < p.burst then more = cdiv((rem + 1) * p.scale - lv, p.rate) end
+  return rem, cdiv(p.cap - lv, p.rate), wait, more
 end, 0)
