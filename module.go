@@ -66,7 +66,7 @@ type Handler struct {
 
 	// Headers chooses the rate-limit response headers written on every
 	// response, allowed or denied: "ietf" (RateLimit-Policy and RateLimit,
-	// draft-ietf-httpapi-ratelimit-headers), "legacy" (X-RateLimit-Limit,
+	// draft-ietf-httpapi-ratelimit-headers-11), "legacy" (X-RateLimit-Limit,
 	// X-RateLimit-Remaining, X-RateLimit-Reset), "both" (the default) or
 	// "off". Retry-After is written on every rejection whatever this says.
 	Headers string `json:"headers,omitempty"`

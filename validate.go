@@ -66,7 +66,30 @@ func (h *Handler) Validate() error {
 		}
 		seen[z.Name] = i
 	}
+	if err := h.checkPolicyNames(); err != nil {
+		return err
+	}
 	return h.validateOptions()
+}
+
+// checkPolicyNames refuses zones whose RateLimit-Policy names (one per tier,
+// see policyNames) collide: a zone named "a-1m" beside a zone "a" with a
+// tier of 1m would make the headers name two policies alike.
+func (h *Handler) checkPolicyNames() error {
+	owner := make(map[string]string)
+	for _, z := range h.Zones {
+		tiers := make([]algorithms.Tier, len(z.Limits))
+		for i, l := range z.Limits {
+			tiers[i] = algorithms.Tier{Events: l.Events, Window: time.Duration(l.Window)}
+		}
+		for _, name := range policyNames(z.Name, tiers) {
+			if other, dup := owner[name]; dup {
+				return fmt.Errorf("zones %q and %q both have a tier named %q in the RateLimit headers: rename one of the zones", other, z.Name, name)
+			}
+			owner[name] = z.Name
+		}
+	}
+	return nil
 }
 
 // validateOptions checks the handler's own options (everything but the

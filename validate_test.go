@@ -386,3 +386,20 @@ func TestValidateAfterProvision(t *testing.T) {
 		}
 	}
 }
+
+// Zones whose tiers would have the same policy name in the RateLimit
+// headers are refused: "a-1m" is zone a's tier of 1m.
+func TestValidatePolicyNameCollision(t *testing.T) {
+	h := Handler{Zones: []*Zone{
+		{Name: "a", Key: "k", Limits: []Limit{{Events: 1, Window: caddy.Duration(time.Minute)}, {Events: 5, Window: caddy.Duration(time.Hour)}}},
+		{Name: "a-1m", Key: "k", Limits: []Limit{{Events: 1, Window: caddy.Duration(time.Second)}}},
+	}}
+	err := h.Validate()
+	if err == nil || !strings.Contains(err.Error(), `tier named "a-1m"`) {
+		t.Fatalf("Validate: %v, want the collision of the policy name a-1m", err)
+	}
+	h.Zones[1].Name = "a-2m"
+	if err := h.Validate(); err != nil {
+		t.Fatalf("Validate without a collision: %v", err)
+	}
+}
