@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/zonelimit/caddy-ratelimit/algorithms"
 )
 
@@ -43,15 +45,13 @@ var goldenKeys = []string{
 func TestKeysGolden(t *testing.T) {
 	_, c := newClient(t)
 	ctx := context.Background()
-	one := []algorithms.Tier{{Events: 10, Window: time.Minute}}
-	two := []algorithms.Tier{{Events: 10, Window: time.Minute}, {Events: 100, Window: time.Hour}}
 	for _, alg := range algorithms.Names {
-		for n, ts := range [][]algorithms.Tier{one, two} {
+		for n, ts := range goldenTiers() {
 			if alg == algorithms.Concurrency && len(ts) > 1 {
 				continue
 			}
 			l := mustLimiter(t, alg, algorithms.Config{Tiers: ts})
-			s, err := NewStore(c, l, Options{KeyPrefix: "rl:", Zone: fmt.Sprintf("golden-%s-%d", alg, n+1)})
+			s, err := NewStore(c, l, goldenOptions(alg, n))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -62,6 +62,28 @@ func TestKeysGolden(t *testing.T) {
 			}
 		}
 	}
+	checkKeys(t, c, "goldenKeys", goldenKeys)
+}
+
+// goldenTiers are the tier lists of the golden tests: one tier, then two.
+func goldenTiers() [][]algorithms.Tier {
+	return [][]algorithms.Tier{
+		{{Events: 10, Window: time.Minute}},
+		{{Events: 10, Window: time.Minute}, {Events: 100, Window: time.Hour}},
+	}
+}
+
+// goldenOptions names the zone of the golden tests' store of alg with the
+// n-th (from 0) of goldenTiers.
+func goldenOptions(alg string, n int) Options {
+	return Options{KeyPrefix: "rl:", Zone: fmt.Sprintf("golden-%s-%d", alg, n+1)}
+}
+
+// checkKeys compares the keys in c with want, byte for byte, and lists
+// those written when they differ.
+func checkKeys(t *testing.T, c redis.UniversalClient, name string, want []string) {
+	t.Helper()
+	ctx := context.Background()
 	var got []string
 	iter := c.Scan(ctx, 0, "*", 100).Iterator()
 	for iter.Next(ctx) {
@@ -71,11 +93,11 @@ func TestKeysGolden(t *testing.T) {
 		t.Fatal(err)
 	}
 	slices.Sort(got)
-	if !slices.Equal(got, goldenKeys) {
+	if !slices.Equal(got, want) {
 		var b strings.Builder
 		for _, k := range got {
 			fmt.Fprintf(&b, "\t%q,\n", k)
 		}
-		t.Fatalf("keys written differ from goldenKeys; got:\n%s", b.String())
+		t.Fatalf("keys written differ from %s; got:\n%s", name, b.String())
 	}
 }

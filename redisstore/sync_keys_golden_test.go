@@ -2,13 +2,9 @@ package redisstore
 
 import (
 	"context"
-	"fmt"
-	"slices"
-	"strings"
 	"testing"
 	"time"
 
-	"github.com/redis/go-redis/v9"
 	"github.com/zonelimit/caddy-ratelimit/algorithms"
 )
 
@@ -32,15 +28,12 @@ var goldenSyncKeys = []string{
 func TestSyncKeysGolden(t *testing.T) {
 	_, c := newClient(t)
 	ctx := context.Background()
-	one := []algorithms.Tier{{Events: 10, Window: time.Minute}}
-	two := []algorithms.Tier{{Events: 10, Window: time.Minute}, {Events: 100, Window: time.Hour}}
 	now := func() time.Time { return t0 }
 	for _, alg := range []string{algorithms.FixedWindow, algorithms.SlidingWindow} {
-		for n, ts := range [][]algorithms.Tier{one, two} {
+		for n, ts := range goldenTiers() {
 			l := mustLimiter(t, alg, algorithms.Config{Tiers: ts})
-			o := Options{KeyPrefix: "rl:", Zone: fmt.Sprintf("golden-%s-%d", alg, n+1)}
 			// An interval longer than the test: the test pushes.
-			s, err := NewSyncStore(c, l, o, SyncOptions{Interval: time.Hour, Now: now})
+			s, err := NewSyncStore(c, l, goldenOptions(alg, n), SyncOptions{Interval: time.Hour, Now: now})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -55,27 +48,4 @@ func TestSyncKeysGolden(t *testing.T) {
 		}
 	}
 	checkKeys(t, c, "goldenSyncKeys", goldenSyncKeys)
-}
-
-// checkKeys compares the keys in c with want, byte for byte, and lists
-// those written when they differ.
-func checkKeys(t *testing.T, c redis.UniversalClient, name string, want []string) {
-	t.Helper()
-	ctx := context.Background()
-	var got []string
-	iter := c.Scan(ctx, 0, "*", 100).Iterator()
-	for iter.Next(ctx) {
-		got = append(got, iter.Val())
-	}
-	if err := iter.Err(); err != nil {
-		t.Fatal(err)
-	}
-	slices.Sort(got)
-	if !slices.Equal(got, want) {
-		var b strings.Builder
-		for _, k := range got {
-			fmt.Fprintf(&b, "\t%q,\n", k)
-		}
-		t.Fatalf("keys written differ from %s; got:\n%s", name, b.String())
-	}
 }
