@@ -89,6 +89,25 @@ func take(t testing.TB, m *Memory, key string, now time.Time) algorithms.Decisio
 	return d
 }
 
+// checkLinks fails the test unless every key m holds is linked exactly once
+// in its shard's LRU list and no shard holds more than its budget.
+func checkLinks(t *testing.T, m *Memory) {
+	t.Helper()
+	for i := range m.keys.shards {
+		s := &m.keys.shards[i]
+		n := 0
+		for e := s.lru.next; e != &s.lru; e = e.next {
+			if s.entries[e.key] != e {
+				t.Fatalf("shard %d: listed entry %q not in map", i, e.key)
+			}
+			n++
+		}
+		if n != len(s.entries) || n > s.budget {
+			t.Fatalf("shard %d: list %d, map %d, budget %d", i, n, len(s.entries), s.budget)
+		}
+	}
+}
+
 // keysInShard returns n distinct keys that all land in the shard of key.
 func keysInShard(m *Memory, key string, n int) []string {
 	want := m.keys.Shard(key)
@@ -159,20 +178,7 @@ func TestMemoryEvictionBound(t *testing.T) {
 			if got := m.Len(); got > maxKeys || got < maxKeys*9/10 {
 				t.Fatalf("Len = %d, want <= %d and close to it", got, maxKeys)
 			}
-			// Every held key is linked exactly once.
-			for i := range m.keys.shards {
-				s := &m.keys.shards[i]
-				n := 0
-				for e := s.lru.next; e != &s.lru; e = e.next {
-					if s.entries[e.key] != e {
-						t.Fatalf("shard %d: listed entry %q not in map", i, e.key)
-					}
-					n++
-				}
-				if n != len(s.entries) || n > s.budget {
-					t.Fatalf("shard %d: list %d, map %d, budget %d", i, n, len(s.entries), s.budget)
-				}
-			}
+			checkLinks(t, m)
 		})
 	}
 }
@@ -337,19 +343,7 @@ func TestMemorySweepConcurrent(t *testing.T) {
 		}
 	})
 	wg.Wait()
-	for i := range m.keys.shards {
-		s := &m.keys.shards[i]
-		n := 0
-		for e := s.lru.next; e != &s.lru; e = e.next {
-			if s.entries[e.key] != e {
-				t.Fatalf("shard %d: listed entry %q not in map", i, e.key)
-			}
-			n++
-		}
-		if n != len(s.entries) || n > s.budget {
-			t.Fatalf("shard %d: list %d, map %d, budget %d", i, n, len(s.entries), s.budget)
-		}
-	}
+	checkLinks(t, m)
 }
 
 func TestMemoryConcurrentExactLimit(t *testing.T) {
