@@ -1,8 +1,6 @@
 package algorithms
 
 import (
-	"fmt"
-	"math/rand"
 	"testing"
 	"time"
 )
@@ -97,33 +95,15 @@ func TestMoreAfter(t *testing.T) {
 func TestBktMoreAfter(t *testing.T) {
 	for i, name := range []string{TokenBucket, LeakyBucket, GCRA} {
 		checked := 0
-		bktTRandLimiters(t, name, int64(10+i), func(rng *rand.Rand, n int, cfg Config, l Limiter) {
-			single := len(cfg.Tiers) == 1
-			s := l.NewState()
-			var ops []bktTOp
-			var last, seen int64
-			for step := 0; step < 40; step++ {
-				at, cost := bktTRandStep(rng, cfg, last)
-				last = at
-				seen = max(seen, at)
-				d := s.Take(bktT0.Add(time.Duration(at)*bktTus), cost)
-				ops = append(ops, bktTOp{at, cost})
-				where := fmt.Sprintf("%s config %d %+v step %d cost %d: %+v", name, n, cfg, step, cost, d)
-				if (d.MoreAfter == 0) != (d.Remaining == d.Limit) || d.MoreAfter > d.ResetAfter || d.MoreAfter%bktTus != 0 {
-					t.Fatalf("%s: MoreAfter inconsistent with Remaining or ResetAfter", where)
-				}
-				if !single || d.MoreAfter == 0 {
-					continue
-				}
-				checked++
-				more := int64(d.MoreAfter / bktTus)
-				if d2 := bktTReplay(l, ops).Take(bktT0.Add(time.Duration(seen+more)*bktTus), d.Remaining+1); !d2.Allowed {
-					t.Fatalf("%s: %d units refused at MoreAfter: %+v", where, d.Remaining+1, d2)
-				}
-				if d2 := bktTReplay(l, ops).Take(bktT0.Add(time.Duration(seen+more-1)*bktTus), d.Remaining+1); d2.Allowed {
-					t.Fatalf("%s: %d units admitted 1µs before MoreAfter", where, d.Remaining+1)
-				}
+		bktTWalk(t, name, int64(10+i), func(cfg Config, l Limiter, ops []bktTOp, seen, cost int64, d Decision, where string) {
+			if (d.MoreAfter == 0) != (d.Remaining == d.Limit) || d.MoreAfter > d.ResetAfter || d.MoreAfter%bktTus != 0 {
+				t.Fatalf("%s: MoreAfter inconsistent with Remaining or ResetAfter", where)
 			}
+			if len(cfg.Tiers) != 1 || d.MoreAfter == 0 {
+				return
+			}
+			checked++
+			bktTFirstAt(t, l, ops, seen+int64(d.MoreAfter/bktTus), d.Remaining+1, where, "MoreAfter")
 		})
 		if checked < 100 {
 			t.Fatalf("%s: only %d decisions checked", name, checked)

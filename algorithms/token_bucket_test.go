@@ -365,11 +365,11 @@ func bktTRandLimiters(t *testing.T, name string, seed int64, f func(rng *rand.Ra
 	}
 }
 
-// bktTRetryProperty checks on random timelines that a denied request of the
-// same cost is admitted at exactly RetryAfter and not one µs earlier, and
-// that every decision is well formed.
-func bktTRetryProperty(t *testing.T, name string, seed int64) {
-	checked := 0
+// bktTWalk runs a random timeline of 40 steps (bktTRandStep) on every
+// limiter of bktTRandLimiters(name, seed) and calls check after each Take
+// with the decision, its cost, the latest instant seen and the ops so far
+// (µs after bktT0; see bktTReplay), and the step described for a failure.
+func bktTWalk(t *testing.T, name string, seed int64, check func(cfg Config, l Limiter, ops []bktTOp, seen, cost int64, d Decision, where string)) {
 	bktTRandLimiters(t, name, seed, func(rng *rand.Rand, n int, cfg Config, l Limiter) {
 		s := l.NewState()
 		var ops []bktTOp
@@ -377,43 +377,56 @@ func bktTRetryProperty(t *testing.T, name string, seed int64) {
 		for step := 0; step < 40; step++ {
 			at, cost := bktTRandStep(rng, cfg, last)
 			last = at
-			if at > seen {
-				seen = at
-			}
+			seen = max(seen, at)
 			d := s.Take(bktT0.Add(time.Duration(at)*bktTus), cost)
 			ops = append(ops, bktTOp{at, cost})
-			where := fmt.Sprintf("%s config %d %+v step %d cost %d: %+v", name, n, cfg, step, cost, d)
-			if d.Remaining < 0 || d.Remaining > d.Limit || d.ResetAfter < 0 || d.Tier < 0 || d.Tier >= len(cfg.Tiers) {
-				t.Fatalf("%s: malformed", where)
-			}
-			if d.Allowed {
-				if d.RetryAfter != 0 {
-					t.Fatalf("%s: allowed with a RetryAfter", where)
-				}
-				continue
-			}
-			if d.RetryAfter <= 0 || d.RetryAfter%bktTus != 0 {
-				t.Fatalf("%s: denied without a RetryAfter in µs", where)
-			}
-			ra := int64(d.RetryAfter / bktTus)
-			b := cfg.Burst
-			if b == 0 {
-				b = cfg.Tiers[d.Tier].Events
-			}
-			if cost > b {
-				if d.RetryAfter != cfg.Tiers[d.Tier].Window {
-					t.Fatalf("%s: cost above capacity, want RetryAfter %v", where, cfg.Tiers[d.Tier].Window)
-				}
-				continue
-			}
-			checked++
-			if d2 := bktTReplay(l, ops).Take(bktT0.Add(time.Duration(seen+ra)*bktTus), cost); !d2.Allowed {
-				t.Fatalf("%s: denied again at RetryAfter: %+v", where, d2)
-			}
-			if d2 := bktTReplay(l, ops).Take(bktT0.Add(time.Duration(seen+ra-1)*bktTus), cost); d2.Allowed {
-				t.Fatalf("%s: admitted 1µs before RetryAfter", where)
-			}
+			check(cfg, l, ops, seen, cost, d, fmt.Sprintf("%s config %d %+v step %d cost %d: %+v", name, n, cfg, step, cost, d))
 		}
+	})
+}
+
+// bktTFirstAt fails the test unless, after ops, cost units are admitted at
+// at (µs after bktT0) and refused 1µs earlier; what names that instant.
+func bktTFirstAt(t *testing.T, l Limiter, ops []bktTOp, at, cost int64, where, what string) {
+	t.Helper()
+	if d2 := bktTReplay(l, ops).Take(bktT0.Add(time.Duration(at)*bktTus), cost); !d2.Allowed {
+		t.Fatalf("%s: %d units refused at %s: %+v", where, cost, what, d2)
+	}
+	if d2 := bktTReplay(l, ops).Take(bktT0.Add(time.Duration(at-1)*bktTus), cost); d2.Allowed {
+		t.Fatalf("%s: %d units admitted 1µs before %s", where, cost, what)
+	}
+}
+
+// bktTRetryProperty checks on random timelines that a denied request of the
+// same cost is admitted at exactly RetryAfter and not one µs earlier, and
+// that every decision is well formed.
+func bktTRetryProperty(t *testing.T, name string, seed int64) {
+	checked := 0
+	bktTWalk(t, name, seed, func(cfg Config, l Limiter, ops []bktTOp, seen, cost int64, d Decision, where string) {
+		if d.Remaining < 0 || d.Remaining > d.Limit || d.ResetAfter < 0 || d.Tier < 0 || d.Tier >= len(cfg.Tiers) {
+			t.Fatalf("%s: malformed", where)
+		}
+		if d.Allowed {
+			if d.RetryAfter != 0 {
+				t.Fatalf("%s: allowed with a RetryAfter", where)
+			}
+			return
+		}
+		if d.RetryAfter <= 0 || d.RetryAfter%bktTus != 0 {
+			t.Fatalf("%s: denied without a RetryAfter in µs", where)
+		}
+		b := cfg.Burst
+		if b == 0 {
+			b = cfg.Tiers[d.Tier].Events
+		}
+		if cost > b {
+			if d.RetryAfter != cfg.Tiers[d.Tier].Window {
+				t.Fatalf("%s: cost above capacity, want RetryAfter %v", where, cfg.Tiers[d.Tier].Window)
+			}
+			return
+		}
+		checked++
+		bktTFirstAt(t, l, ops, seen+int64(d.RetryAfter/bktTus), cost, where, "RetryAfter")
 	})
 	if checked < 100 {
 		t.Fatalf("only %d denials checked", checked)
