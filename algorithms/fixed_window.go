@@ -91,9 +91,7 @@ func (s *fixedWindowState) Take(now time.Time, cost int64) Decision {
 		}
 		p.Offer(i, tr.events, tr.events-tr.count, reset, wait)
 	}
-	d := p.Decision()
-	d.MoreAfter = d.ResetAfter // nothing comes back before the window ends
-	return d
+	return p.decision(p.reset) // nothing comes back before the window ends
 }
 
 func (s *fixedWindowState) Undo(now time.Time, cost int64, d Decision) {

@@ -241,12 +241,12 @@ func (s *slidingLogState) Take(now time.Time, cost int64) Decision {
 		}
 		p.Offer(i, tr.events, tr.events-tr.count, reset, wait)
 	}
-	d := p.Decision()
-	if tr := &s.tiers[d.Tier]; tr.size > 0 {
+	var more int64
+	if tr := &s.tiers[p.tier]; tr.size > 0 {
 		// One more unit is free when the oldest leaves the window.
-		d.MoreAfter = Micros(tr.buf[tr.head].ts + tr.window - t)
+		more = tr.buf[tr.head].ts + tr.window - t
 	}
-	return d
+	return p.decision(more)
 }
 
 func (s *slidingLogState) Undo(now time.Time, cost int64, d Decision) {

@@ -228,9 +228,7 @@ func (s *slidingWindowState) Take(now time.Time, cost int64) Decision {
 		}
 		p.Offer(i, tr.Events, tr.Remaining(t), tr.ResetAfter(t), wait)
 	}
-	d := p.Decision()
-	d.MoreAfter = Micros(s.tiers[d.Tier].MoreAfter(t))
-	return d
+	return p.decision(s.tiers[p.tier].MoreAfter(t))
 }
 
 func (s *slidingWindowState) Undo(now time.Time, cost int64, d Decision) {

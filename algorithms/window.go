@@ -135,16 +135,24 @@ func (p *TierPick) Offer(i int, limit, rem, reset, wait int64) {
 
 // Decision is the decision describing the tier picked; its MoreAfter is
 // the caller's to set (each algorithm has its own), for that tier.
-func (p *TierPick) Decision() Decision {
-	d := Decision{
+func (p *TierPick) Decision() Decision { return p.decision(0) }
+
+// decision is Decision with MoreAfter set from moreAfter (µs). The window
+// algorithms return it as it is: a Decision built in one literal and
+// returned, not built, modified and copied, which cost them a third of
+// their Take.
+func (p *TierPick) decision(moreAfter int64) Decision {
+	var retry int64
+	if !p.Allowed {
+		retry = p.wait
+	}
+	return Decision{
 		Allowed:    p.Allowed,
 		Tier:       p.tier,
 		Limit:      p.limit,
 		Remaining:  p.rem,
 		ResetAfter: Micros(p.reset),
+		MoreAfter:  Micros(moreAfter),
+		RetryAfter: Micros(retry),
 	}
-	if !p.Allowed {
-		d.RetryAfter = Micros(p.wait)
-	}
-	return d
 }
