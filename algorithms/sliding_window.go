@@ -188,7 +188,11 @@ func (c *SlidingCounts) ResetAfter(t int64) int64 {
 // admitted if nothing more arrives: the wait of Remaining(t)+1 units; 0
 // when the estimate is 0 (Remaining is Events).
 func (c *SlidingCounts) MoreAfter(t int64) int64 {
-	r := c.Remaining(t)
+	return c.moreAfter(t, c.Remaining(t))
+}
+
+// moreAfter is MoreAfter given r, Remaining(t).
+func (c *SlidingCounts) moreAfter(t, r int64) int64 {
 	if r >= c.Events {
 		return 0
 	}
@@ -228,7 +232,14 @@ func (s *slidingWindowState) Take(now time.Time, cost int64) Decision {
 		}
 		p.Offer(i, tr.Events, tr.Remaining(t), tr.ResetAfter(t), wait)
 	}
-	return p.decision(s.tiers[p.tier].MoreAfter(t))
+	// MoreAfter is the wait of p.rem+1 units in the tier picked: when
+	// denied, that is usually the cost (a denied tier has none left), whose
+	// wait is known (unless the cost exceeds Events: then it is Window).
+	more := p.wait
+	if ok || p.rem+1 != cost || cost > p.limit {
+		more = s.tiers[p.tier].moreAfter(t, p.rem)
+	}
+	return p.decision(more)
 }
 
 func (s *slidingWindowState) Undo(now time.Time, cost int64, d Decision) {
