@@ -135,17 +135,26 @@ func (p *TierPick) Offer(i int, limit, rem, reset, wait int64) {
 
 // Decision is the decision describing the tier picked; its MoreAfter is
 // the caller's to set (each algorithm has its own), for that tier.
-func (p *TierPick) Decision() Decision { return p.decision(0) }
-
-// decision is Decision with MoreAfter set from moreAfter (µs). The window
-// algorithms return it as it is: a Decision built in one literal and
-// returned, not built, modified and copied, which cost them a third of
-// their Take.
-func (p *TierPick) decision(moreAfter int64) Decision {
-	var retry int64
-	if !p.Allowed {
-		retry = p.wait
+func (p *TierPick) Decision() Decision {
+	d := Decision{
+		Allowed:    p.Allowed,
+		Tier:       p.tier,
+		Limit:      p.limit,
+		Remaining:  p.rem,
+		ResetAfter: Micros(p.reset),
 	}
+	if !p.Allowed {
+		d.RetryAfter = Micros(p.wait)
+	}
+	return d
+}
+
+// decision is Decision with MoreAfter set from moreAfter (µs), for callers
+// that offer a wait of 0 when allowed. The window algorithms return it as
+// it is, in one literal small enough to be inlined: a Decision returned by
+// a call, then modified or copied, costs them more than their arithmetic
+// (it is copied through memory).
+func (p *TierPick) decision(moreAfter int64) Decision {
 	return Decision{
 		Allowed:    p.Allowed,
 		Tier:       p.tier,
@@ -153,6 +162,6 @@ func (p *TierPick) decision(moreAfter int64) Decision {
 		Remaining:  p.rem,
 		ResetAfter: Micros(p.reset),
 		MoreAfter:  Micros(moreAfter),
-		RetryAfter: Micros(retry),
+		RetryAfter: Micros(p.wait),
 	}
 }
