@@ -212,7 +212,7 @@ func (tr *slTier) kth(k int64) int64 {
 	return tr.run(tr.size - 1).ts // unreachable when k <= count
 }
 
-func (s *slidingLogState) Take(now time.Time, cost int64) Decision {
+func (s *slidingLogState) Take(now time.Time, cost int64) (d Decision) {
 	t, cost := s.begin(now, cost)
 	ok := true
 	for i := range s.tiers {
@@ -246,7 +246,8 @@ func (s *slidingLogState) Take(now time.Time, cost int64) Decision {
 		// One more unit is free when the oldest leaves the window.
 		more = tr.buf[tr.head].ts + tr.window - t
 	}
-	return p.decision(more)
+	p.fill(&d, more)
+	return d
 }
 
 func (s *slidingLogState) Undo(now time.Time, cost int64, d Decision) {

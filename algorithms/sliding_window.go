@@ -216,7 +216,7 @@ func (c *SlidingCounts) RetryAfter(t, cost int64) int64 {
 	return c.Start + 2*c.Window - t
 }
 
-func (s *slidingWindowState) Take(now time.Time, cost int64) Decision {
+func (s *slidingWindowState) Take(now time.Time, cost int64) (d Decision) {
 	t, cost := s.begin(now, cost)
 	ok := true
 	for i := range s.tiers {
@@ -239,7 +239,8 @@ func (s *slidingWindowState) Take(now time.Time, cost int64) Decision {
 	if ok || p.rem+1 != cost || cost > p.limit {
 		more = s.tiers[p.tier].moreAfter(t, p.rem)
 	}
-	return p.decision(more)
+	p.fill(&d, more)
+	return d
 }
 
 func (s *slidingWindowState) Undo(now time.Time, cost int64, d Decision) {

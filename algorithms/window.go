@@ -149,19 +149,18 @@ func (p *TierPick) Decision() Decision {
 	return d
 }
 
-// decision is Decision with MoreAfter set from moreAfter (µs), for callers
-// that offer a wait of 0 when allowed. The window algorithms return it as
-// it is, in one literal small enough to be inlined: a Decision returned by
-// a call, then modified or copied, costs them more than their arithmetic
-// (it is copied through memory).
-func (p *TierPick) decision(moreAfter int64) Decision {
-	return Decision{
-		Allowed:    p.Allowed,
-		Tier:       p.tier,
-		Limit:      p.limit,
-		Remaining:  p.rem,
-		ResetAfter: Micros(p.reset),
-		MoreAfter:  Micros(moreAfter),
-		RetryAfter: Micros(p.wait),
-	}
+// fill sets *d to the decision describing the tier picked, with MoreAfter
+// from moreAfter (µs), for callers that offer a wait of 0 when allowed.
+// The window algorithms fill their named result: a Decision built in one
+// value and then returned is copied through memory with wide moves that
+// stall on the narrow stores that built it, which cost them more than
+// their arithmetic.
+func (p *TierPick) fill(d *Decision, moreAfter int64) {
+	d.Allowed = p.Allowed
+	d.Tier = p.tier
+	d.Limit = p.limit
+	d.Remaining = p.rem
+	d.ResetAfter = Micros(p.reset)
+	d.MoreAfter = Micros(moreAfter)
+	d.RetryAfter = Micros(p.wait)
 }
