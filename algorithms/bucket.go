@@ -115,7 +115,7 @@ func (s *bucketState) advance(now time.Time) {
 	}
 }
 
-func (s *bucketState) Take(now time.Time, cost int64) Decision {
+func (s *bucketState) Take(now time.Time, cost int64) (d Decision) {
 	cost = max(cost, 0)
 	s.advance(now)
 	tiers := s.l.tiers
@@ -178,20 +178,20 @@ func (s *bucketState) Take(now time.Time, cost int64) Decision {
 		// more.
 		more = p.drained(lv - (p.cap - (rem+1)*p.scale))
 	}
-	var retry time.Duration
+	// Field by field into the named result: a Decision built in one value
+	// and then returned is copied through memory with wide moves that
+	// stall on the narrow stores that built it.
+	d.Allowed = allowed
+	d.Tier = best
+	d.Limit = p.burst
+	d.Remaining = rem
+	d.ResetAfter = Micros(p.drained(lv))
+	d.MoreAfter = Micros(more)
 	if !allowed {
-		retry = max(Micros(wait), time.Microsecond)
+		d.RetryAfter = max(Micros(wait), time.Microsecond)
 	}
-	return Decision{
-		Allowed:    allowed,
-		Tier:       best,
-		Limit:      p.burst,
-		Remaining:  rem,
-		ResetAfter: Micros(p.drained(lv)),
-		MoreAfter:  Micros(more),
-		RetryAfter: retry,
-		Delay:      Micros(delay),
-	}
+	d.Delay = Micros(delay)
+	return d
 }
 
 func (s *bucketState) Undo(now time.Time, cost int64, d Decision) {
