@@ -149,8 +149,9 @@ func (p *TierPick) Decision() Decision {
 	return d
 }
 
-// fill sets *d to the decision describing the tier picked, with MoreAfter
-// from moreAfter (µs), for callers that offer a wait of 0 when allowed.
+// fill makes *d, a zero Decision, the decision describing the tier
+// picked, with MoreAfter from moreAfter (µs), for callers that offer a wait
+// of 0 when allowed.
 // The window algorithms fill their named result: a Decision built in one
 // value and then returned is copied through memory with wide moves that
 // stall on the narrow stores that built it, which cost them more than
