@@ -115,7 +115,7 @@ func (s *bucketState) advance(now time.Time) {
 	}
 }
 
-func (s *bucketState) Take(now time.Time, cost int64) Decision {
+func (s *bucketState) Take(now time.Time, cost int64) (d Decision) {
 	cost = max(cost, 0)
 	s.advance(now)
 	tiers := s.l.tiers
@@ -139,33 +139,59 @@ func (s *bucketState) Take(now time.Time, cost int64) Decision {
 			s.level[i] = min(s.level[i]+c*p.scale, 2*p.cap)
 		}
 	}
-	best := bktPick{tier: -1}
+	// The tier the Decision describes: when allowed the one with the
+	// fewest remaining, when denied the one with the longest wait (one
+	// whose burst the cost exceeds first); ties go to the lowest index.
+	// The pick is kept in scalars and only its reset and MoreAfter are
+	// computed: a struct per tier, copied to compare and to pick, cost
+	// more than the arithmetic.
+	best, rem, wait, impossible := -1, int64(0), int64(0), false
 	for i := range tiers {
 		p := &tiers[i]
 		lv := s.level[i]
-		v := bktPick{tier: i, resetAfter: p.drained(lv)}
+		var r int64
 		if lv < p.cap {
-			v.remaining = (p.cap - lv) / p.scale
-		}
-		if v.remaining < p.burst {
-			v.moreAfter = p.drained(lv - (p.cap - (v.remaining+1)*p.scale))
+			r = (p.cap - lv) / p.scale
 		}
 		if allowed {
-			if bktBetterAllowed(v, best) {
-				best = v
+			if best < 0 || r < rem {
+				best, rem = i, r
 			}
 			continue
 		}
-		if cost > p.burst {
-			v.impossible, v.wait = true, p.window
+		var w int64
+		imp := cost > p.burst
+		if imp {
+			w = p.window
 		} else if over := lv + cost*p.scale - p.cap; over > 0 {
-			v.wait = p.drained(over)
+			w = p.drained(over)
 		}
-		if bktBetterDenied(v, best) {
-			best = v
+		if best < 0 || imp != impossible && imp || imp == impossible && w > wait {
+			best, rem, wait, impossible = i, r, w, imp
 		}
 	}
-	return bktDecision(allowed, best, tiers[best.tier].burst, delay)
+	p := &tiers[best]
+	lv := s.level[best]
+	var more int64
+	if rem < p.burst {
+		// The wait of rem+1 units: until the level is low enough for one
+		// more.
+		more = p.drained(lv - (p.cap - (rem+1)*p.scale))
+	}
+	// Field by field into the named result: a Decision built in one value
+	// and then returned is copied through memory with wide moves that
+	// stall on the narrow stores that built it.
+	d.Allowed = allowed
+	d.Tier = best
+	d.Limit = p.burst
+	d.Remaining = rem
+	d.ResetAfter = Micros(p.drained(lv))
+	d.MoreAfter = Micros(more)
+	if !allowed {
+		d.RetryAfter = max(Micros(wait), time.Microsecond)
+	}
+	d.Delay = Micros(delay)
+	return d
 }
 
 func (s *bucketState) Undo(now time.Time, cost int64, d Decision) {
@@ -200,51 +226,4 @@ func bktGCD(a, b int64) int64 {
 // bktCeilDiv is ceil(a/b) for a >= 0, b > 0.
 func bktCeilDiv(a, b int64) int64 {
 	return (a + b - 1) / b
-}
-
-// bktPick is the per-tier view a Decision is chosen from.
-type bktPick struct {
-	tier       int
-	remaining  int64
-	resetAfter int64 // µs
-	moreAfter  int64 // µs until remaining+1 units pass this tier
-	wait       int64 // µs until the same cost passes this tier
-	impossible bool  // cost exceeds this tier's capacity
-}
-
-// bktBetterDenied reports whether tier view a should describe a denial
-// rather than b (b may be unset: tier < 0).
-func bktBetterDenied(a, b bktPick) bool {
-	if b.tier < 0 {
-		return true
-	}
-	if a.impossible != b.impossible {
-		return a.impossible
-	}
-	return a.wait > b.wait // ties: the lower index, seen first, stays
-}
-
-// bktBetterAllowed reports whether tier view a should describe an
-// admission rather than b.
-func bktBetterAllowed(a, b bktPick) bool {
-	return b.tier < 0 || a.remaining < b.remaining
-}
-
-func bktDecision(allowed bool, p bktPick, limit, delay int64) Decision {
-	d := Decision{
-		Allowed:    allowed,
-		Tier:       p.tier,
-		Limit:      limit,
-		Remaining:  p.remaining,
-		ResetAfter: Micros(p.resetAfter),
-		MoreAfter:  Micros(p.moreAfter),
-		Delay:      Micros(delay),
-	}
-	if !allowed {
-		d.RetryAfter = Micros(p.wait)
-		if d.RetryAfter <= 0 {
-			d.RetryAfter = time.Microsecond
-		}
-	}
-	return d
 }

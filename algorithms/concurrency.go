@@ -115,13 +115,13 @@ func (s *concurrencyState) advance(now time.Time) int64 {
 	return t
 }
 
-func (s *concurrencyState) Take(now time.Time, cost int64) Decision {
+func (s *concurrencyState) Take(now time.Time, cost int64) (d Decision) {
 	if cost < 0 {
 		cost = 0
 	}
 	t := s.advance(now)
 	l := s.l
-	d := Decision{Limit: l.events}
+	d.Limit = l.events // field by field into the named result: no copy
 	if cost <= l.events && s.held+cost <= l.events {
 		d.Allowed = true
 		if cost > 0 {

@@ -66,7 +66,7 @@ func newFixedWindowState(cfg Config) State {
 	return &fixedWindowState{newWinState(cfg), winTiers(cfg, func(e, w int64) fwTier { return fwTier{events: e, window: w} })}
 }
 
-func (s *fixedWindowState) Take(now time.Time, cost int64) Decision {
+func (s *fixedWindowState) Take(now time.Time, cost int64) (d Decision) {
 	t, cost := s.begin(now, cost)
 	ok := true
 	for i := range s.tiers {
@@ -91,8 +91,7 @@ func (s *fixedWindowState) Take(now time.Time, cost int64) Decision {
 		}
 		p.Offer(i, tr.events, tr.events-tr.count, reset, wait)
 	}
-	d := p.Decision()
-	d.MoreAfter = d.ResetAfter // nothing comes back before the window ends
+	p.fill(&d, p.reset) // nothing comes back before the window ends
 	return d
 }
 

@@ -212,7 +212,7 @@ func (tr *slTier) kth(k int64) int64 {
 	return tr.run(tr.size - 1).ts // unreachable when k <= count
 }
 
-func (s *slidingLogState) Take(now time.Time, cost int64) Decision {
+func (s *slidingLogState) Take(now time.Time, cost int64) (d Decision) {
 	t, cost := s.begin(now, cost)
 	ok := true
 	for i := range s.tiers {
@@ -241,11 +241,12 @@ func (s *slidingLogState) Take(now time.Time, cost int64) Decision {
 		}
 		p.Offer(i, tr.events, tr.events-tr.count, reset, wait)
 	}
-	d := p.Decision()
-	if tr := &s.tiers[d.Tier]; tr.size > 0 {
+	var more int64
+	if tr := &s.tiers[p.tier]; tr.size > 0 {
 		// One more unit is free when the oldest leaves the window.
-		d.MoreAfter = Micros(tr.buf[tr.head].ts + tr.window - t)
+		more = tr.buf[tr.head].ts + tr.window - t
 	}
+	p.fill(&d, more)
 	return d
 }
 

@@ -188,7 +188,11 @@ func (c *SlidingCounts) ResetAfter(t int64) int64 {
 // admitted if nothing more arrives: the wait of Remaining(t)+1 units; 0
 // when the estimate is 0 (Remaining is Events).
 func (c *SlidingCounts) MoreAfter(t int64) int64 {
-	r := c.Remaining(t)
+	return c.moreAfter(t, c.Remaining(t))
+}
+
+// moreAfter is MoreAfter given r, Remaining(t).
+func (c *SlidingCounts) moreAfter(t, r int64) int64 {
 	if r >= c.Events {
 		return 0
 	}
@@ -212,7 +216,7 @@ func (c *SlidingCounts) RetryAfter(t, cost int64) int64 {
 	return c.Start + 2*c.Window - t
 }
 
-func (s *slidingWindowState) Take(now time.Time, cost int64) Decision {
+func (s *slidingWindowState) Take(now time.Time, cost int64) (d Decision) {
 	t, cost := s.begin(now, cost)
 	ok := true
 	for i := range s.tiers {
@@ -228,8 +232,14 @@ func (s *slidingWindowState) Take(now time.Time, cost int64) Decision {
 		}
 		p.Offer(i, tr.Events, tr.Remaining(t), tr.ResetAfter(t), wait)
 	}
-	d := p.Decision()
-	d.MoreAfter = Micros(s.tiers[d.Tier].MoreAfter(t))
+	// MoreAfter is the wait of p.rem+1 units in the tier picked: when
+	// denied, that is usually the cost (a denied tier has none left), whose
+	// wait is known (unless the cost exceeds Events: then it is Window).
+	more := p.wait
+	if ok || p.rem+1 != cost || cost > p.limit {
+		more = s.tiers[p.tier].moreAfter(t, p.rem)
+	}
+	p.fill(&d, more)
 	return d
 }
 

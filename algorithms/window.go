@@ -148,3 +148,20 @@ func (p *TierPick) Decision() Decision {
 	}
 	return d
 }
+
+// fill makes *d, a zero Decision, the decision describing the tier
+// picked, with MoreAfter from moreAfter (µs), for callers that offer a wait
+// of 0 when allowed.
+// The window algorithms fill their named result: a Decision built in one
+// value and then returned is copied through memory with wide moves that
+// stall on the narrow stores that built it, which cost them more than
+// their arithmetic.
+func (p *TierPick) fill(d *Decision, moreAfter int64) {
+	d.Allowed = p.Allowed
+	d.Tier = p.tier
+	d.Limit = p.limit
+	d.Remaining = p.rem
+	d.ResetAfter = Micros(p.reset)
+	d.MoreAfter = Micros(moreAfter)
+	d.RetryAfter = Micros(p.wait)
+}
