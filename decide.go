@@ -131,7 +131,11 @@ func (h *Handler) take(ctx context.Context, z *zone, key string, cost int64, dow
 		if z.sharesClock {
 			at = start // one clock reading for the memory store and the metric
 		}
-		d, err = z.store.Take(ctx, key, at, cost)
+		if z.denies != nil {
+			d, err = z.denies.Ask(ctx, key, at, cost) // the cache was asked above
+		} else {
+			d, err = z.store.Take(ctx, key, at, cost)
+		}
 		z.m.observe(start)
 		if err == nil {
 			z.breaker.Record(nil)

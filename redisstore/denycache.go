@@ -57,9 +57,16 @@ func (c *DenyCache) Take(ctx context.Context, key string, now time.Time, cost in
 	if d, ok := c.Denied(key, at); ok {
 		return d, nil
 	}
+	return c.Ask(ctx, key, now, cost)
+}
+
+// Ask asks the store and remembers a denial until its Retry-After: Take
+// without its look at the cache, for a caller that asked Denied itself.
+func (c *DenyCache) Ask(ctx context.Context, key string, now time.Time, cost int64) (algorithms.Decision, error) {
 	d, err := c.Store.Take(ctx, key, now, cost)
 	if err == nil && !d.Allowed {
-		if now.IsZero() {
+		at := now
+		if at.IsZero() {
 			// From the reply's arrival: the cached denial ends no earlier
 			// than the store's.
 			at = time.Now()
