@@ -3,6 +3,8 @@ package store
 import (
 	"context"
 	"time"
+
+	"github.com/zonelimit/caddy-ratelimit/algorithms"
 )
 
 // What an operator can do with one key of a zone (the admin API), beyond
@@ -62,4 +64,28 @@ type Blocker interface {
 
 	// Unblock lifts key's block, if any.
 	Unblock(ctx context.Context, key string) error
+}
+
+// Peek returns every tier of st at now, when its algorithm can tell
+// (algorithms.Peeker); nil otherwise.
+func Peek(st algorithms.State, now time.Time) []algorithms.TierStatus {
+	if p, ok := st.(algorithms.Peeker); ok {
+		return p.Peek(now)
+	}
+	return nil
+}
+
+// NewKeyState is the KeyState of tiers, the statuses of cfg's tiers.
+func NewKeyState(cfg algorithms.Config, tiers []algorithms.TierStatus) KeyState {
+	ks := KeyState{Tiers: make([]TierState, len(tiers))}
+	for i, ts := range tiers {
+		ks.Tiers[i] = TierState{
+			Limit: ts.Limit, Remaining: ts.Remaining, Used: ts.Limit - ts.Remaining,
+			ResetAfter: ts.ResetAfter,
+		}
+		if i < len(cfg.Tiers) {
+			ks.Tiers[i].Window = cfg.Tiers[i].Window
+		}
+	}
+	return ks
 }

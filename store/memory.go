@@ -191,3 +191,35 @@ func (m *Memory) Destruct() error {
 	<-m.sweeper.done
 	return nil
 }
+
+var _ Inspector = (*Memory)(nil)
+
+// Inspect returns key's state at now (the store's clock when now is zero)
+// without consuming anything or making the key recently used.
+func (m *Memory) Inspect(_ context.Context, key string, now time.Time) (KeyState, error) {
+	if now.IsZero() {
+		now = m.now()
+	}
+	s := m.keys.Shard(key)
+	s.mu.Lock()
+	var tiers []algorithms.TierStatus
+	if e := s.Get(key); e != nil {
+		tiers = Peek(e.Value, now)
+	}
+	s.mu.Unlock()
+	if tiers == nil {
+		tiers = Peek(m.limiter.NewState(), now)
+	}
+	return NewKeyState(m.limiter.Config(), tiers), nil
+}
+
+// Reset forgets key: its next Take finds it whole.
+func (m *Memory) Reset(_ context.Context, key string) error {
+	s := m.keys.Shard(key)
+	s.mu.Lock()
+	if e := s.Get(key); e != nil {
+		s.Remove(e)
+	}
+	s.mu.Unlock()
+	return nil
+}
