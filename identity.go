@@ -63,6 +63,7 @@ type loadZones struct {
 	mu       sync.Mutex
 	handlers int // handlers provisioned so far, to number them in errors
 	zones    map[string]zoneDefinition
+	running  runningZones // for the admin API (admin.go)
 }
 
 type zoneDefinition struct {

@@ -224,6 +224,9 @@ func (h *Handler) provision(ctx caddy.Context, opts provisionOptions) error {
 			return fmt.Errorf("zone %q: %v", zc.Name, err)
 		}
 		h.rt.zones = append(h.rt.zones, z)
+		if lz != nil {
+			lz.running.add(z)
+		}
 		policies = append(policies, z.policy)
 	}
 	h.rt.policyAll = []string{strings.Join(policies, ", ")}

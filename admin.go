@@ -1,0 +1,340 @@
+package ratelimit
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/url"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/caddyserver/caddy/v2"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/zonelimit/caddy-ratelimit/keyresolver"
+	"github.com/zonelimit/caddy-ratelimit/redisstore"
+	"github.com/zonelimit/caddy-ratelimit/store"
+)
+
+func init() {
+	caddy.RegisterModule(AdminAPI{})
+}
+
+// AdminAPI is the admin API of the rate limits, served on Caddy's admin
+// endpoint (and its access control) under /rate_limit/:
+//
+//	GET    /rate_limit/zones                          the zones of the running config
+//	GET    /rate_limit/zones/<zone>/keys/<key>        a key's state, per tier
+//	DELETE /rate_limit/zones/<zone>/keys/<key>        reset the key
+//	POST   /rate_limit/zones/<zone>/keys/<key>/block  block the key, body {"duration": "1h"}
+//	DELETE /rate_limit/zones/<zone>/keys/<key>/block  unblock the key
+//
+// Zone names and keys are path segments, URL-escaped (a key may hold '/').
+// A key is the zone's key as the handler forms it: an address is grouped
+// by the zone's prefixes (203.0.113.7 is 203.0.113.0/24 with ipv4_prefix
+// 24) and a key longer than 256 bytes is hashed. With store memory a call
+// acts on this instance's counts; with store redis on the fleet's.
+//
+// It is not configurable.
+type AdminAPI struct {
+	// reg identifies the config load the router was provisioned with:
+	// Caddy starts the admin endpoint anew with every config load, and
+	// each load has its own metrics registry (see loadKey).
+	reg *prometheus.Registry
+}
+
+// CaddyModule returns the Caddy module information.
+func (AdminAPI) CaddyModule() caddy.ModuleInfo {
+	return caddy.ModuleInfo{
+		ID:  "admin.api.rate_limit",
+		New: func() caddy.Module { return new(AdminAPI) },
+	}
+}
+
+// Provision finds the router's config load.
+func (a *AdminAPI) Provision(ctx caddy.Context) error {
+	a.reg = ctx.GetMetricsRegistry()
+	return nil
+}
+
+// Routes returns the routes of the API, all under /rate_limit/.
+func (a *AdminAPI) Routes() []caddy.AdminRoute {
+	return []caddy.AdminRoute{{Pattern: "/rate_limit/", Handler: caddy.AdminHandlerFunc(a.serveHTTP)}}
+}
+
+// runningZones are the zones of a config load, one per name (the handlers
+// that name a zone share its stores), in the order they were provisioned.
+type runningZones struct {
+	mu    sync.Mutex
+	names []string
+	zones map[string]*zone
+}
+
+func (rz *runningZones) add(z *zone) {
+	rz.mu.Lock()
+	defer rz.mu.Unlock()
+	if rz.zones == nil {
+		rz.zones = make(map[string]*zone)
+	}
+	if _, ok := rz.zones[z.name]; !ok {
+		rz.zones[z.name] = z
+		rz.names = append(rz.names, z.name)
+	}
+}
+
+// list returns the zones in order.
+func (rz *runningZones) list() []*zone {
+	rz.mu.Lock()
+	defer rz.mu.Unlock()
+	out := make([]*zone, len(rz.names))
+	for i, n := range rz.names {
+		out[i] = rz.zones[n]
+	}
+	return out
+}
+
+func (rz *runningZones) get(name string) *zone {
+	rz.mu.Lock()
+	defer rz.mu.Unlock()
+	return rz.zones[name]
+}
+
+// running returns the zones of the router's config load (none when it has
+// no rate_limit handler).
+func (a *AdminAPI) running() *runningZones {
+	var rz *runningZones
+	if a.reg == nil {
+		return new(runningZones)
+	}
+	pool.Range(func(k, v any) bool {
+		if lk, ok := k.(loadKey); ok && lk.reg == a.reg {
+			rz = &v.(*loadZones).running
+			return false
+		}
+		return true
+	})
+	if rz == nil {
+		return new(runningZones)
+	}
+	return rz
+}
+
+// Answers of the API.
+type (
+	adminZones struct {
+		Zones []adminZone `json:"zones"`
+	}
+	adminZone struct {
+		Name      string      `json:"name"`
+		Store     string      `json:"store"`
+		Algorithm string      `json:"algorithm"`
+		Tiers     []adminTier `json:"tiers"`
+		// Keys is how many keys the zone holds in this instance's
+		// memory (store memory, or the two-layer store's local layer).
+		Keys *int `json:"keys,omitempty"`
+	}
+	adminTier struct {
+		Events int64  `json:"events"`
+		Window string `json:"window"`
+	}
+	adminKey struct {
+		Zone         string           `json:"zone"`
+		Key          string           `json:"key"`
+		Tiers        []adminTierState `json:"tiers,omitempty"`
+		BlockedUntil *time.Time       `json:"blocked_until,omitempty"`
+	}
+	adminTierState struct {
+		Limit      int64  `json:"limit"`
+		Window     string `json:"window"`
+		Used       int64  `json:"used"`
+		Remaining  int64  `json:"remaining"`
+		ResetAfter string `json:"reset_after"`
+	}
+	adminBlockRequest struct {
+		// Duration is how long the key is refused, e.g. "1h" or "2d".
+		Duration caddy.Duration `json:"duration"`
+	}
+)
+
+func (a *AdminAPI) serveHTTP(w http.ResponseWriter, r *http.Request) error {
+	// The raw path: an escaped '/' in a key is not a separator.
+	rest, ok := strings.CutPrefix(r.URL.EscapedPath(), "/rate_limit/")
+	if !ok {
+		return apiError(http.StatusNotFound, "not found")
+	}
+	// keys/ (and keys//) is the empty key, refused below, not a route.
+	parts := strings.Split(rest, "/")
+	if parts[0] != "zones" {
+		return apiError(http.StatusNotFound, "not found: the API is under /rate_limit/zones")
+	}
+	if len(parts) == 1 || len(parts) == 2 && parts[1] == "" {
+		if err := allow(r, http.MethodGet); err != nil {
+			return err
+		}
+		return writeJSON(w, a.listZones())
+	}
+	if len(parts) < 4 || parts[2] != "keys" || len(parts) > 5 || len(parts) == 5 && parts[4] != "block" {
+		return apiError(http.StatusNotFound, "not found: want /rate_limit/zones/<zone>/keys/<key>[/block]")
+	}
+	zoneName, err := url.PathUnescape(parts[1])
+	if err != nil {
+		return apiError(http.StatusBadRequest, fmt.Sprintf("zone name: %v", err))
+	}
+	rawKey, err := url.PathUnescape(parts[3])
+	if err != nil {
+		return apiError(http.StatusBadRequest, fmt.Sprintf("key: %v", err))
+	}
+	z := a.running().get(zoneName)
+	if z == nil {
+		return apiError(http.StatusNotFound, fmt.Sprintf("unknown zone %q", zoneName))
+	}
+	if rawKey == "" {
+		return apiError(http.StatusBadRequest, "empty key")
+	}
+	key := z.adminKey(rawKey)
+	if len(parts) == 5 {
+		if err := allow(r, http.MethodPost, http.MethodDelete); err != nil {
+			return err
+		}
+		return a.block(w, r, z, key)
+	}
+	if err := allow(r, http.MethodGet, http.MethodDelete); err != nil {
+		return err
+	}
+	ins, ok := z.store.(store.Inspector)
+	if !ok {
+		return apiError(http.StatusNotImplemented, fmt.Sprintf("zone %q: its store cannot inspect or reset keys", z.name))
+	}
+	ctx := r.Context()
+	if r.Method == http.MethodDelete {
+		if err := ins.Reset(ctx, key); err != nil {
+			return apiError(http.StatusBadGateway, fmt.Sprintf("zone %q: resetting key: %v", z.name, err))
+		}
+		// The on_error local fallback counts the same keys while Redis
+		// fails: it starts afresh too.
+		if fb, ok := z.fallback.(store.Inspector); ok {
+			if err := fb.Reset(ctx, key); err != nil {
+				return apiError(http.StatusInternalServerError, fmt.Sprintf("zone %q: resetting key in the local fallback: %v", z.name, err))
+			}
+		}
+		return writeJSON(w, adminKey{Zone: z.name, Key: key})
+	}
+	ks, err := ins.Inspect(ctx, key, time.Time{})
+	if err != nil {
+		return apiError(http.StatusBadGateway, fmt.Sprintf("zone %q: inspecting key: %v", z.name, err))
+	}
+	out := adminKey{Zone: z.name, Key: key}
+	for _, t := range ks.Tiers {
+		out.Tiers = append(out.Tiers, adminTierState{
+			Limit: t.Limit, Window: t.Window.String(), Used: t.Used, Remaining: t.Remaining,
+			ResetAfter: t.ResetAfter.String(),
+		})
+	}
+	if !ks.BlockedUntil.IsZero() {
+		out.BlockedUntil = &ks.BlockedUntil
+	}
+	return writeJSON(w, out)
+}
+
+// block blocks (POST) or unblocks (DELETE) key in z.
+func (a *AdminAPI) block(w http.ResponseWriter, r *http.Request, z *zone, key string) error {
+	var req adminBlockRequest
+	if r.Method == http.MethodPost {
+		if err := json.NewDecoder(http.MaxBytesReader(w, r.Body, 1<<10)).Decode(&req); err != nil {
+			return apiError(http.StatusBadRequest, fmt.Sprintf(`body: want {"duration": "1h"}: %v`, err))
+		}
+		if req.Duration <= 0 {
+			return apiError(http.StatusBadRequest, fmt.Sprintf("duration must be positive, got %s", time.Duration(req.Duration)))
+		}
+	}
+	b, ok := z.store.(store.Blocker)
+	if !ok {
+		return apiError(http.StatusNotImplemented, fmt.Sprintf("zone %q: its store cannot block keys", z.name))
+	}
+	out := adminKey{Zone: z.name, Key: key}
+	if r.Method == http.MethodDelete {
+		if err := b.Unblock(r.Context(), key); err != nil {
+			return apiError(http.StatusBadGateway, fmt.Sprintf("zone %q: unblocking key: %v", z.name, err))
+		}
+		return writeJSON(w, out)
+	}
+	until, err := b.Block(r.Context(), key, time.Time{}, time.Duration(req.Duration))
+	if err != nil {
+		return apiError(http.StatusBadGateway, fmt.Sprintf("zone %q: blocking key: %v", z.name, err))
+	}
+	out.BlockedUntil = &until
+	return writeJSON(w, out)
+}
+
+func (a *AdminAPI) listZones() adminZones {
+	zs := a.running().list()
+	out := adminZones{Zones: make([]adminZone, 0, len(zs))}
+	for _, z := range zs {
+		az := adminZone{Name: z.name, Store: z.storeKind(), Algorithm: z.algorithm}
+		for _, t := range z.tiers {
+			az.Tiers = append(az.Tiers, adminTier{Events: t.Events, Window: t.Window.String()})
+		}
+		if l, ok := z.store.(interface{ Len() int }); ok {
+			n := l.Len()
+			az.Keys = &n
+		}
+		out.Zones = append(out.Zones, az)
+	}
+	return out
+}
+
+// storeKind names the zone's store: memory, redis, or redis_sync (the
+// two-layer store of sync_interval).
+func (z *zone) storeKind() string {
+	switch z.store.(type) {
+	case *store.Memory:
+		return "memory"
+	case *redisstore.SyncStore:
+		return "redis_sync"
+	}
+	return "redis"
+}
+
+// adminKey is the key the zone's handler forms for a request whose
+// resolved key is raw: an address grouped by the zone's prefixes, an
+// overlong key hashed. A key already in that form is kept.
+func (z *zone) adminKey(raw string) string {
+	key := raw
+	if t, ok := z.resolver.(*keyresolver.Template); ok {
+		key = t.Group(key)
+	}
+	if len(key) > maxKeyLen {
+		key = hashKey(key)
+	}
+	return key
+}
+
+// allow answers 405 unless r's method is one of methods.
+func allow(r *http.Request, methods ...string) error {
+	for _, m := range methods {
+		if r.Method == m {
+			return nil
+		}
+	}
+	return caddy.APIError{
+		HTTPStatus: http.StatusMethodNotAllowed,
+		Err:        fmt.Errorf("method %s not allowed here (allowed: %s)", r.Method, strings.Join(methods, ", ")),
+	}
+}
+
+func apiError(status int, msg string) error {
+	return caddy.APIError{HTTPStatus: status, Err: errors.New(msg)}
+}
+
+func writeJSON(w http.ResponseWriter, v any) error {
+	w.Header().Set("Content-Type", "application/json")
+	return json.NewEncoder(w).Encode(v)
+}
+
+// Interface guards.
+var (
+	_ caddy.Provisioner = (*AdminAPI)(nil)
+	_ caddy.AdminRouter = (*AdminAPI)(nil)
+)

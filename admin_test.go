@@ -1,0 +1,217 @@
+package ratelimit
+
+import (
+	"encoding/json"
+	"errors"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/caddyserver/caddy/v2"
+)
+
+// adminSetup provisions the handlers given as JSON in one config load,
+// on clock, and the admin router of that load.
+func adminSetup(t *testing.T, clock *testClock, configs ...string) (*AdminAPI, []*Handler) {
+	t.Helper()
+	ctx := testContext(t)
+	var hs []*Handler
+	for _, c := range configs {
+		h := new(Handler)
+		if err := json.Unmarshal([]byte(c), h); err != nil {
+			t.Fatal(err)
+		}
+		if err := provisionOn(ctx, h, clock); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { h.Cleanup() })
+		hs = append(hs, h)
+	}
+	a := new(AdminAPI)
+	if err := a.Provision(ctx); err != nil {
+		t.Fatal(err)
+	}
+	return a, hs
+}
+
+// adminCall runs one request through the router as Caddy's admin endpoint
+// does: an error is answered with its status and message.
+func adminCall(t *testing.T, a *AdminAPI, method, path, body string) (int, string) {
+	t.Helper()
+	routes := a.Routes()
+	if len(routes) != 1 || !strings.HasPrefix(path, routes[0].Pattern) {
+		t.Fatalf("%s is not routed to the API: %+v", path, routes)
+	}
+	r := httptest.NewRequest(method, "http://localhost:2019"+path, strings.NewReader(body))
+	w := httptest.NewRecorder()
+	if err := routes[0].Handler.ServeHTTP(w, r); err != nil {
+		var ae caddy.APIError
+		if !errors.As(err, &ae) {
+			t.Fatalf("%s %s: error %v is not an APIError", method, path, err)
+		}
+		return ae.HTTPStatus, ae.Error()
+	}
+	return w.Code, w.Body.String()
+}
+
+func decodeAs[T any](t *testing.T, s string) T {
+	t.Helper()
+	var v T
+	if err := json.Unmarshal([]byte(s), &v); err != nil {
+		t.Fatalf("answer %q: %v", s, err)
+	}
+	return v
+}
+
+func TestAdminZones(t *testing.T) {
+	const api = `{"zones": [{"name": "api", "key": "{http.request.header.X-Key}", "limits": [{"events": 2, "window": 60000000000}, {"events": 10, "window": 3600000000000}]}]}`
+	const shared = `{"zones": [{"name": "api", "key": "{http.request.header.X-Key}", "limits": [{"events": 2, "window": 60000000000}, {"events": 10, "window": 3600000000000}]},
+		{"name": "login", "algorithm": "token_bucket", "limits": [{"events": 5, "window": 1000000000}]}]}`
+	clock := newClock()
+	a, hs := adminSetup(t, clock, api, shared)
+	serve(hs[0], newReq("192.0.2.1:1", header("X-Key", "a")))
+	serve(hs[0], newReq("192.0.2.1:1", header("X-Key", "b")))
+
+	code, body := adminCall(t, a, "GET", "/rate_limit/zones", "")
+	if code != 200 {
+		t.Fatalf("GET zones: %d %s", code, body)
+	}
+	zs := decodeAs[adminZones](t, body)
+	if len(zs.Zones) != 2 {
+		t.Fatalf("zones %+v, want api (named by both handlers, once) and login", zs)
+	}
+	z := zs.Zones[0]
+	if z.Name != "api" || z.Store != "memory" || z.Algorithm != "sliding_log" || len(z.Tiers) != 2 ||
+		z.Tiers[1] != (adminTier{Events: 10, Window: "1h0m0s"}) || z.Keys == nil || *z.Keys != 2 {
+		t.Errorf("zone api: %+v", z)
+	}
+	if z := zs.Zones[1]; z.Name != "login" || z.Algorithm != "token_bucket" || z.Keys == nil || *z.Keys != 0 {
+		t.Errorf("zone login: %+v", z)
+	}
+
+	if code, body := adminCall(t, a, "POST", "/rate_limit/zones", ""); code != http.StatusMethodNotAllowed {
+		t.Errorf("POST zones: %d %s, want 405", code, body)
+	}
+	if code, body := adminCall(t, a, "GET", "/rate_limit/other", ""); code != http.StatusNotFound {
+		t.Errorf("GET other: %d %s, want 404", code, body)
+	}
+
+	// Another load without rate_limit handlers has no zones.
+	other := new(AdminAPI)
+	if err := other.Provision(testContext(t)); err != nil {
+		t.Fatal(err)
+	}
+	if code, body := adminCall(t, other, "GET", "/rate_limit/zones", ""); code != 200 || decodeAs[adminZones](t, body).Zones == nil ||
+		len(decodeAs[adminZones](t, body).Zones) != 0 {
+		t.Errorf("GET zones of a load without zones: %d %s", code, body)
+	}
+}
+
+// TestAdminKey limits a key to 429, then inspects and resets it through
+// the API; the key holds '/', ':' and a space, escaped in the path.
+func TestAdminKey(t *testing.T) {
+	clock := newClock()
+	a, hs := adminSetup(t, clock, `{"zones": [{"name": "api", "key": "{http.request.header.X-Key}",
+		"limits": [{"events": 2, "window": 60000000000}, {"events": 10, "window": 3600000000000}]}]}`)
+	h := hs[0]
+	const key = "team/a: b"
+	const path = "/rate_limit/zones/api/keys/team%2Fa:%20b"
+	for i := range 2 {
+		if res := serve(h, newReq("192.0.2.1:1", header("X-Key", key))); res.code != 200 {
+			t.Fatalf("request %d: %d", i+1, res.code)
+		}
+	}
+	if res := serve(h, newReq("192.0.2.1:1", header("X-Key", key))); res.code != http.StatusTooManyRequests {
+		t.Fatalf("third request: %d, want 429", res.code)
+	}
+	clock.Advance(10 * time.Second)
+
+	code, body := adminCall(t, a, "GET", path, "")
+	if code != 200 {
+		t.Fatalf("GET key: %d %s", code, body)
+	}
+	k := decodeAs[adminKey](t, body)
+	want := []adminTierState{
+		{Limit: 2, Window: "1m0s", Used: 2, Remaining: 0, ResetAfter: "50s"},
+		{Limit: 10, Window: "1h0m0s", Used: 2, Remaining: 8, ResetAfter: "59m50s"},
+	}
+	if k.Zone != "api" || k.Key != key || len(k.Tiers) != 2 || k.Tiers[0] != want[0] || k.Tiers[1] != want[1] || k.BlockedUntil != nil {
+		t.Fatalf("GET key: %+v, want tiers %+v", k, want)
+	}
+	// Looking consumes nothing.
+	if _, body := adminCall(t, a, "GET", path, ""); decodeAs[adminKey](t, body).Tiers[1].Used != 2 {
+		t.Fatalf("second GET: %s", body)
+	}
+
+	if code, body := adminCall(t, a, "DELETE", path, ""); code != 200 {
+		t.Fatalf("DELETE key: %d %s", code, body)
+	}
+	if _, body := adminCall(t, a, "GET", path, ""); decodeAs[adminKey](t, body).Tiers[0].Used != 0 {
+		t.Fatalf("GET after DELETE: %s", body)
+	}
+	if res := serve(h, newReq("192.0.2.1:1", header("X-Key", key))); res.code != 200 {
+		t.Fatalf("request after reset: %d, want 200", res.code)
+	}
+}
+
+// TestAdminKeyForm: the key typed is turned into the zone's key as the
+// handler forms it: an address grouped by the prefix, a long key hashed.
+func TestAdminKeyForm(t *testing.T) {
+	clock := newClock()
+	a, hs := adminSetup(t, clock, `{"zones": [{"name": "ip", "key": "{http.request.remote.host}", "ipv4_prefix": 24, "limits": [{"events": 5, "window": 60000000000}]}]}`,
+		`{"zones": [{"name": "hdr", "key": "{http.request.header.X-Key}", "limits": [{"events": 5, "window": 60000000000}]}]}`)
+	serve(hs[0], newReq("203.0.113.7:1234"))
+	long := strings.Repeat("x", 300)
+	serve(hs[1], newReq("192.0.2.1:1", header("X-Key", long)))
+
+	for _, c := range []struct{ path, key string }{
+		{"/rate_limit/zones/ip/keys/203.0.113.99", "203.0.113.0/24"},
+		{"/rate_limit/zones/ip/keys/203.0.113.0%2F24", "203.0.113.0/24"},
+		{"/rate_limit/zones/hdr/keys/" + long, hashKey(long)},
+		{"/rate_limit/zones/hdr/keys/" + hashKey(long), hashKey(long)},
+	} {
+		code, body := adminCall(t, a, "GET", c.path, "")
+		k := decodeAs[adminKey](t, body)
+		if code != 200 || k.Key != c.key || k.Tiers[0].Used != 1 {
+			t.Errorf("GET %.60s: %d %+v, want key %q with 1 used", c.path, code, k, c.key)
+		}
+	}
+}
+
+func TestAdminBadInput(t *testing.T) {
+	a, _ := adminSetup(t, newClock(), `{"zones": [{"name": "api", "limits": [{"events": 5, "window": 60000000000}]}]}`)
+	for _, c := range []struct {
+		method, path, body string
+		code               int
+		msg                string
+	}{
+		{"GET", "/rate_limit/zones/nope/keys/k", "", 404, `unknown zone "nope"`},
+		{"GET", "/rate_limit/zones/api/keys/", "", 400, "empty key"},
+		{"GET", "/rate_limit/zones/api", "", 404, "not found"},
+		{"GET", "/rate_limit/zones/api/keys/k/other", "", 404, "not found"},
+		{"PUT", "/rate_limit/zones/api/keys/k", "", 405, "PUT"},
+		{"GET", "/rate_limit/zones/api/keys/k/block", "", 405, "GET"},
+		{"POST", "/rate_limit/zones/api/keys/k/block", `{"duration": "soon"}`, 400, "body"},
+		{"POST", "/rate_limit/zones/api/keys/k/block", `{"duration": "-1h"}`, 400, "positive"},
+		{"POST", "/rate_limit/zones/api/keys/k/block", ``, 400, "body"},
+	} {
+		code, body := adminCall(t, a, c.method, c.path, c.body)
+		if code != c.code || !strings.Contains(body, c.msg) {
+			t.Errorf("%s %s %s: %d %q, want %d and %q", c.method, c.path, c.body, code, body, c.code, c.msg)
+		}
+	}
+}
+
+// TestAdminBlock: the stores of this branch cannot block (store.Blocker):
+// the block routes answer 501 with a message.
+func TestAdminBlock(t *testing.T) {
+	a, _ := adminSetup(t, newClock(), `{"zones": [{"name": "api", "limits": [{"events": 5, "window": 60000000000}]}]}`)
+	for _, c := range []struct{ method, body string }{{"POST", `{"duration": "1h"}`}, {"DELETE", ""}} {
+		code, body := adminCall(t, a, c.method, "/rate_limit/zones/api/keys/192.0.2.1/block", c.body)
+		if code != http.StatusNotImplemented || !strings.Contains(body, "cannot block") {
+			t.Errorf("%s block: %d %q, want 501", c.method, code, body)
+		}
+	}
+}
