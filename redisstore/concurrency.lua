@@ -39,13 +39,14 @@ last = t
 local expired = redis.call('ZRANGEBYSCORE', zkey, '-inf', str(t))
 if #expired > 0 then
   for _, m in ipairs(expired) do held = held - lease_cost(m) end
-  redis.call('ZREMRANGEBYSCORE', zkey, '-inf', str(t))
+  if not PEEK then redis.call('ZREMRANGEBYSCORE', zkey, '-inf', str(t)) end
 end
 
 local function save()
   local horizon = 0
   local newest = redis.call('ZRANGE', zkey, -1, -1, 'WITHSCORES')
-  if #newest == 2 then horizon = tonumber(newest[2]) - t end
+  if #newest == 2 then horizon = math.max(tonumber(newest[2]) - t, 0) end
+  if PEEK then return horizon end
   redis.call('HSET', hkey, 't', str(last), 'k', str(last_token), 'h', str(held))
   local ttl = ttl_ms(horizon)
   redis.call('PEXPIRE', hkey, ttl)
@@ -106,6 +107,7 @@ else
   retry = wait
 end
 local reset = save()
+if PEEK then return {events, events - held, reset} end
 -- more: when the oldest lease expires, at most a second (as retry).
 local more = 0
 local oldest = redis.call('ZRANGE', zkey, 0, 0, 'WITHSCORES')

@@ -3,7 +3,7 @@
 -- is one EVALSHA.
 --
 -- Common arguments of every script:
---   ARGV[1] mode: "0" take, "1" undo
+--   ARGV[1] mode: "0" take, "1" undo, "2" peek (cost 0, nothing written)
 --   ARGV[2] now in microseconds since the epoch; "" (or "0") means read
 --           Redis TIME here. Calling TIME in a script that writes is allowed:
 --           Redis 7 replicates a script's effects (its writes), never the
@@ -15,8 +15,9 @@
 --   ARGV[6] the TTL margin in milliseconds (added to every key's TTL)
 --   ARGV[7] n, the number of tiers, then per tier the algorithm's constants
 -- Every script answers {allowed (1/0), tier (0-based), limit, remaining,
--- reset_after_us, retry_after_us, delay_us, token, more_after_us}, or 0 for
--- an undo.
+-- reset_after_us, retry_after_us, delay_us, token, more_after_us}, 0 for
+-- an undo, and for a peek every tier's {limit, remaining, reset_after_us}
+-- one after the other.
 --
 -- Arithmetic: all values are integers below 2^53, exact in Lua's doubles.
 -- Lua 5.1 has no integer division: idiv truncates toward zero as Go's / does
@@ -59,6 +60,18 @@ local COUNT_REJECTED = ARGV[4] == '1'
 local MARGIN_MS = tonumber(ARGV[6])
 local N = tonumber(ARGV[7])
 
+-- A peek runs the take of cost 0 with every write left out (save_state,
+-- and the scripts' own writes check PEEK): the operator's look at a key
+-- changes nothing. peek_tier collects its answer.
+local PEEK = MODE == '2'
+if PEEK then COST = 0 end
+local peeked = {}
+local function peek_tier(limit, rem, reset)
+  if rem < 0 then rem = 0 end
+  local n = #peeked
+  peeked[n + 1], peeked[n + 2], peeked[n + 3] = limit, rem, reset
+end
+
 -- ttl_ms is the PEXPIRE of a state that needs us more microseconds: rounded
 -- up to milliseconds plus the margin (ARGV[6]), as a decimal string.
 local function ttl_ms(us)
@@ -89,6 +102,7 @@ end
 -- (see ttl_ms), and returns that TTL for the script's other keys.
 local function save_state(key, v, us)
   local ttl = ttl_ms(us)
+  if PEEK then return ttl end
   redis.call('SET', key, string.format(string.rep('%d ', #v), unpack(v)), 'PX', ttl)
   return ttl
 end
@@ -122,12 +136,14 @@ local function win_pick(allowed)
   local p = {set = false}
   function p.offer(i, limit, rem, reset, wait)
     if rem < 0 then rem = 0 end
+    if PEEK then peek_tier(limit, rem, reset) end
     if p.set then
       if allowed and rem >= p.rem or (not allowed) and wait <= p.wait then return end
     end
     p.set, p.tier, p.limit, p.rem, p.reset, p.wait = true, i, limit, rem, reset, wait
   end
   function p.result(more)
+    if PEEK then return peeked end
     local retry, m = 0, 0
     if not allowed then retry = p.wait end
     if p.rem < p.limit then m = more(p.tier + 1) end
@@ -180,6 +196,7 @@ local function bucket_result(allowed, P, tier, delay)
     local p = P[i]
     local rem, reset, wait, more = tier(i)
     local v = {tier = i - 1, remaining = rem, reset = reset, more = more, wait = 0, impossible = false}
+    if PEEK then peek_tier(p.burst, rem, reset) end
     if allowed then
       if better_allowed(v, best) then best = v end
     else
@@ -192,6 +209,7 @@ local function bucket_result(allowed, P, tier, delay)
       if better_denied(v, best) then best = v end
     end
   end
+  if PEEK then return peeked end
   local retry = 0
   if not allowed then
     retry = best.wait

@@ -96,6 +96,7 @@ local function save(newest_ts)
     if ts and ts + P[i].W - t > horizon then horizon = ts + P[i].W - t end
   end
   local ttl = save_state(mkey, v, horizon)
+  if PEEK then return end
   for i = 1, N do redis.call('PEXPIRE', P[i].key, ttl) end
 end
 
@@ -159,7 +160,7 @@ local function expire(i)
   if k == 16 then
     local last = redis.call('ZRANGE', key, -1, -1, 'WITHSCORES')
     if run(last[1]) <= cut then
-      redis.call('DEL', key)
+      if not PEEK then redis.call('DEL', key) end
       count[i] = 0
       return
     end
@@ -173,7 +174,7 @@ local function expire(i)
     k = lo + 1
   end
   if k > 0 then
-    redis.call('ZREMRANGEBYRANK', key, 0, k - 1)
+    if not PEEK then redis.call('ZREMRANGEBYRANK', key, 0, k - 1) end
     count[i] = C[i] - tonumber(score)
   end
 end
