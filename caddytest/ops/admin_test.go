@@ -1,0 +1,121 @@
+package ops
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"strconv"
+	"strings"
+	"testing"
+
+	caddycmd "github.com/caddyserver/caddy/v2/cmd"
+	"github.com/spf13/cobra"
+
+	"github.com/zonelimit/caddy-ratelimit/internal/caddytesting"
+	"github.com/zonelimit/caddy-ratelimit/internal/redistest"
+)
+
+// rateLimitCLI runs `caddy rate-limit args...` in-process against the
+// live Caddy's admin endpoint and returns what it printed and its error.
+func rateLimitCLI(t *testing.T, args ...string) (string, error) {
+	t.Helper()
+	c, ok := caddycmd.Commands()["rate-limit"]
+	if !ok {
+		t.Fatal("no rate-limit command registered")
+	}
+	root := &cobra.Command{Use: c.Name, SilenceErrors: true}
+	c.CobraFunc(root)
+	var out bytes.Buffer
+	root.SetOut(&out)
+	root.SetErr(io.Discard)
+	root.SetArgs(append(args, "--address", "localhost:"+strconv.Itoa(adminPort)))
+	err := root.Execute()
+	return out.String(), err
+}
+
+// adminGet is the JSON answer of GET path on the admin endpoint.
+func adminGet(t *testing.T, path string) map[string]any {
+	t.Helper()
+	resp, err := http.Get(live.AdminURL(path))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var v map[string]any
+	if err := json.NewDecoder(resp.Body).Decode(&v); err != nil || resp.StatusCode != 200 {
+		t.Fatalf("GET %s: %d %v", path, resp.StatusCode, err)
+	}
+	return v
+}
+
+// TestAdminResetKey: a key limited to 429 shows 0 remaining through the
+// admin API and the CLI; a reset lets its next request through. With store
+// memory and with store redis (whose denial the deny cache remembers).
+func TestAdminResetKey(t *testing.T) {
+	srv := redistest.Start(t)
+	const memZone, redisZone = "ops_admin_mem", "ops_admin_redis"
+	site := func(host, zone, store string) string {
+		return fmt.Sprintf(`
+http://%s:%d {
+	rate_limit {
+		zone %s {
+			key {http.request.header.X-Client}
+			limit 2 1h
+			limit 10 24h
+		}
+		%s
+	}
+	respond "ok"
+}
+`, host, httpPort, zone, store)
+	}
+	live.LoadSites(t, site("mem.test", memZone, "")+
+		site("redis.test", redisZone, "store redis\n\t\tredis {\n\t\t\taddress "+srv.Addr+"\n\t\t}"))
+
+	zones := adminGet(t, "/rate_limit/zones")["zones"].([]any)
+	if len(zones) != 2 {
+		t.Fatalf("zones: %v", zones)
+	}
+	out, err := rateLimitCLI(t, "zones")
+	if err != nil || !strings.Contains(out, memZone+": 2 per 1h and 10 per 24h, sliding_log, memory, 0 keys held") ||
+		!strings.Contains(out, redisZone+": 2 per 1h and 10 per 24h, sliding_log, redis") {
+		t.Fatalf("rate-limit zones: %v\n%s", err, out)
+	}
+
+	for _, c := range []struct{ host, zone string }{{"mem.test", memZone}, {"redis.test", redisZone}} {
+		hdr := []string{"Host", c.host, "X-Client", "team/a b"}
+		live.ExpectCodes(t, "/", hdr, 200, 200, 429)
+
+		key := adminGet(t, "/rate_limit/zones/"+c.zone+"/keys/team%2Fa%20b")
+		tier := key["tiers"].([]any)[0].(map[string]any)
+		if tier["remaining"] != 0.0 || tier["used"] != 2.0 || key["key"] != "team/a b" {
+			t.Fatalf("%s: GET key: %v", c.zone, key)
+		}
+		out, err := rateLimitCLI(t, "get", "--zone", c.zone, "--key", "team/a b")
+		if err != nil || !strings.Contains(out, "2 of 2 used per 1h, 0 remaining") || !strings.Contains(out, "2 of 10 used per 24h, 8 remaining") {
+			t.Fatalf("%s: rate-limit get: %v\n%s", c.zone, err, out)
+		}
+
+		out, err = rateLimitCLI(t, "reset", "--zone", c.zone, "--key", "team/a b")
+		if err != nil || !strings.Contains(out, "reset key team/a b in zone "+c.zone) {
+			t.Fatalf("%s: rate-limit reset: %v\n%s", c.zone, err, out)
+		}
+		if r := live.Get(t, "/", hdr...); r.Code != 200 || caddytesting.Remaining(t, r) != 1 {
+			t.Fatalf("%s: request after the reset: %d, remaining %q", c.zone, r.Code, r.Header.Get("X-RateLimit-Remaining"))
+		}
+	}
+
+	// Errors: the API's message, and a non-zero exit.
+	if _, err := rateLimitCLI(t, "get", "--zone", "nope", "--key", "k"); err == nil || !strings.Contains(err.Error(), `unknown zone "nope"`) {
+		t.Errorf("rate-limit get of an unknown zone: %v", err)
+	}
+	if _, err := rateLimitCLI(t, "block", "--zone", memZone, "--key", "k", "--for", "soon"); err == nil || !strings.Contains(err.Error(), "--for") {
+		t.Errorf("rate-limit block --for soon: %v", err)
+	}
+	// The stores of this build cannot block: 501.
+	if _, err := rateLimitCLI(t, "block", "--zone", memZone, "--key", "k", "--for", "1h"); err == nil || !strings.Contains(err.Error(), "HTTP 501") {
+		t.Errorf("rate-limit block: %v", err)
+	}
+}
