@@ -138,13 +138,17 @@ func apiMessage(err error) error {
 	return err
 }
 
-// keyPath is the API path of the key given with --zone and --key.
-func keyPath(fl caddycmd.Flags) (string, error) {
+// keyCall sends method to the API path of the key given with --zone and
+// --key, plus suffix, and returns the answer.
+func keyCall(api *adminClient, fl caddycmd.Flags, method, suffix string, body any) (adminKey, error) {
+	var k adminKey
 	zone, key := fl.String("zone"), fl.String("key")
 	if zone == "" || key == "" {
-		return "", errors.New("--zone and --key are required")
+		return k, errors.New("--zone and --key are required")
 	}
-	return "/rate_limit/zones/" + url.PathEscape(zone) + "/keys/" + url.PathEscape(key), nil
+	path := "/rate_limit/zones/" + url.PathEscape(zone) + "/keys/" + url.PathEscape(key) + suffix
+	err := api.do(method, path, body, &k)
+	return k, err
 }
 
 func cmdZones(api *adminClient, _ caddycmd.Flags, w io.Writer) error {
@@ -163,7 +167,7 @@ func cmdZones(api *adminClient, _ caddycmd.Flags, w io.Writer) error {
 		}
 		line := fmt.Sprintf("%s: %s, %s, %s", z.Name, strings.Join(limits, " and "), z.Algorithm, z.Store)
 		if z.Keys != nil {
-			line += fmt.Sprintf(", %d keys held", *z.Keys)
+			line += fmt.Sprintf(", keys held: %d", *z.Keys)
 		}
 		fmt.Fprintln(w, line)
 	}
@@ -171,12 +175,8 @@ func cmdZones(api *adminClient, _ caddycmd.Flags, w io.Writer) error {
 }
 
 func cmdGet(api *adminClient, fl caddycmd.Flags, w io.Writer) error {
-	path, err := keyPath(fl)
+	k, err := keyCall(api, fl, http.MethodGet, "", nil)
 	if err != nil {
-		return err
-	}
-	var k adminKey
-	if err := api.do(http.MethodGet, path, nil, &k); err != nil {
 		return err
 	}
 	fmt.Fprintf(w, "zone %s, key %s\n", k.Zone, k.Key)
@@ -196,12 +196,8 @@ func cmdGet(api *adminClient, fl caddycmd.Flags, w io.Writer) error {
 }
 
 func cmdReset(api *adminClient, fl caddycmd.Flags, w io.Writer) error {
-	path, err := keyPath(fl)
+	k, err := keyCall(api, fl, http.MethodDelete, "", nil)
 	if err != nil {
-		return err
-	}
-	var k adminKey
-	if err := api.do(http.MethodDelete, path, nil, &k); err != nil {
 		return err
 	}
 	fmt.Fprintf(w, "reset key %s in zone %s: its next request finds it whole\n", k.Key, k.Zone)
@@ -209,16 +205,12 @@ func cmdReset(api *adminClient, fl caddycmd.Flags, w io.Writer) error {
 }
 
 func cmdBlock(api *adminClient, fl caddycmd.Flags, w io.Writer) error {
-	path, err := keyPath(fl)
-	if err != nil {
-		return err
-	}
 	d, err := caddy.ParseDuration(fl.String("for"))
 	if err != nil || d <= 0 {
 		return fmt.Errorf("--for: want a positive duration such as 30m, 1h or 2d, got %q", fl.String("for"))
 	}
-	var k adminKey
-	if err := api.do(http.MethodPost, path+"/block", map[string]string{"duration": d.String()}, &k); err != nil {
+	k, err := keyCall(api, fl, http.MethodPost, "/block", map[string]string{"duration": d.String()})
+	if err != nil {
 		return err
 	}
 	until := "?"
@@ -230,12 +222,8 @@ func cmdBlock(api *adminClient, fl caddycmd.Flags, w io.Writer) error {
 }
 
 func cmdUnblock(api *adminClient, fl caddycmd.Flags, w io.Writer) error {
-	path, err := keyPath(fl)
+	k, err := keyCall(api, fl, http.MethodDelete, "/block", nil)
 	if err != nil {
-		return err
-	}
-	var k adminKey
-	if err := api.do(http.MethodDelete, path+"/block", nil, &k); err != nil {
 		return err
 	}
 	fmt.Fprintf(w, "unblocked key %s in zone %s\n", k.Key, k.Zone)

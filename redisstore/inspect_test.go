@@ -26,6 +26,21 @@ func dumps(t *testing.T, c redis.UniversalClient, keys []string) []string {
 	return out
 }
 
+// inspectLimiter is the limiter of name with the tiers 3 per 10s and 10
+// per minute (concurrency: the first only).
+func inspectLimiter(t *testing.T, name string) (algorithms.Config, algorithms.Limiter) {
+	t.Helper()
+	cfg := algorithms.Config{Tiers: []algorithms.Tier{{Events: 3, Window: 10 * time.Second}, {Events: 10, Window: time.Minute}}}
+	if name == algorithms.Concurrency {
+		cfg.Tiers = cfg.Tiers[:1]
+	}
+	l, err := limiter(name, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cfg, l
+}
+
 // TestStoreInspectReset: for every algorithm, the peek reports every tier
 // as the Go twin's Peek does and writes nothing; a reset through one store
 // (instance) makes the key whole for another on the same Redis.
@@ -34,14 +49,7 @@ func TestStoreInspectReset(t *testing.T) {
 	ctx := context.Background()
 	for _, name := range algorithms.Names {
 		t.Run(name, func(t *testing.T) {
-			cfg := algorithms.Config{Tiers: []algorithms.Tier{{Events: 3, Window: 10 * time.Second}, {Events: 10, Window: time.Minute}}}
-			if name == algorithms.Concurrency {
-				cfg.Tiers = cfg.Tiers[:1]
-			}
-			l, err := limiter(name, cfg)
-			if err != nil {
-				t.Fatal(err)
-			}
+			cfg, l := inspectLimiter(t, name)
 			a, b := mustStore(t, c, l, "inspect"), mustStore(t, c, l, "inspect")
 			a.setMargin(time.Hour) // real time must not expire the timeline's keys
 			b.setMargin(time.Hour)
@@ -115,14 +123,7 @@ func TestStoreResetCluster(t *testing.T) {
 	_, c := newClusterClient(t)
 	ctx := context.Background()
 	for _, name := range []string{algorithms.SlidingLog, algorithms.Concurrency} {
-		cfg := algorithms.Config{Tiers: []algorithms.Tier{{Events: 3, Window: 10 * time.Second}, {Events: 10, Window: time.Minute}}}
-		if name == algorithms.Concurrency {
-			cfg.Tiers = cfg.Tiers[:1]
-		}
-		l, err := limiter(name, cfg)
-		if err != nil {
-			t.Fatal(err)
-		}
+		_, l := inspectLimiter(t, name)
 		s := mustStore(t, c, l, "reset")
 		keys := s.Keys("a/b c")
 		if _, err := s.Take(ctx, "a/b c", time.Time{}, 2); err != nil {

@@ -79,7 +79,7 @@ http://%s:%d {
 		t.Fatalf("zones: %v", zones)
 	}
 	out, err := rateLimitCLI(t, "zones")
-	if err != nil || !strings.Contains(out, memZone+": 2 per 1h and 10 per 24h, sliding_log, memory, 0 keys held") ||
+	if err != nil || !strings.Contains(out, memZone+": 2 per 1h and 10 per 24h, sliding_log, memory, keys held: 0") ||
 		!strings.Contains(out, redisZone+": 2 per 1h and 10 per 24h, sliding_log, redis") {
 		t.Fatalf("rate-limit zones: %v\n%s", err, out)
 	}
