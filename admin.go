@@ -14,7 +14,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/zonelimit/caddy-ratelimit/keyresolver"
-	"github.com/zonelimit/caddy-ratelimit/redisstore"
 	"github.com/zonelimit/caddy-ratelimit/store"
 )
 
@@ -69,36 +68,44 @@ func (a *AdminAPI) Routes() []caddy.AdminRoute {
 type runningZones struct {
 	mu    sync.Mutex
 	names []string
-	zones map[string]*zone
+	zones map[string]runningZone
 }
 
-func (rz *runningZones) add(z *zone) {
+// runningZone is a zone and the name of its store: memory, redis, or
+// redis_sync (the two-layer store of sync_interval).
+type runningZone struct {
+	*zone
+	store string
+}
+
+func (rz *runningZones) add(z *zone, storeName string) {
 	rz.mu.Lock()
 	defer rz.mu.Unlock()
 	if rz.zones == nil {
-		rz.zones = make(map[string]*zone)
+		rz.zones = make(map[string]runningZone)
 	}
 	if _, ok := rz.zones[z.name]; !ok {
-		rz.zones[z.name] = z
+		rz.zones[z.name] = runningZone{zone: z, store: storeName}
 		rz.names = append(rz.names, z.name)
 	}
 }
 
 // list returns the zones in order.
-func (rz *runningZones) list() []*zone {
+func (rz *runningZones) list() []runningZone {
 	rz.mu.Lock()
 	defer rz.mu.Unlock()
-	out := make([]*zone, len(rz.names))
+	out := make([]runningZone, len(rz.names))
 	for i, n := range rz.names {
 		out[i] = rz.zones[n]
 	}
 	return out
 }
 
+// get returns the zone named name, or nil.
 func (rz *runningZones) get(name string) *zone {
 	rz.mu.Lock()
 	defer rz.mu.Unlock()
-	return rz.zones[name]
+	return rz.zones[name].zone
 }
 
 // running returns the zones of the router's config load (none when it has
@@ -123,37 +130,76 @@ func (a *AdminAPI) running() *runningZones {
 
 // Answers of the API.
 type (
+	// adminZones answers GET /rate_limit/zones.
 	adminZones struct {
+		// Zones are the running config's zones, in the order they were
+		// provisioned.
 		Zones []adminZone `json:"zones"`
 	}
 	adminZone struct {
-		Name      string      `json:"name"`
-		Store     string      `json:"store"`
-		Algorithm string      `json:"algorithm"`
-		Tiers     []adminTier `json:"tiers"`
+		// Name is the zone's name.
+		Name string `json:"name"`
+
+		// Store is where its counts live: "memory", "redis", or
+		// "redis_sync" (redis with sync_interval: the two-layer store).
+		Store string `json:"store"`
+
+		// Algorithm is the zone's algorithm.
+		Algorithm string `json:"algorithm"`
+
+		// Tiers are the zone's limits, in order.
+		Tiers []adminTier `json:"tiers"`
+
 		// Keys is how many keys the zone holds in this instance's
-		// memory (store memory, or the two-layer store's local layer).
+		// memory (store memory, or the two-layer store's local layer);
+		// absent for store redis.
 		Keys *int `json:"keys,omitempty"`
 	}
 	adminTier struct {
-		Events int64  `json:"events"`
+		// Events is how many units the tier admits per window.
+		Events int64 `json:"events"`
+
+		// Window is the tier's window, as a Go duration ("1m0s").
 		Window string `json:"window"`
 	}
+	// adminKey answers a request about one key.
 	adminKey struct {
-		Zone         string           `json:"zone"`
-		Key          string           `json:"key"`
-		Tiers        []adminTierState `json:"tiers,omitempty"`
-		BlockedUntil *time.Time       `json:"blocked_until,omitempty"`
+		// Zone is the zone's name.
+		Zone string `json:"zone"`
+
+		// Key is the key as the zone's handler forms it (an address
+		// grouped by the zone's prefixes, a long key hashed).
+		Key string `json:"key"`
+
+		// Tiers is the key's state per tier (GET only).
+		Tiers []adminTierState `json:"tiers,omitempty"`
+
+		// BlockedUntil is when the key's block ends; absent when it is
+		// not blocked.
+		BlockedUntil *time.Time `json:"blocked_until,omitempty"`
 	}
 	adminTierState struct {
-		Limit      int64  `json:"limit"`
-		Window     string `json:"window"`
-		Used       int64  `json:"used"`
-		Remaining  int64  `json:"remaining"`
+		// Limit is the tier's capacity in units: its events, or the
+		// burst of a bucket algorithm.
+		Limit int64 `json:"limit"`
+
+		// Window is the tier's window, as a Go duration.
+		Window string `json:"window"`
+
+		// Used is Limit - Remaining.
+		Used int64 `json:"used"`
+
+		// Remaining is how many units the tier would admit now.
+		Remaining int64 `json:"remaining"`
+
+		// ResetAfter is how long until the tier is whole again if
+		// nothing more arrives, as a Go duration ("0s" when whole).
 		ResetAfter string `json:"reset_after"`
 	}
+	// adminBlockRequest is the body of POST .../block.
 	adminBlockRequest struct {
-		// Duration is how long the key is refused, e.g. "1h" or "2d".
+		// Duration is how long the key is refused, e.g. "1h" or "2d"
+		// (or nanoseconds). Required, positive.
 		Duration caddy.Duration `json:"duration"`
 	}
 )
@@ -272,29 +318,17 @@ func (a *AdminAPI) listZones() adminZones {
 	zs := a.running().list()
 	out := adminZones{Zones: make([]adminZone, 0, len(zs))}
 	for _, z := range zs {
-		az := adminZone{Name: z.name, Store: z.storeKind(), Algorithm: z.algorithm}
+		az := adminZone{Name: z.name, Store: z.store, Algorithm: z.algorithm}
 		for _, t := range z.tiers {
 			az.Tiers = append(az.Tiers, adminTier{Events: t.Events, Window: t.Window.String()})
 		}
-		if l, ok := z.store.(interface{ Len() int }); ok {
+		if l, ok := z.zone.store.(interface{ Len() int }); ok {
 			n := l.Len()
 			az.Keys = &n
 		}
 		out.Zones = append(out.Zones, az)
 	}
 	return out
-}
-
-// storeKind names the zone's store: memory, redis, or redis_sync (the
-// two-layer store of sync_interval).
-func (z *zone) storeKind() string {
-	switch z.store.(type) {
-	case *store.Memory:
-		return "memory"
-	case *redisstore.SyncStore:
-		return "redis_sync"
-	}
-	return "redis"
 }
 
 // adminKey is the key the zone's handler forms for a request whose

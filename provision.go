@@ -225,7 +225,7 @@ func (h *Handler) provision(ctx caddy.Context, opts provisionOptions) error {
 		}
 		h.rt.zones = append(h.rt.zones, z)
 		if lz != nil {
-			lz.running.add(z)
+			lz.running.add(z, h.storeLabel())
 		}
 		policies = append(policies, z.policy)
 	}
