@@ -2,7 +2,6 @@ package redisstore
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"math/rand/v2"
 	"strconv"
@@ -18,93 +17,10 @@ import (
 	"github.com/zonelimit/caddy-ratelimit/internal/redistest"
 )
 
-// syncClock is a fake clock shared by the instances of a test.
-type syncClock struct {
-	mu sync.Mutex
-	t  time.Time
-}
-
-func (c *syncClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.t
-}
-
-func (c *syncClock) Set(t time.Time) {
-	c.mu.Lock()
-	c.t = t
-	c.mu.Unlock()
-}
-
-// alignedAfter returns the first multiple of w (since the Unix epoch) after
-// t.
-func alignedAfter(t time.Time, w time.Duration) time.Time {
-	us := w.Microseconds()
-	return time.UnixMicro((t.UnixMicro()/us + 1) * us).UTC()
-}
-
-// newTestSync returns a SyncStore without its goroutine (the test calls
-// Sync), closed when the test ends.
-func newTestSync(t testing.TB, c redis.UniversalClient, name string, cfg algorithms.Config, interval time.Duration, clk *syncClock, zone string) *SyncStore {
-	t.Helper()
-	l, err := algorithms.New(name, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	s, err := newSyncStore(c, l, Options{KeyPrefix: "rlsync:", Zone: zone}, SyncOptions{Interval: interval, Now: clk.Now})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { s.Close() })
-	return s
-}
-
 // counterKey is the Redis key of tier i's counter of the window holding at.
 func (s *SyncStore) counterKey(key string, i int, at time.Time) string {
 	p := &s.tiers[i]
 	return s.head + EscapeKey(key) + p.tail + strconv.FormatInt(floorDiv(at.UnixMicro(), p.window), 10)
-}
-
-func mustSync(t testing.TB, ctx context.Context, stores ...*SyncStore) {
-	t.Helper()
-	for _, s := range stores {
-		if err := s.Sync(ctx); err != nil {
-			t.Fatal(err)
-		}
-	}
-}
-
-func redisInt(t testing.TB, c redis.UniversalClient, key string) int64 {
-	t.Helper()
-	v, err := c.Get(context.Background(), key).Int64()
-	if err != nil && !errors.Is(err, redis.Nil) {
-		t.Fatal(err)
-	}
-	return v
-}
-
-// scriptCalls returns how many EVALSHA and EVAL Redis ran, and every
-// command it saw (INFO commandstats).
-func scriptCalls(t testing.TB, c *redis.Client) (int64, map[string]int64) {
-	t.Helper()
-	info, err := c.Info(context.Background(), "commandstats").Result()
-	if err != nil {
-		t.Fatal(err)
-	}
-	m := map[string]int64{}
-	for _, line := range strings.Split(info, "\n") {
-		name, rest, ok := strings.Cut(strings.TrimSpace(line), ":")
-		if !ok || !strings.HasPrefix(name, "cmdstat_") {
-			continue
-		}
-		for _, f := range strings.Split(rest, ",") {
-			if v, ok := strings.CutPrefix(f, "calls="); ok {
-				n, _ := strconv.ParseInt(v, 10, 64)
-				m[strings.TrimPrefix(name, "cmdstat_")] = n
-			}
-		}
-	}
-	return m["evalsha"] + m["eval"], m
 }
 
 // TestSyncSingleInstance: one instance admits exactly Events per window,
@@ -439,25 +355,6 @@ func TestSyncThreeInstances(t *testing.T) {
 	}
 }
 
-// syncPipeHook counts the commands and round trips a client sends.
-type syncPipeHook struct{ cmds, trips atomic.Int64 }
-
-func (h *syncPipeHook) DialHook(next redis.DialHook) redis.DialHook { return next }
-func (h *syncPipeHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
-	return func(ctx context.Context, cmd redis.Cmder) error {
-		h.cmds.Add(1)
-		h.trips.Add(1)
-		return next(ctx, cmd)
-	}
-}
-func (h *syncPipeHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return func(ctx context.Context, cmds []redis.Cmder) error {
-		h.cmds.Add(int64(len(cmds)))
-		h.trips.Add(1)
-		return next(ctx, cmds)
-	}
-}
-
 // TestSyncRedisCalls: Take sends nothing to Redis; a sync of K active keys
 // runs K scripts (EVALSHA) in one round trip; a key with no Take for two
 // intervals costs nothing.
@@ -466,7 +363,7 @@ func TestSyncRedisCalls(t *testing.T) {
 	ctx := context.Background()
 	sc := redis.NewClient(&redis.Options{Addr: srv.Addr})
 	defer sc.Close()
-	hook := &syncPipeHook{}
+	hook := &countHook{}
 	sc.AddHook(hook)
 	clk := &syncClock{}
 	clk.Set(t0)
