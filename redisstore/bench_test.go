@@ -3,7 +3,6 @@ package redisstore
 import (
 	"context"
 	"strconv"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -86,24 +85,18 @@ func BenchmarkSlidingLogFullKey(b *testing.B) {
 	const key = "full"
 	// One run per Take, each at its own µs, from 16 goroutines.
 	var next atomic.Int64
-	var wg sync.WaitGroup
-	for g := 0; g < 16; g++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for {
-				i := next.Add(1) - 1
-				if i >= n {
-					return
-				}
-				if _, err := s.Take(ctx, key, t0.Add(time.Duration(i)*time.Microsecond), 1); err != nil {
-					b.Error(err)
-					return
-				}
+	inParallel(16, func(int) {
+		for {
+			i := next.Add(1) - 1
+			if i >= n {
+				return
 			}
-		}()
-	}
-	wg.Wait()
+			if _, err := s.Take(ctx, key, t0.Add(time.Duration(i)*time.Microsecond), 1); err != nil {
+				b.Error(err)
+				return
+			}
+		}
+	})
 	keys := s.Keys(key)
 	if runs := c.ZCard(ctx, keys[len(keys)-1]).Val(); runs != n {
 		b.Fatalf("the key holds %d runs, want %d", runs, n)

@@ -81,25 +81,37 @@ func implemented(name string) bool {
 func takeConcurrently(t *testing.T, goroutines, n int, take func(g, i int) (algorithms.Decision, error)) int64 {
 	t.Helper()
 	var admitted atomic.Int64
-	var wg sync.WaitGroup
-	for g := 0; g < goroutines; g++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for i := 0; i < n; i++ {
-				d, err := take(g, i)
-				if err != nil {
-					t.Error(err)
-					return
-				}
-				if d.Allowed {
-					admitted.Add(1)
-				}
+	inParallel(goroutines, func(g int) {
+		for i := 0; i < n; i++ {
+			d, err := take(g, i)
+			if err != nil {
+				t.Error(err)
+				return
 			}
-		}()
+			if d.Allowed {
+				admitted.Add(1)
+			}
+		}
+	})
+	return admitted.Load()
+}
+
+// inParallel runs f(0) to f(n-1), each in a goroutine of its own, and
+// waits for them all.
+func inParallel(n int, f func(g int)) {
+	var wg sync.WaitGroup
+	for g := range n {
+		wg.Go(func() { f(g) })
 	}
 	wg.Wait()
-	return admitted.Load()
+}
+
+// idleClient returns a client of a port nothing listens on, for what must
+// never dial Redis.
+func idleClient(t testing.TB) *redis.Client {
+	c := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"})
+	t.Cleanup(func() { c.Close() })
+	return c
 }
 
 func oneTier(events int64, w time.Duration) algorithms.Config {
@@ -159,6 +171,12 @@ func newTestSync(t testing.TB, c redis.UniversalClient, name string, cfg algorit
 	}
 	t.Cleanup(func() { s.Close() })
 	return s
+}
+
+// counterKey is the Redis key of tier i's counter of the window holding at.
+func (s *SyncStore) counterKey(key string, i int, at time.Time) string {
+	p := &s.tiers[i]
+	return s.head + EscapeKey(key) + p.tail + strconv.FormatInt(floorDiv(at.UnixMicro(), p.window), 10)
 }
 
 func mustSync(t testing.TB, ctx context.Context, stores ...*SyncStore) {

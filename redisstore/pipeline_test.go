@@ -200,15 +200,9 @@ func TestPipelinerQueuedCallsNotSentAfterWait(t *testing.T) {
 	// the queue timeout, none is sent.
 	const queued = 20
 	errs := make([]error, queued)
-	var wave sync.WaitGroup
-	for i := range errs {
-		wave.Add(1)
-		go func() {
-			defer wave.Done()
-			_, errs[i] = s.Take(ctx, "second", time.Time{}, 1)
-		}()
-	}
-	wave.Wait()
+	inParallel(queued, func(i int) {
+		_, errs[i] = s.Take(ctx, "second", time.Time{}, 1)
+	})
 	for i, err := range errs {
 		if !errors.Is(err, errQueueTimeout) {
 			t.Errorf("queued call %d: %v, want the queue timeout", i+1, err)

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -17,8 +16,7 @@ import (
 )
 
 func TestNewStoreErrors(t *testing.T) {
-	c := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"})
-	defer c.Close()
+	c := idleClient(t)
 	l := mustLimiter(t, algorithms.SlidingLog, oneTier(1, time.Second))
 	if _, err := NewStore(c, l, Options{KeyPrefix: "rl{"}); err == nil || !strings.Contains(err.Error(), "brace") {
 		t.Fatalf("brace in key_prefix: %v", err)
@@ -32,8 +30,7 @@ func TestNewStoreErrors(t *testing.T) {
 }
 
 func TestKeysOneHashTag(t *testing.T) {
-	c := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"})
-	defer c.Close()
+	c := idleClient(t)
 	cfg := algorithms.Config{Tiers: []algorithms.Tier{{Events: 3, Window: time.Second}, {Events: 5, Window: 10 * time.Second}}}
 	for _, name := range algorithms.Names {
 		cfg := cfg
@@ -489,39 +486,33 @@ func TestConcurrencyAcrossInstances(t *testing.T) {
 		stores = append(stores, mustStore(t, ci, l, "inflight"))
 	}
 	var inFlight, maxSeen, admitted atomic.Int64
-	var wg sync.WaitGroup
-	for g := 0; g < 64; g++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			s := stores[g%3]
-			for i := 0; i < 8; i++ {
-				d, err := s.Take(ctx, "k", time.Time{}, 1)
-				if err != nil {
-					t.Error(err)
-					return
-				}
-				if !d.Allowed {
-					continue
-				}
-				admitted.Add(1)
-				n := inFlight.Add(1)
-				for {
-					m := maxSeen.Load()
-					if n <= m || maxSeen.CompareAndSwap(m, n) {
-						break
-					}
-				}
-				time.Sleep(200 * time.Microsecond)
-				inFlight.Add(-1)
-				if err := s.Undo(ctx, "k", time.Time{}, 1, d); err != nil {
-					t.Error(err)
-					return
+	inParallel(64, func(g int) {
+		s := stores[g%3]
+		for i := 0; i < 8; i++ {
+			d, err := s.Take(ctx, "k", time.Time{}, 1)
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			if !d.Allowed {
+				continue
+			}
+			admitted.Add(1)
+			n := inFlight.Add(1)
+			for {
+				m := maxSeen.Load()
+				if n <= m || maxSeen.CompareAndSwap(m, n) {
+					break
 				}
 			}
-		}()
-	}
-	wg.Wait()
+			time.Sleep(200 * time.Microsecond)
+			inFlight.Add(-1)
+			if err := s.Undo(ctx, "k", time.Time{}, 1, d); err != nil {
+				t.Error(err)
+				return
+			}
+		}
+	})
 	if m := maxSeen.Load(); m > 10 || m < 1 {
 		t.Fatalf("%d in flight at most, want 1..10", m)
 	}

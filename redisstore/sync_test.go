@@ -4,9 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
-	"strconv"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -16,12 +14,6 @@ import (
 	"github.com/zonelimit/caddy-ratelimit/algorithms"
 	"github.com/zonelimit/caddy-ratelimit/internal/redistest"
 )
-
-// counterKey is the Redis key of tier i's counter of the window holding at.
-func (s *SyncStore) counterKey(key string, i int, at time.Time) string {
-	p := &s.tiers[i]
-	return s.head + EscapeKey(key) + p.tail + strconv.FormatInt(floorDiv(at.UnixMicro(), p.window), 10)
-}
 
 // TestSyncSingleInstance: one instance admits exactly Events per window,
 // paced by its per-interval budget, with the right RetryAfter for either
@@ -561,8 +553,7 @@ func TestSyncKeysHaveTTL(t *testing.T) {
 // TestSyncUnsupported: only the counter algorithms can be summed; the
 // options are checked.
 func TestSyncUnsupported(t *testing.T) {
-	c := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"}) // never dialled
-	defer c.Close()
+	c := idleClient(t)
 	cfg := algorithms.Config{Tiers: []algorithms.Tier{{Events: 5, Window: time.Second}}}
 	for _, name := range algorithms.Names {
 		l, err := algorithms.New(name, cfg)
@@ -617,27 +608,21 @@ func TestSyncTicker(t *testing.T) {
 		t.Fatal(err)
 	}
 	var net atomic.Int64
-	var wg sync.WaitGroup
-	for g := 0; g < 8; g++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for i := 0; i < 2000; i++ {
-				key := fmt.Sprintf("k%d", (g+i)%4)
-				d, _ := s.Take(ctx, key, time.Time{}, 1)
-				if !d.Allowed {
-					t.Errorf("denied: %+v", d)
-					return
-				}
-				net.Add(1)
-				if i%7 == 0 {
-					s.Undo(ctx, key, time.Time{}, 1, d)
-					net.Add(-1)
-				}
+	inParallel(8, func(g int) {
+		for i := 0; i < 2000; i++ {
+			key := fmt.Sprintf("k%d", (g+i)%4)
+			d, _ := s.Take(ctx, key, time.Time{}, 1)
+			if !d.Allowed {
+				t.Errorf("denied: %+v", d)
+				return
 			}
-		}()
-	}
-	wg.Wait()
+			net.Add(1)
+			if i%7 == 0 {
+				s.Undo(ctx, key, time.Time{}, 1, d)
+				net.Add(-1)
+			}
+		}
+	})
 	sum := func() int64 {
 		var total int64
 		iter := c.Scan(ctx, 0, "rlsync:ticker:*", 100).Iterator()
@@ -763,10 +748,10 @@ func TestSyncCluster(t *testing.T) {
 			}
 		}
 	}
-	masters := map[string]bool{}
+	masters := map[int64]bool{} // by the third of the slots each master holds
 	for k := 0; k < K; k++ {
 		slot := c.ClusterKeySlot(ctx, s.counterKey(fmt.Sprintf("k%d", k), 0, base)).Val()
-		masters[strconv.FormatInt(slot*3/16384, 10)] = true
+		masters[slot*3/16384] = true
 	}
 	if len(masters) < 2 {
 		t.Fatalf("the keys all fell on one master: the test proves nothing")
