@@ -31,10 +31,11 @@ func newClient(t testing.TB) (*redistest.Server, *redis.Client) {
 	return srv, c
 }
 
-// newClusterClient starts a 6-node Redis Cluster and returns a client.
-func newClusterClient(t testing.TB) (*redistest.Cluster, *redis.ClusterClient) {
+// newClusterClient starts a Redis Cluster of 3 masters with replicas
+// replicas each and returns a client that sees every master.
+func newClusterClient(t testing.TB, replicas int) (*redistest.Cluster, *redis.ClusterClient) {
 	t.Helper()
-	cl := redistest.StartCluster(t, 3, 1)
+	cl := redistest.StartCluster(t, 3, replicas)
 	c := redis.NewClusterClient(&redis.ClusterOptions{Addrs: cl.Addrs})
 	t.Cleanup(func() { c.Close() })
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)

@@ -12,7 +12,6 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/zonelimit/caddy-ratelimit/algorithms"
-	"github.com/zonelimit/caddy-ratelimit/internal/redistest"
 )
 
 // TestSyncSingleInstance: one instance admits exactly Events per window,
@@ -714,17 +713,8 @@ func TestSyncMaxKeysAndIdle(t *testing.T) {
 // (every key's counters share its hash tag), the script is loaded on every
 // master on first use, and every counter lands where a reader finds it.
 func TestSyncCluster(t *testing.T) {
-	cl := redistest.StartCluster(t, 3, 0)
-	c := redis.NewClusterClient(&redis.ClusterOptions{Addrs: cl.Addrs})
-	defer c.Close()
+	_, c := newClusterClient(t, 0)
 	ctx := context.Background()
-	deadline := time.Now().Add(10 * time.Second)
-	for c.ForEachShard(ctx, func(ctx context.Context, s *redis.Client) error { return s.Ping(ctx).Err() }) != nil {
-		if time.Now().After(deadline) {
-			t.Fatal("cluster client never became ready")
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
 	clk := &syncClock{}
 	base := alignedAfter(t0, time.Minute)
 	clk.Set(base)
