@@ -1,6 +1,7 @@
 package ratelimit
 
 import (
+	"errors"
 	"strconv"
 	"strings"
 
@@ -49,21 +50,10 @@ func unmarshalRedis(d *caddyfile.Dispenser) (*RedisConfig, error) {
 			if len(rc.Addresses) == 0 {
 				return nil, d.Errf("redis: address takes one or more <host:port> (several: a Redis Cluster)")
 			}
-			for _, a := range rc.Addresses {
-				if err := checkHostPort(a); err != nil {
-					return nil, d.WrapErr(err)
-				}
-			}
 		case "url":
 			v, err := oneArg(d, "url", "redis[s]://[user:password@]host:port[/db]")
 			if err != nil {
 				return nil, err
-			}
-			if !strings.Contains(v, "{") && !strings.HasPrefix(v, "redis://") && !strings.HasPrefix(v, "rediss://") {
-				return nil, d.Errf("redis: url must start with redis:// or rediss://, got %q", v)
-			}
-			if err := checkRedisURL(v, 0); err != nil {
-				return nil, d.WrapErr(err)
 			}
 			rc.URL = v
 		case "sentinel":
@@ -72,11 +62,6 @@ func unmarshalRedis(d *caddyfile.Dispenser) (*RedisConfig, error) {
 				return nil, d.Errf("redis: sentinel takes the master name and one or more Sentinel addresses (sentinel <master> <host:port>...), got %d arguments", len(args))
 			}
 			rc.SentinelMaster, rc.SentinelAddresses = args[0], args[1:]
-			for _, a := range rc.SentinelAddresses {
-				if err := checkHostPort(a); err != nil {
-					return nil, d.WrapErr(err)
-				}
-			}
 		case "cluster":
 			if err := noArgs(d, "cluster"); err != nil {
 				return nil, err
@@ -93,9 +78,6 @@ func unmarshalRedis(d *caddyfile.Dispenser) (*RedisConfig, error) {
 			case "password":
 				rc.Password = v
 			default:
-				if strings.ContainsAny(v, "{}") && !isPlaceholder(v) {
-					return nil, d.Errf("redis: key_prefix %q must not contain a brace (it would change the Cluster hash tag)", v)
-				}
 				rc.KeyPrefix = v
 			}
 		case "db":
@@ -104,7 +86,7 @@ func unmarshalRedis(d *caddyfile.Dispenser) (*RedisConfig, error) {
 				return nil, err
 			}
 			n, err := strconv.Atoi(v)
-			if err != nil || n < 0 {
+			if err != nil {
 				return nil, d.Errf("redis: db must be a database number (0 or more), got %q", v)
 			}
 			rc.DB = n
@@ -138,8 +120,10 @@ func unmarshalRedis(d *caddyfile.Dispenser) (*RedisConfig, error) {
 			if err != nil {
 				return nil, err
 			}
-			if err := checkAtLeast(sub, dur, minRedisTimeout); err != nil {
-				return nil, d.Errf("redis: %v", err)
+			if dur == 0 {
+				// JSON's 0 is the default; written out, it would fail
+				// every call.
+				return nil, d.Errf("redis: %v", checkAtLeast(sub, dur, minRedisTimeout))
 			}
 			v := caddy.Duration(dur)
 			switch sub {
@@ -155,15 +139,21 @@ func unmarshalRedis(d *caddyfile.Dispenser) (*RedisConfig, error) {
 			if err != nil {
 				return nil, err
 			}
-			if n > maxPoolSize {
-				return nil, d.Errf("redis: pool_size must be at most %d, got %d", maxPoolSize, n)
-			}
 			rc.PoolSize = int(n)
 		default:
 			return nil, d.Errf("redis: unknown subdirective %q (want one of %s)", sub, strings.Join(redisSubdirectives, ", "))
 		}
 	}
+	// The checks are validate's: an error in one option is reported at
+	// that option's line, else at the redis line.
 	if err := rc.validate(); err != nil {
+		var oe *zoneError
+		if errors.As(err, &oe) {
+			if line, ok := seen[oe.option]; ok {
+				blockTok.Line = line
+			}
+			err = oe.err // without the hint for JSON
+		}
 		return nil, errAt(blockTok, err)
 	}
 	return rc, nil

@@ -30,6 +30,15 @@ func (h *Handler) unmarshalZone(d *caddyfile.Dispenser, zoneLines map[string]int
 	// after the block at the line at fault.
 	lines := make(map[string]caddyfile.Token)
 	var limitLines []caddyfile.Token // every limit line, for errors of one tier
+	// The options of one argument, kept as written: Validate checks them.
+	stringOptions := map[string]struct {
+		usage string
+		value *string
+	}{
+		"algorithm": {"<name>", &z.Algorithm},
+		"cost":      {"<n | placeholder>", &z.Cost},
+		"empty_key": {emptyKeyEnum.usage(), &z.EmptyKey},
+	}
 	for nesting := d.Nesting(); d.NextBlock(nesting); {
 		sub := d.Val()
 		if tok, dup := lines[sub]; dup && sub != "match" && sub != "limit" {
@@ -64,13 +73,6 @@ func (h *Handler) unmarshalZone(d *caddyfile.Dispenser, zoneLines map[string]int
 				return zerr(errors.New("key is empty"))
 			}
 			z.Key = v
-
-		case "algorithm":
-			v, err := oneArg(d, "algorithm", "<name>")
-			if err != nil {
-				return err
-			}
-			z.Algorithm = v
 
 		case "limit":
 			if tok, ok := firstOf(lines, "events", "window"); ok {
@@ -107,13 +109,6 @@ func (h *Handler) unmarshalZone(d *caddyfile.Dispenser, zoneLines map[string]int
 				return err
 			}
 			z.Burst = n
-
-		case "cost":
-			v, err := oneArg(d, "cost", "<n | placeholder>")
-			if err != nil {
-				return err
-			}
-			z.Cost = v
 
 		case "on_limit":
 			args := d.RemainingArgs()
@@ -186,12 +181,13 @@ func (h *Handler) unmarshalZone(d *caddyfile.Dispenser, zoneLines map[string]int
 				z.IPv6Prefix = bits
 			}
 
-		case "empty_key":
-			v, err := oneArg(d, "empty_key", emptyKeyEnum.usage())
+		case "algorithm", "cost", "empty_key":
+			opt := stringOptions[sub]
+			v, err := oneArg(d, sub, opt.usage)
 			if err != nil {
 				return err
 			}
-			z.EmptyKey = v
+			*opt.value = v
 
 		default:
 			return d.Errf("zone %q: unknown subdirective %q (want one of %s)", name, sub, strings.Join(zoneSubdirectives, ", "))

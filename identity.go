@@ -131,23 +131,16 @@ func differingFields(a, b map[string]json.RawMessage) []string {
 }
 
 // zoneIdentity is what gives a zone's counts their meaning and says where
-// they live (see storeKey): the zone's limit settings and its handler's
-// store settings, defaults filled in.
+// they live (see storeKey): the zone's limit settings (its Zone with the
+// other fields left zero) and its handler's store settings, defaults
+// filled in.
 type zoneIdentity struct {
-	Name          string          `json:"name"`
-	Algorithm     string          `json:"algorithm"`
-	Limits        []Limit         `json:"limits"`
-	Burst         int64           `json:"burst"`
-	CountRejected bool            `json:"count_rejected"`
-	Key           string          `json:"key"`
-	KeyResolver   json.RawMessage `json:"key_resolver,omitempty"`
-	IPv4Prefix    int             `json:"ipv4_prefix"`
-	IPv6Prefix    int             `json:"ipv6_prefix"`
-	Store         string          `json:"store"`
-	MaxKeys       int             `json:"max_keys"`
-	SweepInterval caddy.Duration  `json:"sweep_interval"`
-	Redis         *redisLocation  `json:"redis,omitempty"`
-	SyncInterval  caddy.Duration  `json:"sync_interval,omitempty"`
+	Zone
+	Store         string         `json:"store"`
+	MaxKeys       int            `json:"max_keys"`
+	SweepInterval caddy.Duration `json:"sweep_interval"`
+	Redis         *redisLocation `json:"redis,omitempty"`
+	SyncInterval  caddy.Duration `json:"sync_interval,omitempty"`
 }
 
 // redisLocation is which Redis database and keys hold a zone's counts (the
@@ -166,9 +159,11 @@ type redisLocation struct {
 // storeIdentity returns the JSON of zc's zoneIdentity.
 func (h *Handler) storeIdentity(zc *Zone) (string, error) {
 	id := zoneIdentity{
-		Name: zc.Name, Algorithm: zc.Algorithm, Limits: zc.Limits, Burst: zc.Burst,
-		CountRejected: zc.CountRejected, Key: zc.Key, KeyResolver: zc.KeyResolverRaw,
-		IPv4Prefix: zc.IPv4Prefix, IPv6Prefix: zc.IPv6Prefix,
+		Zone: Zone{
+			Name: zc.Name, Algorithm: zc.Algorithm, Limits: zc.Limits, Burst: zc.Burst,
+			CountRejected: zc.CountRejected, Key: zc.Key, KeyResolverRaw: zc.KeyResolverRaw,
+			IPv4Prefix: zc.IPv4Prefix, IPv6Prefix: zc.IPv6Prefix,
+		},
 		Store: h.Store, MaxKeys: h.MaxKeys, SweepInterval: h.SweepInterval,
 	}
 	if rc := h.rt.redisConf; h.Store == "redis" && rc != nil {

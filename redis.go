@@ -10,7 +10,6 @@ import (
 	"net"
 	"net/url"
 	"os"
-	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -132,29 +131,37 @@ func (rc *RedisConfig) validate() error {
 	} else if len(rc.SentinelAddresses) > 0 {
 		return errors.New("redis: sentinel addresses without a master name (sentinel <master> <host:port>...)")
 	}
-	for _, a := range append(slices.Clone(rc.Addresses), rc.SentinelAddresses...) {
-		if err := checkHostPort(a); err != nil {
-			return err
+	// An error in one option names it (zoneError), so that the Caddyfile
+	// reports the line that holds it.
+	for option, addrs := range map[string][]string{"address": rc.Addresses, "sentinel": rc.SentinelAddresses} {
+		for _, a := range addrs {
+			if err := checkHostPort(a); err != nil {
+				return &zoneError{option: option, err: err}
+			}
 		}
 	}
 	if rc.URL != "" {
-		if err := checkRedisURL(rc.URL, rc.DB); err != nil {
-			return err
+		path, err := checkRedisURL(rc.URL)
+		if err != nil {
+			return &zoneError{option: "url", err: err}
+		}
+		if path != "" && rc.DB != 0 {
+			return fmt.Errorf("redis: db %d and the url's database %q: give the database once (in the url, or db)", rc.DB, path)
 		}
 	}
-	for name, v := range map[string]string{"sentinel master": rc.SentinelMaster, "tls server_name": tlsServerName(rc.TLS)} {
-		if err := keyresolver.CheckTemplate(v); err != nil {
-			return fmt.Errorf("redis: %s: %v", name, err)
+	for _, t := range []struct{ option, name, v string }{{"sentinel", "sentinel master", rc.SentinelMaster}, {"tls", "tls server_name", tlsServerName(rc.TLS)}} {
+		if err := keyresolver.CheckTemplate(t.v); err != nil {
+			return zoneErrf(t.option, "redis: %s: %v", t.name, err)
 		}
 	}
 	if rc.DB < 0 {
-		return fmt.Errorf("redis: db must not be negative, got %d", rc.DB)
+		return zoneErrf("db", "redis: db must not be negative, got %d", rc.DB)
 	}
 	if rc.DB != 0 && (rc.Cluster || len(rc.Addresses) > 1) {
 		return fmt.Errorf("redis: db %d: a Redis Cluster has only database 0", rc.DB)
 	}
 	if strings.ContainsAny(rc.KeyPrefix, "{}") && !isPlaceholder(rc.KeyPrefix) {
-		return fmt.Errorf("redis: key_prefix %q must not contain a brace ('{' or '}' would change the Cluster hash tag)", rc.KeyPrefix)
+		return zoneErrf("key_prefix", "redis: key_prefix %q must not contain a brace ('{' or '}' would change the Cluster hash tag)", rc.KeyPrefix)
 	}
 	for _, t := range []struct {
 		name string
@@ -163,15 +170,15 @@ func (rc *RedisConfig) validate() error {
 		// 0 is the default; a few nanoseconds would fail every call.
 		if d := time.Duration(t.d); d != 0 {
 			if err := checkAtLeast(t.name, d, minRedisTimeout); err != nil {
-				return fmt.Errorf("redis: %v%s", err, jsonHint(d))
+				return &zoneError{option: t.name, err: fmt.Errorf("redis: %v", err), hint: jsonHint(d)}
 			}
 		}
 	}
 	if rc.PoolSize < 0 {
-		return fmt.Errorf("redis: pool_size must be positive, got %d", rc.PoolSize)
+		return zoneErrf("pool_size", "redis: pool_size must be positive, got %d", rc.PoolSize)
 	}
 	if rc.PoolSize > maxPoolSize {
-		return fmt.Errorf("redis: pool_size must be at most %d, got %d", maxPoolSize, rc.PoolSize)
+		return zoneErrf("pool_size", "redis: pool_size must be at most %d, got %d", maxPoolSize, rc.PoolSize)
 	}
 	return nil
 }
@@ -207,32 +214,30 @@ func checkPort(what, value, port string) error {
 }
 
 // checkRedisURL checks what of a redis URL go-redis would not refuse
-// itself but read as something else: a port out of range, and a database
-// that db overrides. A URL with placeholders is checked once replaced.
-func checkRedisURL(v string, db int) error {
+// itself but read as something else: a port out of range. It returns the
+// URL's database ("" if none), which db must not override. A URL with
+// placeholders is checked once replaced.
+func checkRedisURL(v string) (db string, err error) {
 	if strings.ContainsAny(v, "{}") {
 		if err := keyresolver.CheckTemplate(v); err != nil {
-			return fmt.Errorf("redis: url: %v", err)
+			return "", fmt.Errorf("redis: url: %v", err)
 		}
-		return nil
+		return "", nil
 	}
 	u, err := url.Parse(v)
 	if err != nil {
 		// (Not err itself: it quotes the URL, password included.)
-		return errors.New("redis: url is not a URL: want redis[s]://[user:password@]host:port[/db]")
+		return "", errors.New("redis: url is not a URL: want redis[s]://[user:password@]host:port[/db]")
 	}
 	if u.Scheme != "redis" && u.Scheme != "rediss" {
-		return fmt.Errorf("redis: url must start with redis:// or rediss://, got %q", u.Redacted())
+		return "", fmt.Errorf("redis: url must start with redis:// or rediss://, got %q", u.Redacted())
 	}
 	if p := u.Port(); p != "" || strings.HasSuffix(u.Host, ":") {
 		if err := checkPort("url", u.Redacted(), p); err != nil {
-			return err
+			return "", err
 		}
 	}
-	if path := strings.Trim(u.Path, "/"); path != "" && db != 0 {
-		return fmt.Errorf("redis: db %d and the url's database %q: give the database once (in the url, or db)", db, path)
-	}
-	return nil
+	return strings.Trim(u.Path, "/"), nil
 }
 
 // resolved returns a copy of rc with global placeholders ({env.*}, ...)

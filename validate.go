@@ -182,12 +182,13 @@ func (h *Handler) checkRedisIgnored() error {
 	return nil
 }
 
-// zoneError is an error in one option of a zone (or of the handler). Option
-// is the Caddyfile subdirective at fault (empty for the zone as a whole), so
-// that the Caddyfile parser can report the line that holds it: the nth of
-// its lines when nth > 0 (the tiers), or else the line of alt when option
-// has none (limit written as events and window). Hint is what Error adds
-// for JSON (a duration in nanoseconds); the Caddyfile leaves it out.
+// zoneError is an error in one option of a zone (or of the handler, or of
+// its redis block). Option is the Caddyfile subdirective at fault (empty
+// for the zone as a whole), so that the Caddyfile parser can report the
+// line that holds it: the nth of its lines when nth > 0 (the tiers), or
+// else the line of alt when option has none (limit written as events and
+// window). Hint is what Error adds for JSON (a duration in nanoseconds);
+// the Caddyfile leaves it out.
 type zoneError struct {
 	option string
 	nth    int

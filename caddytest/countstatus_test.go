@@ -2,29 +2,38 @@ package integration
 
 import (
 	"encoding/json"
+	"fmt"
 	"strconv"
 	"testing"
 
 	"github.com/zonelimit/caddy-ratelimit/internal/caddytesting"
 )
 
+// loadCountStatus loads a site on :9080 whose zone counts only the
+// responses of status, events a minute by X-Client, with problem details,
+// in front of routes.
+func loadCountStatus(t *testing.T, zone string, events, status int, routes string) {
+	t.Helper()
+	live.LoadSites(t, fmt.Sprintf(`
+http://:9080 {
+	rate_limit {
+		zone %s {
+			key {http.request.header.X-Client}
+			limit %d 1m
+			count_status %d
+		}
+		problem_details
+	}%s
+}`, zone, events, status, routes))
+}
+
 // A login guard through a real Caddy: only the failed logins (401) count,
 // and the refusal has a problem details body.
 func TestCountStatusLogin(t *testing.T) {
-	live.LoadSites(t, `
-http://:9080 {
-	rate_limit {
-		zone it_cs_login {
-			key {http.request.header.X-Client}
-			limit 2 1m
-			count_status 401
-		}
-		problem_details
-	}
+	loadCountStatus(t, "it_cs_login", 2, 401, `
 	@right header X-Password secret
 	respond @right "welcome" 200
-	respond "wrong password" 401
-}`)
+	respond "wrong password" 401`)
 	for i := range 4 {
 		r := live.Get(t, "/login", "X-Client", "a", "X-Password", "secret")
 		caddytesting.ExpectCode(t, r, 200, "right password "+strconv.Itoa(i+1))
@@ -73,23 +82,13 @@ http://:9080 {
 // status; the refusal goes to handle_errors, which renders it: no problem
 // body then.
 func TestCountStatusErrorRoutes(t *testing.T) {
-	live.LoadSites(t, `
-http://:9080 {
-	rate_limit {
-		zone it_cs_errors {
-			key {http.request.header.X-Client}
-			limit 1 1m
-			count_status 403
-		}
-		problem_details
-	}
+	loadCountStatus(t, "it_cs_errors", 1, 403, `
 	@wrong not header X-Password secret
 	error @wrong "forbidden" 403
 	respond "welcome"
 	handle_errors {
 		respond "{err.status_code}"
-	}
-}`)
+	}`)
 	for i := range 3 {
 		r := live.Get(t, "/", "X-Client", "a", "X-Password", "secret")
 		caddytesting.ExpectCode(t, r, 200, "right password "+strconv.Itoa(i+1))

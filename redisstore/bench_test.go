@@ -3,8 +3,6 @@ package redisstore
 import (
 	"context"
 	"strconv"
-	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -67,11 +65,6 @@ func BenchmarkRedisTake(b *testing.B) {
 	}
 }
 
-func newBenchServer(b *testing.B) string {
-	_, c := newClient(b)
-	return c.Options().Addr
-}
-
 // BenchmarkSlidingLogFullKey measures the Redis time of one denied Take
 // (EVALSHA's usec_per_call in INFO commandstats, reported as
 // redis-µs/call) on a sliding_log key holding 100,000 runs (limit 100000
@@ -92,24 +85,18 @@ func BenchmarkSlidingLogFullKey(b *testing.B) {
 	const key = "full"
 	// One run per Take, each at its own µs, from 16 goroutines.
 	var next atomic.Int64
-	var wg sync.WaitGroup
-	for g := 0; g < 16; g++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for {
-				i := next.Add(1) - 1
-				if i >= n {
-					return
-				}
-				if _, err := s.Take(ctx, key, t0.Add(time.Duration(i)*time.Microsecond), 1); err != nil {
-					b.Error(err)
-					return
-				}
+	inParallel(16, func(int) {
+		for {
+			i := next.Add(1) - 1
+			if i >= n {
+				return
 			}
-		}()
-	}
-	wg.Wait()
+			if _, err := s.Take(ctx, key, t0.Add(time.Duration(i)*time.Microsecond), 1); err != nil {
+				b.Error(err)
+				return
+			}
+		}
+	})
 	keys := s.Keys(key)
 	if runs := c.ZCard(ctx, keys[len(keys)-1]).Val(); runs != n {
 		b.Fatalf("the key holds %d runs, want %d", runs, n)
@@ -129,31 +116,11 @@ func BenchmarkSlidingLogFullKey(b *testing.B) {
 					b.Fatal("admitted on a full key")
 				}
 			}
-			b.ReportMetric(evalshaUsecPerCall(b, c), "redis-µs/call")
+			usec, ok := commandStat(b, c, "usec_per_call")["evalsha"]
+			if !ok {
+				b.Fatal("no evalsha in INFO commandstats")
+			}
+			b.ReportMetric(usec, "redis-µs/call")
 		})
 	}
-}
-
-// evalshaUsecPerCall reads EVALSHA's usec_per_call from INFO commandstats.
-func evalshaUsecPerCall(b *testing.B, c *redis.Client) float64 {
-	info, err := c.Info(context.Background(), "commandstats").Result()
-	if err != nil {
-		b.Fatal(err)
-	}
-	for _, line := range strings.Split(info, "\n") {
-		if !strings.HasPrefix(line, "cmdstat_evalsha:") {
-			continue
-		}
-		for _, f := range strings.Split(strings.TrimSpace(strings.TrimPrefix(line, "cmdstat_evalsha:")), ",") {
-			if v, ok := strings.CutPrefix(f, "usec_per_call="); ok {
-				x, err := strconv.ParseFloat(v, 64)
-				if err != nil {
-					b.Fatal(err)
-				}
-				return x
-			}
-		}
-	}
-	b.Fatal("no evalsha in INFO commandstats")
-	return 0
 }

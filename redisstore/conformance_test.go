@@ -295,7 +295,7 @@ func TestCluster(t *testing.T) {
 	if testing.Short() {
 		t.Skip("-short: no cluster")
 	}
-	_, c := newClusterClient(t)
+	_, c := newClusterClient(t, 1)
 	t.Run("conformance", func(t *testing.T) {
 		totals = confTotals{}
 		playConformance(t, c, 120)

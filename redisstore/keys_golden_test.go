@@ -43,26 +43,14 @@ var goldenKeys = []string{
 // needs escaping, against a real Redis, and compares the set of keys
 // written with goldenKeys.
 func TestKeysGolden(t *testing.T) {
-	_, c := newClient(t)
-	ctx := context.Background()
-	for _, alg := range algorithms.Names {
-		for n, ts := range goldenTiers() {
-			if alg == algorithms.Concurrency && len(ts) > 1 {
-				continue
-			}
-			l := mustLimiter(t, alg, algorithms.Config{Tiers: ts})
-			s, err := NewStore(c, l, goldenOptions(alg, n))
-			if err != nil {
-				t.Fatal(err)
-			}
-			s.setMargin(time.Hour) // the timeline's instant is not the wall clock
-			d, err := s.Take(ctx, "a{b} c\n%", t0, 1)
-			if err != nil || !d.Allowed {
-				t.Fatalf("%s: Take: %+v, %v", alg, d, err)
-			}
+	checkGolden(t, algorithms.Names, "goldenKeys", goldenKeys, func(ctx context.Context, c redis.UniversalClient, l algorithms.Limiter, o Options) (algorithms.Decision, error) {
+		s, err := NewStore(c, l, o)
+		if err != nil {
+			return algorithms.Decision{}, err
 		}
-	}
-	checkKeys(t, c, "goldenKeys", goldenKeys)
+		s.setMargin(time.Hour) // the timeline's instant is not the wall clock
+		return s.Take(ctx, goldenKey, t0, 1)
+	})
 }
 
 // goldenTiers are the tier lists of the golden tests: one tier, then two.
@@ -79,11 +67,29 @@ func goldenOptions(alg string, n int) Options {
 	return Options{KeyPrefix: "rl:", Zone: fmt.Sprintf("golden-%s-%d", alg, n+1)}
 }
 
-// checkKeys compares the keys in c with want, byte for byte, and lists
-// those written when they differ.
-func checkKeys(t *testing.T, c redis.UniversalClient, name string, want []string) {
+// goldenKey is the key of the golden tests: every character that needs
+// escaping.
+const goldenKey = "a{b} c\n%"
+
+// checkGolden starts a Redis, takes goldenKey once with the store take
+// opens for every algorithm of algs and tier list of goldenTiers (one tier
+// only for concurrency), and compares the keys written with want, byte for
+// byte; name is want's variable, named when they differ.
+func checkGolden(t *testing.T, algs []string, name string, want []string, take func(ctx context.Context, c redis.UniversalClient, l algorithms.Limiter, o Options) (algorithms.Decision, error)) {
 	t.Helper()
+	_, c := newClient(t)
 	ctx := context.Background()
+	for _, alg := range algs {
+		for n, ts := range goldenTiers() {
+			if alg == algorithms.Concurrency && len(ts) > 1 {
+				continue
+			}
+			d, err := take(ctx, c, mustLimiter(t, alg, algorithms.Config{Tiers: ts}), goldenOptions(alg, n))
+			if err != nil || !d.Allowed {
+				t.Fatalf("%s: Take: %+v, %v", alg, d, err)
+			}
+		}
+	}
 	var got []string
 	iter := c.Scan(ctx, 0, "*", 100).Iterator()
 	for iter.Next(ctx) {

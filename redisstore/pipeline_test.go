@@ -5,7 +5,6 @@ import (
 	"errors"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -154,20 +153,6 @@ func TestPipelinerConnectionRefusedAtAuth(t *testing.T) {
 	}
 }
 
-// pipelineCounter counts the script calls go-redis writes in pipelines.
-type pipelineCounter struct{ n atomic.Int64 }
-
-func (*pipelineCounter) DialHook(next redis.DialHook) redis.DialHook { return next }
-func (*pipelineCounter) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
-	return next
-}
-func (h *pipelineCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return func(ctx context.Context, cmds []redis.Cmder) error {
-		h.n.Add(int64(len(cmds)))
-		return next(ctx, cmds)
-	}
-}
-
 // With Redis hung, every worker waits for a read timeout; calls queued
 // behind them fail once their caller's wait (one round trip's timeouts)
 // has passed, and are never sent: a failing Redis costs a call one
@@ -179,7 +164,7 @@ func TestPipelinerQueuedCallsNotSentAfterWait(t *testing.T) {
 	c := redis.NewClient(&redis.Options{Addr: srv.Addr, ReadTimeout: 3 * time.Second, MaxRetries: -1,
 		PoolSize: 2 * pipelineWorkers, ContextTimeoutEnabled: true})
 	defer c.Close()
-	counter := &pipelineCounter{}
+	counter := &countHook{}
 	c.AddHook(counter)
 	p := NewPipeliner(c, 100*time.Millisecond)
 	defer p.Close()
@@ -188,7 +173,7 @@ func TestPipelinerQueuedCallsNotSentAfterWait(t *testing.T) {
 	if _, err := s.Take(ctx, "warm", time.Time{}, 1); err != nil {
 		t.Fatalf("Take before the pause: %v", err)
 	}
-	before := counter.n.Load()
+	before := counter.piped.Load()
 
 	srv.Pause()
 	t.Cleanup(srv.Resume)
@@ -202,28 +187,22 @@ func TestPipelinerQueuedCallsNotSentAfterWait(t *testing.T) {
 			_, _ = s.Take(ctx, "first", time.Time{}, 1)
 		}()
 		deadline := time.Now().Add(5 * time.Second)
-		for counter.n.Load() < before+int64(i+1) {
+		for counter.piped.Load() < before+int64(i+1) {
 			if time.Now().After(deadline) {
 				t.Fatalf("first wave: call %d not sent", i+1)
 			}
 			time.Sleep(time.Millisecond)
 		}
 	}
-	sentFirst := counter.n.Load()
+	sentFirst := counter.piped.Load()
 
 	// Second wave, queued behind the busy workers: every call fails with
 	// the queue timeout, none is sent.
 	const queued = 20
 	errs := make([]error, queued)
-	var wave sync.WaitGroup
-	for i := range errs {
-		wave.Add(1)
-		go func() {
-			defer wave.Done()
-			_, errs[i] = s.Take(ctx, "second", time.Time{}, 1)
-		}()
-	}
-	wave.Wait()
+	inParallel(queued, func(i int) {
+		_, errs[i] = s.Take(ctx, "second", time.Time{}, 1)
+	})
 	for i, err := range errs {
 		if !errors.Is(err, errQueueTimeout) {
 			t.Errorf("queued call %d: %v, want the queue timeout", i+1, err)
@@ -243,7 +222,7 @@ func TestPipelinerQueuedCallsNotSentAfterWait(t *testing.T) {
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
-	if sent := counter.n.Load() - sentFirst; sent < 1 || sent > 10 {
+	if sent := counter.piped.Load() - sentFirst; sent < 1 || sent > 10 {
 		t.Errorf("%d calls sent after the first wave, want the few calls after the resume (the %d queued ones were sent too?)", sent, queued)
 	}
 }

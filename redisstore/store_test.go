@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -16,106 +15,8 @@ import (
 	"github.com/zonelimit/caddy-ratelimit/internal/redistest"
 )
 
-// t0 is the start of every timeline: an odd instant, not aligned to any
-// window.
-var t0 = time.Date(2026, 3, 1, 12, 0, 7, 123456000, time.UTC)
-
-// newClient starts a redis-server and returns a client for it.
-func newClient(t testing.TB) (*redistest.Server, *redis.Client) {
-	t.Helper()
-	srv := redistest.Start(t)
-	c := redis.NewClient(&redis.Options{Addr: srv.Addr})
-	t.Cleanup(func() { c.Close() })
-	return srv, c
-}
-
-// newClusterClient starts a 6-node Redis Cluster and returns a client.
-func newClusterClient(t testing.TB) (*redistest.Cluster, *redis.ClusterClient) {
-	t.Helper()
-	cl := redistest.StartCluster(t, 3, 1)
-	c := redis.NewClusterClient(&redis.ClusterOptions{Addrs: cl.Addrs})
-	t.Cleanup(func() { c.Close() })
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	// Wait until the client sees the full slot map.
-	for {
-		if err := c.ForEachShard(ctx, func(ctx context.Context, s *redis.Client) error {
-			return s.Ping(ctx).Err()
-		}); err == nil {
-			break
-		}
-		if ctx.Err() != nil {
-			t.Fatal("cluster client never became ready")
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-	return cl, c
-}
-
-// limiter builds a Limiter or reports why the algorithm cannot take cfg.
-func limiter(name string, cfg algorithms.Config) (algorithms.Limiter, error) {
-	return algorithms.New(name, cfg)
-}
-
-func mustStore(t testing.TB, c redis.UniversalClient, l algorithms.Limiter, zone string) *Store {
-	t.Helper()
-	s, err := NewStore(c, l, Options{KeyPrefix: "rltest:", Zone: zone})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return s
-}
-
-// implemented reports whether the Go twin of name is implemented yet (the
-// algorithms are written in parallel; a stub answers "not implemented").
-func implemented(name string) bool {
-	_, err := algorithms.New(name, algorithms.Config{Tiers: []algorithms.Tier{{Events: 1, Window: time.Second}}})
-	_, ok := scripts[name]
-	return err == nil && ok
-}
-
-// takeConcurrently runs take n times in each of goroutines goroutines and
-// returns how many were admitted; an error fails the test.
-func takeConcurrently(t *testing.T, goroutines, n int, take func(g, i int) (algorithms.Decision, error)) int64 {
-	t.Helper()
-	var admitted atomic.Int64
-	var wg sync.WaitGroup
-	for g := 0; g < goroutines; g++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for i := 0; i < n; i++ {
-				d, err := take(g, i)
-				if err != nil {
-					t.Error(err)
-					return
-				}
-				if d.Allowed {
-					admitted.Add(1)
-				}
-			}
-		}()
-	}
-	wg.Wait()
-	return admitted.Load()
-}
-
-func oneTier(events int64, w time.Duration) algorithms.Config {
-	return algorithms.Config{Tiers: []algorithms.Tier{{Events: events, Window: w}}}
-}
-
-func mustLimiter(t testing.TB, name string, cfg algorithms.Config) algorithms.Limiter {
-	t.Helper()
-	l, err := algorithms.New(name, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return l
-}
-
 func TestNewStoreErrors(t *testing.T) {
-	c := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"})
-	defer c.Close()
+	c := idleClient(t)
 	l := mustLimiter(t, algorithms.SlidingLog, oneTier(1, time.Second))
 	if _, err := NewStore(c, l, Options{KeyPrefix: "rl{"}); err == nil || !strings.Contains(err.Error(), "brace") {
 		t.Fatalf("brace in key_prefix: %v", err)
@@ -129,8 +30,7 @@ func TestNewStoreErrors(t *testing.T) {
 }
 
 func TestKeysOneHashTag(t *testing.T) {
-	c := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"})
-	defer c.Close()
+	c := idleClient(t)
 	cfg := algorithms.Config{Tiers: []algorithms.Tier{{Events: 3, Window: time.Second}, {Events: 5, Window: 10 * time.Second}}}
 	for _, name := range algorithms.Names {
 		cfg := cfg
@@ -397,53 +297,12 @@ func TestNoScript(t *testing.T) {
 	take(false)
 }
 
-// commandStats returns INFO commandstats as command -> calls.
-func commandStats(t testing.TB, c *redis.Client) map[string]int64 {
-	t.Helper()
-	info, err := c.Info(context.Background(), "commandstats").Result()
-	if err != nil {
-		t.Fatal(err)
-	}
-	m := map[string]int64{}
-	for _, line := range strings.Split(info, "\n") {
-		line = strings.TrimSpace(line)
-		name, rest, ok := strings.Cut(line, ":")
-		if !ok || !strings.HasPrefix(name, "cmdstat_") {
-			continue
-		}
-		for _, f := range strings.Split(rest, ",") {
-			if v, ok := strings.CutPrefix(f, "calls="); ok {
-				n, _ := strconv.ParseInt(v, 10, 64)
-				m[strings.TrimPrefix(name, "cmdstat_")] = n
-			}
-		}
-	}
-	return m
-}
-
 // scriptInner are the commands the scripts run inside Redis.
 var scriptInner = map[string]bool{
 	"time": true, "get": true, "set": true, "del": true, "exists": true,
 	"hmget": true, "hset": true, "pexpire": true,
 	"zadd": true, "zcard": true, "zrange": true, "zrangebyscore": true,
 	"zrem": true, "zremrangebyscore": true, "zremrangebyrank": true,
-}
-
-// countHook counts the commands a client sends.
-type countHook struct{ sent atomic.Int64 }
-
-func (h *countHook) DialHook(next redis.DialHook) redis.DialHook { return next }
-func (h *countHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
-	return func(ctx context.Context, cmd redis.Cmder) error {
-		h.sent.Add(1)
-		return next(ctx, cmd)
-	}
-}
-func (h *countHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return func(ctx context.Context, cmds []redis.Cmder) error {
-		h.sent.Add(int64(len(cmds)))
-		return next(ctx, cmds)
-	}
 }
 
 // TestOneCommandPerTake: in the steady state a Take is exactly one EVALSHA
@@ -468,7 +327,7 @@ func TestOneCommandPerTake(t *testing.T) {
 		if err := c.ConfigResetStat(ctx).Err(); err != nil {
 			t.Fatal(err)
 		}
-		hook.sent.Store(0)
+		hook.cmds.Store(0)
 		const n = 50
 		undos := 0
 		for i := 0; i < n; i++ {
@@ -498,7 +357,7 @@ func TestOneCommandPerTake(t *testing.T) {
 				t.Errorf("%s: unexpected command %s (%d calls)", name, cmd, calls)
 			}
 		}
-		if sent := hook.sent.Swap(0); sent != int64(n+undos) {
+		if sent := hook.cmds.Swap(0); sent != int64(n+undos) {
 			t.Errorf("%s: the client sent %d commands for %d Takes and %d Undos", name, sent, n, undos)
 		}
 		info := c.Info(ctx, "commandstats").Val()
@@ -627,39 +486,33 @@ func TestConcurrencyAcrossInstances(t *testing.T) {
 		stores = append(stores, mustStore(t, ci, l, "inflight"))
 	}
 	var inFlight, maxSeen, admitted atomic.Int64
-	var wg sync.WaitGroup
-	for g := 0; g < 64; g++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			s := stores[g%3]
-			for i := 0; i < 8; i++ {
-				d, err := s.Take(ctx, "k", time.Time{}, 1)
-				if err != nil {
-					t.Error(err)
-					return
-				}
-				if !d.Allowed {
-					continue
-				}
-				admitted.Add(1)
-				n := inFlight.Add(1)
-				for {
-					m := maxSeen.Load()
-					if n <= m || maxSeen.CompareAndSwap(m, n) {
-						break
-					}
-				}
-				time.Sleep(200 * time.Microsecond)
-				inFlight.Add(-1)
-				if err := s.Undo(ctx, "k", time.Time{}, 1, d); err != nil {
-					t.Error(err)
-					return
+	inParallel(64, func(g int) {
+		s := stores[g%3]
+		for i := 0; i < 8; i++ {
+			d, err := s.Take(ctx, "k", time.Time{}, 1)
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			if !d.Allowed {
+				continue
+			}
+			admitted.Add(1)
+			n := inFlight.Add(1)
+			for {
+				m := maxSeen.Load()
+				if n <= m || maxSeen.CompareAndSwap(m, n) {
+					break
 				}
 			}
-		}()
-	}
-	wg.Wait()
+			time.Sleep(200 * time.Microsecond)
+			inFlight.Add(-1)
+			if err := s.Undo(ctx, "k", time.Time{}, 1, d); err != nil {
+				t.Error(err)
+				return
+			}
+		}
+	})
 	if m := maxSeen.Load(); m > 10 || m < 1 {
 		t.Fatalf("%d in flight at most, want 1..10", m)
 	}

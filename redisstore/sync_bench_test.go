@@ -6,8 +6,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/redis/go-redis/v9"
-
 	"github.com/zonelimit/caddy-ratelimit/algorithms"
 )
 
@@ -15,8 +13,7 @@ import (
 // nothing; Redis is only needed for the syncs, which the benchmark leaves
 // out (no client is ever dialled).
 func BenchmarkSyncTake(b *testing.B) {
-	c := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"})
-	defer c.Close()
+	c := idleClient(b)
 	for _, name := range []string{algorithms.FixedWindow, algorithms.SlidingWindow} {
 		b.Run(name, func(b *testing.B) {
 			cfg := algorithms.Config{Tiers: []algorithms.Tier{{Events: 1 << 40, Window: time.Minute}, {Events: 1 << 40, Window: time.Hour}}}

@@ -5,6 +5,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/zonelimit/caddy-ratelimit/algorithms"
 )
 
@@ -26,26 +28,18 @@ var goldenSyncKeys = []string{
 // escaping, pushes to a real Redis, and compares the set of keys written
 // with goldenSyncKeys.
 func TestSyncKeysGolden(t *testing.T) {
-	_, c := newClient(t)
-	ctx := context.Background()
 	now := func() time.Time { return t0 }
-	for _, alg := range []string{algorithms.FixedWindow, algorithms.SlidingWindow} {
-		for n, ts := range goldenTiers() {
-			l := mustLimiter(t, alg, algorithms.Config{Tiers: ts})
-			// An interval longer than the test: the test pushes.
-			s, err := NewSyncStore(c, l, goldenOptions(alg, n), SyncOptions{Interval: time.Hour, Now: now})
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer s.Close()
-			d, err := s.Take(ctx, "a{b} c\n%", t0, 1)
-			if err != nil || !d.Allowed {
-				t.Fatalf("%s: Take: %+v, %v", alg, d, err)
-			}
-			if err := s.Sync(ctx); err != nil {
-				t.Fatal(err)
-			}
+	checkGolden(t, []string{algorithms.FixedWindow, algorithms.SlidingWindow}, "goldenSyncKeys", goldenSyncKeys, func(ctx context.Context, c redis.UniversalClient, l algorithms.Limiter, o Options) (algorithms.Decision, error) {
+		// An interval longer than the test: the test pushes.
+		s, err := NewSyncStore(c, l, o, SyncOptions{Interval: time.Hour, Now: now})
+		if err != nil {
+			return algorithms.Decision{}, err
 		}
-	}
-	checkKeys(t, c, "goldenSyncKeys", goldenSyncKeys)
+		t.Cleanup(func() { s.Close() })
+		d, err := s.Take(ctx, goldenKey, t0, 1)
+		if err != nil {
+			return d, err
+		}
+		return d, s.Sync(ctx)
+	})
 }

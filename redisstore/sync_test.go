@@ -2,12 +2,9 @@ package redisstore
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"math/rand/v2"
-	"strconv"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -15,97 +12,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/zonelimit/caddy-ratelimit/algorithms"
-	"github.com/zonelimit/caddy-ratelimit/internal/redistest"
 )
-
-// syncClock is a fake clock shared by the instances of a test.
-type syncClock struct {
-	mu sync.Mutex
-	t  time.Time
-}
-
-func (c *syncClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.t
-}
-
-func (c *syncClock) Set(t time.Time) {
-	c.mu.Lock()
-	c.t = t
-	c.mu.Unlock()
-}
-
-// alignedAfter returns the first multiple of w (since the Unix epoch) after
-// t.
-func alignedAfter(t time.Time, w time.Duration) time.Time {
-	us := w.Microseconds()
-	return time.UnixMicro((t.UnixMicro()/us + 1) * us).UTC()
-}
-
-// newTestSync returns a SyncStore without its goroutine (the test calls
-// Sync), closed when the test ends.
-func newTestSync(t testing.TB, c redis.UniversalClient, name string, cfg algorithms.Config, interval time.Duration, clk *syncClock, zone string) *SyncStore {
-	t.Helper()
-	l, err := algorithms.New(name, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	s, err := newSyncStore(c, l, Options{KeyPrefix: "rlsync:", Zone: zone}, SyncOptions{Interval: interval, Now: clk.Now})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { s.Close() })
-	return s
-}
-
-// counterKey is the Redis key of tier i's counter of the window holding at.
-func (s *SyncStore) counterKey(key string, i int, at time.Time) string {
-	p := &s.tiers[i]
-	return s.head + EscapeKey(key) + p.tail + strconv.FormatInt(floorDiv(at.UnixMicro(), p.window), 10)
-}
-
-func mustSync(t testing.TB, ctx context.Context, stores ...*SyncStore) {
-	t.Helper()
-	for _, s := range stores {
-		if err := s.Sync(ctx); err != nil {
-			t.Fatal(err)
-		}
-	}
-}
-
-func redisInt(t testing.TB, c redis.UniversalClient, key string) int64 {
-	t.Helper()
-	v, err := c.Get(context.Background(), key).Int64()
-	if err != nil && !errors.Is(err, redis.Nil) {
-		t.Fatal(err)
-	}
-	return v
-}
-
-// scriptCalls returns how many EVALSHA and EVAL Redis ran, and every
-// command it saw (INFO commandstats).
-func scriptCalls(t testing.TB, c *redis.Client) (int64, map[string]int64) {
-	t.Helper()
-	info, err := c.Info(context.Background(), "commandstats").Result()
-	if err != nil {
-		t.Fatal(err)
-	}
-	m := map[string]int64{}
-	for _, line := range strings.Split(info, "\n") {
-		name, rest, ok := strings.Cut(strings.TrimSpace(line), ":")
-		if !ok || !strings.HasPrefix(name, "cmdstat_") {
-			continue
-		}
-		for _, f := range strings.Split(rest, ",") {
-			if v, ok := strings.CutPrefix(f, "calls="); ok {
-				n, _ := strconv.ParseInt(v, 10, 64)
-				m[strings.TrimPrefix(name, "cmdstat_")] = n
-			}
-		}
-	}
-	return m["evalsha"] + m["eval"], m
-}
 
 // TestSyncSingleInstance: one instance admits exactly Events per window,
 // paced by its per-interval budget, with the right RetryAfter for either
@@ -439,25 +346,6 @@ func TestSyncThreeInstances(t *testing.T) {
 	}
 }
 
-// syncPipeHook counts the commands and round trips a client sends.
-type syncPipeHook struct{ cmds, trips atomic.Int64 }
-
-func (h *syncPipeHook) DialHook(next redis.DialHook) redis.DialHook { return next }
-func (h *syncPipeHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
-	return func(ctx context.Context, cmd redis.Cmder) error {
-		h.cmds.Add(1)
-		h.trips.Add(1)
-		return next(ctx, cmd)
-	}
-}
-func (h *syncPipeHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return func(ctx context.Context, cmds []redis.Cmder) error {
-		h.cmds.Add(int64(len(cmds)))
-		h.trips.Add(1)
-		return next(ctx, cmds)
-	}
-}
-
 // TestSyncRedisCalls: Take sends nothing to Redis; a sync of K active keys
 // runs K scripts (EVALSHA) in one round trip; a key with no Take for two
 // intervals costs nothing.
@@ -466,7 +354,7 @@ func TestSyncRedisCalls(t *testing.T) {
 	ctx := context.Background()
 	sc := redis.NewClient(&redis.Options{Addr: srv.Addr})
 	defer sc.Close()
-	hook := &syncPipeHook{}
+	hook := &countHook{}
 	sc.AddHook(hook)
 	clk := &syncClock{}
 	clk.Set(t0)
@@ -664,8 +552,7 @@ func TestSyncKeysHaveTTL(t *testing.T) {
 // TestSyncUnsupported: only the counter algorithms can be summed; the
 // options are checked.
 func TestSyncUnsupported(t *testing.T) {
-	c := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"}) // never dialled
-	defer c.Close()
+	c := idleClient(t)
 	cfg := algorithms.Config{Tiers: []algorithms.Tier{{Events: 5, Window: time.Second}}}
 	for _, name := range algorithms.Names {
 		l, err := algorithms.New(name, cfg)
@@ -720,27 +607,21 @@ func TestSyncTicker(t *testing.T) {
 		t.Fatal(err)
 	}
 	var net atomic.Int64
-	var wg sync.WaitGroup
-	for g := 0; g < 8; g++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for i := 0; i < 2000; i++ {
-				key := fmt.Sprintf("k%d", (g+i)%4)
-				d, _ := s.Take(ctx, key, time.Time{}, 1)
-				if !d.Allowed {
-					t.Errorf("denied: %+v", d)
-					return
-				}
-				net.Add(1)
-				if i%7 == 0 {
-					s.Undo(ctx, key, time.Time{}, 1, d)
-					net.Add(-1)
-				}
+	inParallel(8, func(g int) {
+		for i := 0; i < 2000; i++ {
+			key := fmt.Sprintf("k%d", (g+i)%4)
+			d, _ := s.Take(ctx, key, time.Time{}, 1)
+			if !d.Allowed {
+				t.Errorf("denied: %+v", d)
+				return
 			}
-		}()
-	}
-	wg.Wait()
+			net.Add(1)
+			if i%7 == 0 {
+				s.Undo(ctx, key, time.Time{}, 1, d)
+				net.Add(-1)
+			}
+		}
+	})
 	sum := func() int64 {
 		var total int64
 		iter := c.Scan(ctx, 0, "rlsync:ticker:*", 100).Iterator()
@@ -832,17 +713,8 @@ func TestSyncMaxKeysAndIdle(t *testing.T) {
 // (every key's counters share its hash tag), the script is loaded on every
 // master on first use, and every counter lands where a reader finds it.
 func TestSyncCluster(t *testing.T) {
-	cl := redistest.StartCluster(t, 3, 0)
-	c := redis.NewClusterClient(&redis.ClusterOptions{Addrs: cl.Addrs})
-	defer c.Close()
+	_, c := newClusterClient(t, 0)
 	ctx := context.Background()
-	deadline := time.Now().Add(10 * time.Second)
-	for c.ForEachShard(ctx, func(ctx context.Context, s *redis.Client) error { return s.Ping(ctx).Err() }) != nil {
-		if time.Now().After(deadline) {
-			t.Fatal("cluster client never became ready")
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
 	clk := &syncClock{}
 	base := alignedAfter(t0, time.Minute)
 	clk.Set(base)
@@ -866,10 +738,10 @@ func TestSyncCluster(t *testing.T) {
 			}
 		}
 	}
-	masters := map[string]bool{}
+	masters := map[int64]bool{} // by the third of the slots each master holds
 	for k := 0; k < K; k++ {
 		slot := c.ClusterKeySlot(ctx, s.counterKey(fmt.Sprintf("k%d", k), 0, base)).Val()
-		masters[strconv.FormatInt(slot*3/16384, 10)] = true
+		masters[slot*3/16384] = true
 	}
 	if len(masters) < 2 {
 		t.Fatalf("the keys all fell on one master: the test proves nothing")

@@ -36,6 +36,10 @@ func expectValue(t *testing.T, fams map[string]*dto.MetricFamily, want float64, 
 	}
 }
 
+// zoneCounts is what the metrics say of one zone: its requests allowed
+// and denied, and the keys it holds.
+type zoneCounts struct{ allowed, denied, keys float64 }
+
 // TestMetricsScrape sends allowed and denied requests through two memory
 // zones and scrapes the admin endpoint's /metrics: the requests by zone and
 // result, the decision histogram of the memory store and the keys held are
@@ -92,14 +96,18 @@ func TestMetricsScrape(t *testing.T) {
 	// A request no zone applies to is not counted anywhere.
 	caddytesting.ExpectCode(t, live.Get(t, "/c"), 200, "/c")
 
+	// The requests by zone and result, and the keys held, of zones a and b.
+	expectZones := func(fams map[string]*dto.MetricFamily, a, b zoneCounts) {
+		t.Helper()
+		for zone, want := range map[string]zoneCounts{"ops_metrics_a": a, "ops_metrics_b": b} {
+			expectValue(t, fams, want.allowed, mRequests, "zone", zone, "result", "allowed")
+			expectValue(t, fams, want.denied, mRequests, "zone", zone, "result", "denied")
+			expectValue(t, fams, 0, mRequests, "zone", zone, "result", "error")
+			expectValue(t, fams, want.keys, mKeys, "zone", zone)
+		}
+	}
 	fams = live.Scrape(t)
-	expectValue(t, fams, 5, mRequests, "zone", "ops_metrics_a", "result", "allowed")
-	expectValue(t, fams, 3, mRequests, "zone", "ops_metrics_a", "result", "denied")
-	expectValue(t, fams, 1, mRequests, "zone", "ops_metrics_b", "result", "allowed")
-	expectValue(t, fams, 1, mRequests, "zone", "ops_metrics_b", "result", "denied")
-	expectValue(t, fams, 0, mRequests, "zone", "ops_metrics_a", "result", "error")
-	expectValue(t, fams, 3, mKeys, "zone", "ops_metrics_a")
-	expectValue(t, fams, 1, mKeys, "zone", "ops_metrics_b")
+	expectZones(fams, zoneCounts{allowed: 5, denied: 3, keys: 3}, zoneCounts{allowed: 1, denied: 1, keys: 1})
 	if n := histogramCount(fams, mDecision, "store", "memory") - decided; n != 10 {
 		t.Errorf("%s{store=memory} has %d samples more, want 10 (one per decision)", mDecision, n)
 	}
@@ -121,11 +129,7 @@ func TestMetricsScrape(t *testing.T) {
 		t.Fatalf("c4 after the reload: %d %q, want 200 from the new config", r.Code, r.Body)
 	}
 	fams = live.Scrape(t)
-	expectValue(t, fams, 6, mRequests, "zone", "ops_metrics_a", "result", "allowed")
-	expectValue(t, fams, 4, mRequests, "zone", "ops_metrics_a", "result", "denied")
-	expectValue(t, fams, 1, mRequests, "zone", "ops_metrics_b", "result", "allowed")
-	expectValue(t, fams, 4, mKeys, "zone", "ops_metrics_a")
-	expectValue(t, fams, 1, mKeys, "zone", "ops_metrics_b")
+	expectZones(fams, zoneCounts{allowed: 6, denied: 4, keys: 4}, zoneCounts{allowed: 1, denied: 1, keys: 1})
 	if n := histogramCount(fams, mDecision, "store", "memory") - decided; n != 12 {
 		t.Errorf("after the reload %s{store=memory} has %d samples more, want 12", mDecision, n)
 	}

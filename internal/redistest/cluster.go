@@ -7,10 +7,8 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
-	"strings"
 	"sync"
 	"testing"
-	"time"
 )
 
 // Cluster is a Redis Cluster of redistest Servers.
@@ -78,19 +76,7 @@ func StartCluster(tb testing.TB, masters, replicas int) *Cluster {
 		tb.Fatalf("redistest: redis-cli --cluster create: %v\n%s", err, out)
 	}
 
-	deadline := time.Now().Add(startTimeout)
-	for _, addr := range cl.Addrs {
-		for {
-			info, err := Do(addr, "CLUSTER", "INFO")
-			if err == nil && strings.Contains(info, "cluster_state:ok") {
-				break
-			}
-			if time.Now().After(deadline) {
-				tb.Fatalf("redistest: node %s did not reach cluster_state:ok: %v\n%s", addr, err, info)
-			}
-			time.Sleep(20 * time.Millisecond)
-		}
-	}
+	waitReply(tb, cl.Addrs, "cluster_state:ok", "CLUSTER", "INFO")
 	return cl
 }
 

@@ -216,6 +216,26 @@ func (s *Server) waitPing(timeout time.Duration) error {
 	return err
 }
 
+// waitReply waits until every server of addrs answers the command args
+// with a reply that contains want (a cluster, replica or sentinel that is
+// up but not ready yet), for startTimeout at the most.
+func waitReply(tb testing.TB, addrs []string, want string, args ...string) {
+	tb.Helper()
+	deadline := time.Now().Add(startTimeout)
+	for _, addr := range addrs {
+		for {
+			reply, err := Do(addr, args...)
+			if err == nil && strings.Contains(reply, want) {
+				break
+			}
+			if time.Now().After(deadline) {
+				tb.Fatalf("redistest: %s: %s never answered %q (%v):\n%s", addr, strings.Join(args, " "), want, err, reply)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+}
+
 // kill stops the process (SIGKILL) and waits for it.
 func (s *Server) kill() {
 	s.mu.Lock()

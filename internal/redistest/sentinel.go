@@ -3,7 +3,6 @@ package redistest
 import (
 	"strings"
 	"testing"
-	"time"
 )
 
 // Sentinel is a Redis master with replicas watched by Redis Sentinels.
@@ -43,19 +42,11 @@ func StartSentinel(tb testing.TB, replicas, sentinels int) *Sentinel {
 		}
 		st.Replicas = append(st.Replicas, r)
 	}
-	deadline := time.Now().Add(startTimeout)
+	var addrs []string
 	for _, r := range st.Replicas {
-		for {
-			info, err := Do(r.Addr, "INFO", "replication")
-			if err == nil && strings.Contains(info, "master_link_status:up") {
-				break
-			}
-			if time.Now().After(deadline) {
-				tb.Fatalf("redistest: replica %s never synced: %v\n%s", r.Addr, err, info)
-			}
-			time.Sleep(20 * time.Millisecond)
-		}
+		addrs = append(addrs, r.Addr)
 	}
+	waitReply(tb, addrs, "master_link_status:up", "INFO", "replication")
 	for i := 0; i < sentinels; i++ {
 		s := newServer(tb, tb.TempDir(), nil)
 		s.sentinelMaster, s.sentinelAddr = name, st.Master.Addr
@@ -66,17 +57,6 @@ func StartSentinel(tb testing.TB, replicas, sentinels int) *Sentinel {
 		st.Sentinels = append(st.Sentinels, s)
 		st.SentinelAddrs = append(st.SentinelAddrs, s.Addr)
 	}
-	for _, s := range st.Sentinels {
-		for {
-			r, err := Do(s.Addr, "SENTINEL", "CKQUORUM", name)
-			if err == nil && strings.HasPrefix(r, "OK") {
-				break
-			}
-			if time.Now().After(deadline) {
-				tb.Fatalf("redistest: sentinel %s: %q %v", s.Addr, r, err)
-			}
-			time.Sleep(20 * time.Millisecond)
-		}
-	}
+	waitReply(tb, st.SentinelAddrs, "OK", "SENTINEL", "CKQUORUM", name)
 	return st
 }
