@@ -120,7 +120,7 @@ func TestStoreInspectReset(t *testing.T) {
 // TestStoreResetCluster: Reset deletes every part of a key (sliding_log's
 // offsets and each tier's runs) in one call on a Redis Cluster.
 func TestStoreResetCluster(t *testing.T) {
-	_, c := newClusterClient(t)
+	_, c := newClusterClient(t, 1)
 	ctx := context.Background()
 	for _, name := range []string{algorithms.SlidingLog, algorithms.Concurrency} {
 		_, l := inspectLimiter(t, name)
