@@ -106,7 +106,7 @@ func loadScripts(all []*script) map[string]*script {
 		if err != nil {
 			panic(fmt.Sprintf("redisstore: script of %s: %v", s.name, err))
 		}
-		s.run = redis.NewScript(string(lib) + "\n" + string(src))
+		s.run = redis.NewScript(withLib(string(lib), string(src)))
 		m[s.name] = s
 	}
 	return m

@@ -124,3 +124,43 @@ func BenchmarkSlidingLogFullKey(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkScriptLib measures the Redis time of an admitted Take (EVALSHA's
+// usec_per_call, as redis-µs/call) per algorithm with each script as sent
+// (lib.lua's functions it uses) and with the whole of lib.lua in front.
+//
+//	go test -run '^$' -bench ScriptLib ./redisstore/
+func BenchmarkScriptLib(b *testing.B) {
+	_, c := newClient(b)
+	ctx := context.Background()
+	lib := mustRead(b, "lib.lua")
+	cfg := algorithms.Config{Tiers: []algorithms.Tier{{Events: 1 << 30, Window: time.Second}, {Events: 1 << 40, Window: time.Hour}}}
+	for _, name := range algorithms.Names {
+		cfg := cfg
+		if name == algorithms.Concurrency {
+			cfg.Tiers = cfg.Tiers[:1]
+		}
+		s := mustStore(b, c, mustLimiter(b, name, cfg), "lib-"+name)
+		whole := *s.script
+		whole.run = redis.NewScript(lib + "\n" + mustRead(b, name+".lua"))
+		for _, v := range []struct {
+			form string
+			sc   *script
+		}{{"used", s.script}, {"whole", &whole}} {
+			b.Run(name+"/"+v.form, func(b *testing.B) {
+				s.script = v.sc
+				if err := c.ConfigResetStat(ctx).Err(); err != nil {
+					b.Fatal(err)
+				}
+				i := 0
+				for b.Loop() {
+					if _, err := s.Take(ctx, strconv.Itoa(i&1023), time.Time{}, 1); err != nil {
+						b.Fatal(err)
+					}
+					i++
+				}
+				b.ReportMetric(commandStat(b, c, "usec_per_call")["evalsha"], "redis-µs/call")
+			})
+		}
+	}
+}
