@@ -33,7 +33,7 @@ func TestSplitLibKeepsEveryLine(t *testing.T) {
 // lib.lua it reaches, directly or through another, and without the others.
 func TestScriptsCarryTheLibTheyUse(t *testing.T) {
 	for _, c := range []struct {
-		alg       string
+		alg        string
 		has, lacks []string
 	}{
 		{"fixed_window", []string{"win_pick", "win_start", "load_state", "save_state", "ttl_ms", "cdiv", "idiv"}, []string{"bucket_result", "better_denied"}},
