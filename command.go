@@ -79,9 +79,9 @@ func rateLimitSubcommands() []rateLimitSub {
 	return []rateLimitSub{
 		{name: "zones", short: "Lists the zones of the running config", run: cmdZones},
 		{name: "get", short: "Shows a key's use per limit", key: true, run: cmdGet},
-		{name: "reset", short: "Forgets what a key has used", key: true, run: cmdReset},
+		{name: "reset", short: "Forgets what a key has used", key: true, run: keyDone(http.MethodDelete, "", "reset key %s in zone %s: its next request finds it whole")},
 		{name: "block", short: "Refuses a key for a while", key: true, run: cmdBlock},
-		{name: "unblock", short: "Lifts a key's block", key: true, run: cmdUnblock},
+		{name: "unblock", short: "Lifts a key's block", key: true, run: keyDone(http.MethodDelete, "/block", "unblocked key %s in zone %s")},
 	}
 }
 
@@ -195,13 +195,17 @@ func cmdGet(api *adminClient, fl caddycmd.Flags, w io.Writer) error {
 	return nil
 }
 
-func cmdReset(api *adminClient, fl caddycmd.Flags, w io.Writer) error {
-	k, err := keyCall(api, fl, http.MethodDelete, "", nil)
-	if err != nil {
-		return err
+// keyDone returns the command that sends method to the key's route (plus
+// suffix, without a body) and prints what, given the key and the zone.
+func keyDone(method, suffix, what string) func(*adminClient, caddycmd.Flags, io.Writer) error {
+	return func(api *adminClient, fl caddycmd.Flags, w io.Writer) error {
+		k, err := keyCall(api, fl, method, suffix, nil)
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(w, what+"\n", k.Key, k.Zone)
+		return nil
 	}
-	fmt.Fprintf(w, "reset key %s in zone %s: its next request finds it whole\n", k.Key, k.Zone)
-	return nil
 }
 
 func cmdBlock(api *adminClient, fl caddycmd.Flags, w io.Writer) error {
@@ -218,15 +222,6 @@ func cmdBlock(api *adminClient, fl caddycmd.Flags, w io.Writer) error {
 		until = k.BlockedUntil.Local().Format(time.DateTime)
 	}
 	fmt.Fprintf(w, "blocked key %s in zone %s until %s\n", k.Key, k.Zone, until)
-	return nil
-}
-
-func cmdUnblock(api *adminClient, fl caddycmd.Flags, w io.Writer) error {
-	k, err := keyCall(api, fl, http.MethodDelete, "/block", nil)
-	if err != nil {
-		return err
-	}
-	fmt.Fprintf(w, "unblocked key %s in zone %s\n", k.Key, k.Zone)
 	return nil
 }
 
