@@ -96,6 +96,7 @@ func TestLeaseNeverOver(t *testing.T) {
 	cfgs["fixed_window two tiers"] = two
 	cfgs["sliding_log two tiers"] = two
 	cfgs["token_bucket burst"] = algorithms.Config{Tiers: []algorithms.Tier{{Events: 300, Window: time.Second}}, Burst: 100}
+	cfgs["gcra burst"] = algorithms.Config{Tiers: []algorithms.Tier{{Events: 300, Window: time.Second}}, Burst: 100}
 	for name, cfg := range cfgs {
 		alg, _, _ := strings.Cut(name, " ")
 		t.Run(name, func(t *testing.T) {
@@ -109,10 +110,15 @@ func TestLeaseNeverOver(t *testing.T) {
 			}
 			var uses []use
 			leased := 0
+			maxStep := 3000
 			for i := 0; i < 6000; i++ {
-				// Bursts and lulls: mostly hot, sometimes a pause
-				// longer than a lease.
-				step := time.Duration(rng.Intn(3000)) * time.Microsecond
+				// Phases of demand below and above the rate, and
+				// pauses longer than a lease: a bucket full when a
+				// lease is taken and its units used at the end.
+				if i%300 == 0 {
+					maxStep = []int{1000, 3000, 8000, 12000}[rng.Intn(4)]
+				}
+				step := time.Duration(rng.Intn(maxStep)) * time.Microsecond
 				if rng.Intn(200) == 0 {
 					step = time.Duration(rng.Intn(400)) * time.Millisecond
 				}
