@@ -60,6 +60,13 @@ local function share(avail)
   return k
 end
 
+-- gave_back is the answer of a call that only gives back ("1"), once
+-- save() has written the state back.
+local function gave_back(save)
+  if exists then save() end
+  return 0
+end
+
 -- answer: the script's answer: the request's decision r (9 values), then
 -- the lease.
 local function answer(r, k, x)
@@ -120,10 +127,7 @@ if ALG == 'fixed_window' or ALG == 'sliding_window' then
       end
     end
   end
-  if MODE == '1' then
-    if exists then save() end
-    return 0
-  end
+  if MODE == '1' then return gave_back(save) end
   local ok = true
   for i = 1, N do
     if COST > P[i].E or room(i) < COST then ok = false end
@@ -195,10 +199,7 @@ if ALG == 'sliding_log' then
       if r[1] == STAMP then r[2] = r[2] - math.min(UNITS, r[2]) end
     end
   end
-  if MODE == '1' then
-    if exists then save() end
-    return 0
-  end
+  if MODE == '1' then return gave_back(save) end
   local ok = true
   for i = 1, N do
     if COST > P[i].E or count(i) + COST > P[i].E then ok = false end
@@ -281,10 +282,7 @@ if UNITS > 0 and exists and t < STAMP then
     level[i] = math.min(p.cap, level[i] + UNITS * p.scale)
   end
 end
-if MODE == '1' then
-  if exists then save() end
-  return 0
-end
+if MODE == '1' then return gave_back(save) end
 local ok = true
 for i = 1, N do
   if COST > P[i].burst or level[i] < COST * P[i].scale then ok = false end

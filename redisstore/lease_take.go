@@ -36,14 +36,7 @@ type leaseEntry struct {
 }
 
 // clamp returns now in µs, never before e.last, and advances e.last.
-func (e *leaseEntry) clamp(now time.Time) int64 {
-	t := now.UnixMicro()
-	if t < e.last {
-		return e.last
-	}
-	e.last = t
-	return t
-}
+func (e *leaseEntry) clamp(now time.Time) int64 { return clampMicros(&e.last, now) }
 
 // local is the decision of a request served here at t: the last call's,
 // aged by the time since.

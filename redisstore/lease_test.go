@@ -5,7 +5,6 @@ import (
 	"math/rand"
 	"sort"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -170,7 +169,7 @@ func TestLeaseNeverOver(t *testing.T) {
 func TestLeaseConcurrent(t *testing.T) {
 	const (
 		events   = 5000
-		requests = 12000
+		requests = 64 * 188
 		step     = 100 * time.Microsecond
 	)
 	srv := redistestStart(t)
@@ -185,31 +184,11 @@ func TestLeaseConcurrent(t *testing.T) {
 			l := mustLimiter(t, name, cfg)
 			clk := newSynthClock(t0)
 			stores := leaseStores(t, c, l, "conc-"+name, 3, time.Second, clk)
-			var next, admitted atomic.Int64
-			var wg sync.WaitGroup
-			for g := 0; g < 64; g++ {
-				wg.Add(1)
-				go func() {
-					defer wg.Done()
-					for {
-						i := next.Add(1)
-						if i > requests {
-							return
-						}
-						now := t0.Add(time.Duration(i) * step)
-						d, err := stores[i%3].Take(ctx, "k", now, 1)
-						if err != nil {
-							t.Error(err)
-							return
-						}
-						if d.Allowed {
-							admitted.Add(1)
-						}
-					}
-				}()
-			}
-			wg.Wait()
-			got := admitted.Load()
+			// Request i*64+g of goroutine g at t0 + that many steps.
+			got := takeConcurrently(t, 64, requests/64, func(g, i int) (algorithms.Decision, error) {
+				n := i*64 + g
+				return stores[n%3].Take(ctx, "k", t0.Add(time.Duration(n)*step), 1)
+			})
 			// The run spans 1.2s: a bucket refills 5000/h x 1.2s < 2
 			// units in it.
 			limit := int64(events)
