@@ -2,6 +2,7 @@ package redisstore
 
 import (
 	"context"
+	"fmt"
 	"math/rand"
 	"sort"
 	"strings"
@@ -429,4 +430,66 @@ func TestLeaseKeysGolden(t *testing.T) {
 		}
 	}
 	checkKeys(t, c, "goldenLeaseKeys", goldenLeaseKeys)
+}
+
+// TestLeaseKeysHaveTTL: every key the leasing store writes (state and
+// instances hash), for every algorithm, through leases, denials and
+// give-backs, has a TTL of at most twice the window plus two leases and the
+// margin.
+func TestLeaseKeysHaveTTL(t *testing.T) {
+	_, c := newClient(t)
+	ctx := context.Background()
+	const w, dur = time.Minute, time.Second
+	for name, cfg := range leaseConfigs(50, w) {
+		clk := newSynthClock(t0)
+		stores := leaseStores(t, c, mustLimiter(t, name, cfg), "ttl-"+name, 3, dur, clk)
+		for i := 0; i < 600; i++ {
+			clk.us.Add(int64(7 * time.Millisecond / time.Microsecond))
+			s := stores[i%3]
+			if _, err := s.Take(ctx, fmt.Sprintf("k%d", i%4), clk.Now(), 1); err != nil {
+				t.Fatal(err)
+			}
+			if i%100 == 0 {
+				if err := s.Reap(ctx, false); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+		for _, s := range stores {
+			if err := s.Close(); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if n := assertTTLs(t, c, "rltest:ttl-"+name+":*", 2*w+2*dur+Margin); n == 0 {
+			t.Fatalf("%s: no key written", name)
+		}
+	}
+}
+
+// TestLeaseCluster: leasing on a Redis Cluster (the state and the
+// instances hash share the key's slot): three instances on many keys admit
+// exactly the limit of each.
+func TestLeaseCluster(t *testing.T) {
+	_, c := newClusterClient(t)
+	ctx := context.Background()
+	cfg := algorithms.Config{Tiers: []algorithms.Tier{{Events: 30, Window: time.Hour}, {Events: 100, Window: 2 * time.Hour}}}
+	clk := newSynthClock(t0)
+	stores := leaseStores(t, c, mustLimiter(t, algorithms.SlidingLog, cfg), "cluster", 3, time.Second, clk)
+	const keys = 20
+	admitted := make([]int, keys)
+	for i := 0; i < keys*60; i++ {
+		k := i % keys
+		d, err := stores[(i/keys)%3].Take(ctx, fmt.Sprintf("k%d", k), t0, 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if d.Allowed {
+			admitted[k]++
+		}
+	}
+	for k, n := range admitted {
+		if n != 30 {
+			t.Errorf("key %d: %d admitted, want 30", k, n)
+		}
+	}
 }
