@@ -493,3 +493,67 @@ func TestLeaseCluster(t *testing.T) {
 		}
 	}
 }
+
+// TestLeaseStranded measures the worst case of under-admission: three
+// instances get hot on a key, then two go quiet holding their leases. The
+// third is refused once the rest is used: what is missing is exactly what
+// the quiet two hold, within the stated bound (less than 1 - 1/2 x 3/4 x 5/6
+// of what was left), and it comes back once their leases are given back.
+func TestLeaseStranded(t *testing.T) {
+	_, c := newClient(t)
+	ctx := context.Background()
+	const events = 1000
+	for name, cfg := range leaseConfigs(events, time.Hour) {
+		t.Run(name, func(t *testing.T) {
+			clk := newSynthClock(t0)
+			st := leaseStores(t, c, mustLimiter(t, name, cfg), "stranded-"+name, 3, time.Second, clk)
+			takeAll := func(s *LeaseStore, n int) int {
+				got := 0
+				for i := 0; i < n; i++ {
+					d, err := s.Take(ctx, "k", clk.Now(), 1)
+					if err != nil {
+						t.Fatal(err)
+					}
+					if d.Allowed {
+						got++
+					}
+				}
+				return got
+			}
+			used := 0
+			for round := 0; round < 40; round++ {
+				for _, s := range st {
+					used += takeAll(s, 1)
+				}
+			}
+			quiet := st[0].held("k") + st[1].held("k")
+			used += takeAll(st[2], 2*events)
+			stranded := events - used
+			bound := events - events*1*3*5/(2*4*6) // 1 - 1/2 x 3/4 x 5/6 of it
+			t.Logf("quiet instances hold %d units: %d admitted, %d stranded (bound %d)", quiet, used, stranded, bound)
+			if int64(stranded) != quiet || stranded > bound {
+				t.Fatalf("%d stranded, the quiet instances hold %d (bound %d)", stranded, quiet, bound)
+			}
+			// After a lease duration the quiet leases are given back
+			// (idle), and the third instance's denial has run out.
+			clk.us.Add(1100 * time.Millisecond.Microseconds())
+			for _, s := range st[:2] {
+				if err := s.Reap(ctx, false); err != nil {
+					t.Fatal(err)
+				}
+			}
+			back := takeAll(st[2], 2*events)
+			if name == algorithms.TokenBucket || name == algorithms.GCRA {
+				// A bucket takes nothing back after the lease's end
+				// (LEASE.md); 1.1s refills no unit of 1000/h.
+				if back != 0 {
+					t.Fatalf("%d admitted after the leases ended", back)
+				}
+				return
+			}
+			if back != stranded {
+				t.Fatalf("%d admitted after the give-back, want the %d stranded", back, stranded)
+			}
+		})
+	}
+}
