@@ -12,6 +12,11 @@ func TestLeaseOnError(t *testing.T) {
 	testRedisOnError(t, `"lease":"1s",`)
 }
 
+// With lease, the circuit breaker opens and closes as in the other modes.
+func TestLeaseBreaker(t *testing.T) {
+	testRedisBreaker(t, `"lease":"1s",`)
+}
+
 // A leasing handler limits like the plain one, and writes its keys under
 // ":ls:".
 func TestLeaseStoreLimits(t *testing.T) {
