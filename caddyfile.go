@@ -30,7 +30,7 @@ func parseCaddyfile(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler, error)
 // Subdirectives of a rate_limit block and of a zone block, for error
 // messages.
 var (
-	handlerSubdirectives = []string{"zone", "store", "redis", "sync_interval", "on_error", "headers", "status", "problem_details", "dry_run", "jitter", "sweep_interval", "max_keys", "log_keys", "disable_metrics"}
+	handlerSubdirectives = []string{"zone", "store", "redis", "sync_interval", "lease", "on_error", "headers", "status", "problem_details", "dry_run", "jitter", "sweep_interval", "max_keys", "log_keys", "disable_metrics"}
 	zoneSubdirectives    = []string{"match", "key", "algorithm", "limit", "events", "window", "burst", "cost", "on_limit", "max_waiters", "count_rejected", "count_status", "ipv4_prefix", "ipv6_prefix", "empty_key"}
 )
 
@@ -71,6 +71,7 @@ var (
 //	        pool_size     <n>
 //	    }
 //	    sync_interval  <duration>
+//	    lease          <duration>
 //	    on_error       open | closed | local
 //	    log_keys
 //	    headers        ietf | legacy | both | off
@@ -120,6 +121,11 @@ func (h *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 			var dur time.Duration
 			dur, err = setDurationArg(d, "sync_interval")
 			h.SyncInterval = caddy.Duration(dur)
+
+		case "lease":
+			var dur time.Duration
+			dur, err = setDurationArg(d, "lease")
+			h.Lease = caddy.Duration(dur)
 
 		case "on_error":
 			h.OnError, err = oneArg(d, "on_error", onErrorEnum.usage())

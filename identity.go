@@ -141,6 +141,7 @@ type zoneIdentity struct {
 	SweepInterval caddy.Duration `json:"sweep_interval"`
 	Redis         *redisLocation `json:"redis,omitempty"`
 	SyncInterval  caddy.Duration `json:"sync_interval,omitempty"`
+	Lease         caddy.Duration `json:"lease,omitempty"`
 }
 
 // redisLocation is which Redis database and keys hold a zone's counts (the
@@ -174,6 +175,7 @@ func (h *Handler) storeIdentity(zc *Zone) (string, error) {
 			DB: rc.DB, KeyPrefix: rc.KeyPrefix,
 		}
 		id.SyncInterval = h.SyncInterval
+		id.Lease = h.Lease
 	}
 	b, err := json.Marshal(id)
 	return string(b), err

@@ -49,6 +49,19 @@ type Handler struct {
 	// decision is exact, one Redis call).
 	SyncInterval caddy.Duration `json:"sync_interval,omitempty"`
 
+	// Lease, with store redis, turns on leasing: an instance takes a batch
+	// of a busy key's units from Redis in one call and admits from it
+	// locally until the batch is used or the lease ends, then gives back
+	// what is left. Never more than the limit across instances; fewer
+	// Redis calls the busier a key (a quiet key makes one per request). The
+	// value is how long a lease lasts at most: for token_bucket and gcra
+	// keep it well under burst / rate, since a bucket lends only what
+	// would still be there at the lease's end. Only with algorithm
+	// fixed_window, sliding_window, sliding_log, token_bucket or gcra, not
+	// with count_rejected or sync_interval (nanoseconds in JSON, or a
+	// duration string; at least 10ms). Default: 0 (off).
+	Lease caddy.Duration `json:"lease,omitempty"`
+
 	// OnError is what a request gets when the redis store fails (an error,
 	// a timeout, or the circuit breaker open after repeated failures):
 	// "open" (the default: let it through, unlimited by that zone),

@@ -115,10 +115,16 @@ func TestRedisPlaceholders(t *testing.T) {
 
 // on_error: what a request gets while Redis is down.
 func TestRedisOnError(t *testing.T) {
+	testRedisOnError(t, "")
+}
+
+// testRedisOnError is TestRedisOnError with the handler options mode (JSON
+// members, each followed by a comma).
+func testRedisOnError(t *testing.T, mode string) {
 	srv := redistest.Start(t)
-	open := provision(t, redisConfig(srv.Addr, 2, ""), nil)
-	closed := provision(t, redisConfig(srv.Addr, 2, `"on_error":"closed",`), nil)
-	local := provision(t, redisConfig(srv.Addr, 2, `"on_error":"local",`), nil)
+	open := provision(t, redisConfig(srv.Addr, 2, mode), nil)
+	closed := provision(t, redisConfig(srv.Addr, 2, mode+`"on_error":"closed",`), nil)
+	local := provision(t, redisConfig(srv.Addr, 2, mode+`"on_error":"local",`), nil)
 	srv.Stop()
 
 	for i := 0; i < 4; i++ {
@@ -223,8 +229,14 @@ func expectKey(t *testing.T, addr, pattern, want string) {
 // its scripts gone) the prober closes the breaker and decisions are shared
 // again.
 func TestRedisBreaker(t *testing.T) {
+	testRedisBreaker(t, "")
+}
+
+// testRedisBreaker is TestRedisBreaker with the handler options mode (JSON
+// members, each followed by a comma).
+func testRedisBreaker(t *testing.T, mode string) {
 	srv := redistest.Start(t)
-	h := provision(t, redisConfig(srv.Addr, 100, `"on_error":"closed",`), nil)
+	h := provision(t, redisConfig(srv.Addr, 100, mode+`"on_error":"closed",`), nil)
 	br := h.rt.zones[0].breaker
 	if res := serve(h, newReq("192.0.2.1:1")); res.code != 200 {
 		t.Fatalf("before: %d", res.code)

@@ -12,6 +12,7 @@ import (
 
 	"github.com/zonelimit/caddy-ratelimit/algorithms"
 	"github.com/zonelimit/caddy-ratelimit/keyresolver"
+	"github.com/zonelimit/caddy-ratelimit/redisstore"
 )
 
 // Bounds of the options with a range.
@@ -38,6 +39,7 @@ const (
 	minSweepInterval = time.Second
 	minMaxWait       = time.Millisecond
 	minSyncInterval  = 10 * time.Millisecond // a push per interval and key
+	minLease         = 10 * time.Millisecond // a call per lease and key
 	minRedisTimeout  = time.Millisecond
 )
 
@@ -129,6 +131,8 @@ func (h *Handler) validateRedisOptions() error {
 			return zoneErrf("redis", "redis settings need store redis (add: store redis)")
 		case h.SyncInterval != 0:
 			return zoneErrf("sync_interval", "sync_interval applies only to store redis")
+		case h.Lease != 0:
+			return zoneErrf("lease", "lease applies only to store redis")
 		case h.OnError != "":
 			return zoneErrf("on_error", "on_error applies only to store redis (the memory store cannot fail)")
 		}
@@ -148,6 +152,9 @@ func (h *Handler) validateRedisOptions() error {
 	if err := h.checkRedisIgnored(); err != nil {
 		return err
 	}
+	if err := h.validateLease(); err != nil {
+		return err
+	}
 	if h.SyncInterval > 0 {
 		for _, z := range h.Zones {
 			if ok, summable := algorithms.Summable(z.Algorithm); !ok {
@@ -158,6 +165,34 @@ func (h *Handler) validateRedisOptions() error {
 				return zoneErrf("sync_interval", "zone %q: sync_interval works with algorithm %s (counts that can be summed), not %s",
 					z.Name, summable, alg)
 			}
+		}
+	}
+	return nil
+}
+
+// validateLease checks lease (store redis): a positive duration, not with
+// sync_interval, and zones whose algorithm a lease charges exactly, without
+// count_rejected (a denial decided locally is not counted in Redis).
+func (h *Handler) validateLease() error {
+	if h.Lease == 0 {
+		return nil
+	}
+	if err := checkFloor("lease", time.Duration(h.Lease)); err != nil {
+		return err
+	}
+	if h.SyncInterval != 0 {
+		return zoneErrf("lease", "lease and sync_interval are two ways of deciding locally: choose one")
+	}
+	for _, z := range h.Zones {
+		alg := z.Algorithm
+		if alg == "" {
+			alg = algorithms.Default
+		}
+		if !redisstore.Leasable(alg) {
+			return zoneErrf("lease", "zone %q: lease works with algorithm fixed_window, sliding_window, sliding_log, token_bucket or gcra, not %s", z.Name, alg)
+		}
+		if z.CountRejected {
+			return zoneErrf("lease", "zone %q: lease does not apply with count_rejected: a denial decided locally is not counted in Redis", z.Name)
 		}
 	}
 	return nil
@@ -176,8 +211,8 @@ func (h *Handler) checkRedisIgnored() error {
 	if h.SweepInterval != 0 && time.Duration(h.SweepInterval) != defaultSweepInterval && !local {
 		return zoneErrf("sweep_interval", "sweep_interval applies to keys held in memory: with store redis only with on_error local")
 	}
-	if h.MaxKeys != 0 && h.MaxKeys != defaultMaxKeys && !local && h.SyncInterval == 0 {
-		return zoneErrf("max_keys", "max_keys applies to keys held in memory: with store redis only with on_error local or sync_interval")
+	if h.MaxKeys != 0 && h.MaxKeys != defaultMaxKeys && !local && h.SyncInterval == 0 && h.Lease == 0 {
+		return zoneErrf("max_keys", "max_keys applies to keys held in memory: with store redis only with on_error local or sync_interval, or lease")
 	}
 	return nil
 }
@@ -407,6 +442,8 @@ func durationFloor(option string) time.Duration {
 		return minSweepInterval
 	case "sync_interval":
 		return minSyncInterval
+	case "lease":
+		return minLease
 	case "max_wait":
 		return minMaxWait
 	}

@@ -134,6 +134,36 @@ func (h *Handler) zoneStores(z *zone, lim algorithms.Limiter, key storeKey) erro
 		return nil
 	}
 	opts.Pipeliner = h.rt.redis.Pipeliner()
+	if h.Lease > 0 {
+		// Leasing: local decisions from leased units, a Redis call per
+		// lease (the breaker and on_error apply to it); the store gives
+		// back its leases when unloaded.
+		redisKey, err := h.rt.redisConf.poolKey()
+		if err != nil {
+			return err
+		}
+		key.config += "\x00lease\x00" + string(redisKey)
+		logger, name := h.rt.logger, z.name
+		var throttle logThrottle
+		st, err := h.pooledStore(z.name, key, func() (caddy.Destructor, error) {
+			return redisstore.NewLeaseStore(h.rt.redis, lim, opts, redisstore.LeaseOptions{
+				Duration: time.Duration(h.Lease),
+				Now:      h.rt.opts.now,
+				MaxKeys:  h.MaxKeys,
+				OnError: func(err error) {
+					if c := logger.Check(throttle.level(), "rate limit lease give-back to Redis failed; the units stay charged until the lease's state expires"); c != nil {
+						c.Write(zap.String("zone", name), zap.Error(err))
+					}
+				},
+			})
+		})
+		if err != nil {
+			return err
+		}
+		z.store = st.(*redisstore.LeaseStore)
+		z.breaker = h.rt.redis.Breaker()
+		return nil
+	}
 	st, err := redisstore.NewStore(h.rt.redis, lim, opts)
 	if err != nil {
 		return err

@@ -225,6 +225,14 @@ commit=$(git rev-parse --short HEAD 2>/dev/null || echo unknown)
 		printf '# rounds %-22s %s\n' "$s" "$(printf '%.0f ' ${RPS[$s]})"
 	done
 } | tee "$result"
+# leased is measured against memory pass (the same decision, shared):
+# pass's CPU per request over leased's.
+if [ -n "${CPUT[leased]:-}" ] && [ -n "${CPUT[pass]:-}" ]; then
+	awk -v cl="${CPUT[leased]}" -v nl="${TOTAL[leased]}" -v cp="${CPUT[pass]}" -v np="${TOTAL[pass]}" 'BEGIN {
+		r = (nl && np && cl) ? (cp / np) / (cl / nl) : 0
+		printf "# leased/pass by CPU per request: %.3f (target >= 0.90: %s)\n", r, (r >= 0.90 ? "ok" : "MISS")
+	}' | tee -a "$result"
+fi
 cp "$result" bench/results/e2e-latest.txt
 echo "e2e: written to $result (ratios are to plain in this run: ratio_b of best rounds, ratio_m of medians; cpu_us is Caddy's CPU per request, cpu_ratio plain's over the scenario's)"
 

@@ -21,7 +21,7 @@ ALGORITHM=${ALGORITHM:-sliding_log}
 # ---------------------------------------------------------------------------
 # Scenarios.
 
-ALL_SCENARIOS=(plain headers_reference pass deny deny_handle_errors error_handle_errors redis_pass redis_deny redis_sync_pass)
+ALL_SCENARIOS=(plain headers_reference pass deny deny_handle_errors error_handle_errors redis_pass redis_deny redis_sync_pass leased)
 declare -A EXPECT=() TARGET=()
 
 # plain: Caddy alone, the baseline every ratio is taken against.
@@ -129,6 +129,13 @@ EXPECT[redis_sync_pass]=ok
 TARGET[redis_sync_pass]=0.97
 setup_redis_sync_pass() { start_redis; }
 site_redis_sync_pass() { redis_site "$1" fixed_window "100000000 1m" "sync_interval 1s"; }
+
+# leased: the leasing mode (lease 1s) on one hot key (wrk's one address):
+# decisions from leased units, one script call per batch. Its target is
+# against memory `pass`, by CPU per request (e2e.sh prints it): >= 0.90.
+EXPECT[leased]=ok
+setup_leased() { start_redis; }
+site_leased() { redis_site "$1" "${ALGORITHM:-sliding_log}" "100000000 1m" "lease 1s"; }
 
 # redis_site ZONE ALGORITHM "EVENTS WINDOW" [HANDLER OPTION]: a site limiting
 # per client address in the store redis, at REDIS_ADDR.

@@ -5,8 +5,9 @@
 // Cluster or Sentinel). Around it: Client, the client the stores of a
 // Redis share with its circuit breaker, probe and Pipeliner; DenyCache, a
 // Store that answers a key denied again before its Retry-After without a
-// round trip; and SyncStore, the two-layer store of sync_interval, whose
-// model and over-admission bound are in TWO_LAYER.md.
+// round trip; SyncStore, the two-layer store of sync_interval, whose
+// model and over-admission bound are in TWO_LAYER.md; and LeaseStore, the
+// leasing store of lease (never over the limit; LEASE.md).
 //
 // # One command per decision
 //

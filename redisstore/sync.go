@@ -144,12 +144,16 @@ type syncEntry struct {
 }
 
 // clamp returns now in µs, never before e.last, and advances e.last.
-func (e *syncEntry) clamp(now time.Time) int64 {
+func (e *syncEntry) clamp(now time.Time) int64 { return clampMicros(&e.last, now) }
+
+// clampMicros returns now in µs, never before *last (the latest instant a
+// key saw: its time never goes back), and advances *last.
+func clampMicros(last *int64, now time.Time) int64 {
 	t := now.UnixMicro()
-	if t < e.last {
-		return e.last
+	if t < *last {
+		return *last
 	}
-	e.last = t
+	*last = t
 	return t
 }
 

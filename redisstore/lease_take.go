@@ -1,0 +1,202 @@
+package redisstore
+
+// Deciding in the leasing store: from the key's lease when it holds
+// enough, else with one script call that takes the request's units and
+// leases more (LEASE.md).
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"time"
+
+	"github.com/zonelimit/caddy-ratelimit/algorithms"
+	"github.com/zonelimit/caddy-ratelimit/store"
+)
+
+// leaseEntry is what an instance holds of one key (the Value of its entry
+// in the LRU). Instants are µs on the Now clock.
+type leaseEntry struct {
+	left  int64  // units of the lease not used yet
+	size  int64  // units the lease had
+	ends  int64  // when the lease ends here (its Redis end, or earlier)
+	stamp int64  // when it ends in Redis: what a give-back names
+	gen   uint64 // the lease's generation (Decision.Token)
+	last  int64  // latest instant seen; time never goes back
+	call  int64  // instant of the last script call (0: none)
+	used  int64  // instant of the last unit taken from the lease
+
+	deny     int64 // until when a request of denyCost or more is refused here
+	denyCost int64
+	base     algorithms.Decision // the last call's decision
+	baseAt   int64               // instant of that call
+
+	refill  chan struct{} // open while a call is in flight; closed when done
+	waiting int64         // units of the Takes waiting for that call
+}
+
+// clamp returns now in µs, never before e.last, and advances e.last.
+func (e *leaseEntry) clamp(now time.Time) int64 { return clampMicros(&e.last, now) }
+
+// local is the decision of a request served here at t: the last call's,
+// aged by the time since.
+func (e *leaseEntry) local(t int64, allowed bool) algorithms.Decision {
+	d := e.base
+	age := time.Duration(t-e.baseAt) * time.Microsecond
+	since := func(v time.Duration) time.Duration { return max(v-age, 0) }
+	d.ResetAfter, d.MoreAfter = since(d.ResetAfter), since(d.MoreAfter)
+	if allowed {
+		d.Allowed, d.RetryAfter, d.Token = true, 0, e.gen
+		d.Remaining += e.left
+	} else {
+		d.RetryAfter = max(since(d.RetryAfter), time.Microsecond)
+	}
+	return d
+}
+
+// Take decides whether key may consume cost units at now (the Now clock
+// when zero): from the key's lease when it holds cost units, from a
+// denial seen within the lease duration, else with one script call (one
+// call in flight per key: concurrent Takes wait for it and use its lease).
+func (s *LeaseStore) Take(ctx context.Context, key string, now time.Time, cost int64) (algorithms.Decision, error) {
+	if now.IsZero() {
+		now = s.now()
+	}
+	cost = min(max(cost, 0), s.base.maxCost)
+	sh := s.keys.Shard(key)
+	for {
+		sh.Lock()
+		ent := s.entry(sh, key)
+		e := &ent.Value
+		t := e.clamp(now)
+		switch {
+		case cost <= e.left && t < e.ends:
+			e.left -= cost
+			e.used = t
+			d := e.local(t, true)
+			sh.Unlock()
+			return d, nil
+		case t < e.deny && cost >= e.denyCost:
+			d := e.local(t, false)
+			sh.Unlock()
+			return d, nil
+		case e.refill != nil:
+			ch := e.refill
+			e.waiting += cost
+			sh.Unlock()
+			select {
+			case <-ch:
+				continue
+			case <-ctx.Done():
+				return algorithms.Decision{}, fmt.Errorf("redis lease store: %s: %w", s.alg, ctx.Err())
+			}
+		}
+		return s.refill(ctx, sh, ent, now, t, cost)
+	}
+}
+
+// refill makes the script call of a Take of cost at t that the lease does
+// not cover: it gives back what the lease has left, takes cost and leases
+// a batch sized on the recent use. The shard's lock is held; refill
+// releases it.
+func (s *LeaseStore) refill(ctx context.Context, sh *leaseShard, ent *store.Entry[leaseEntry], now time.Time, t, cost int64) (algorithms.Decision, error) {
+	e := &ent.Value
+	// A key called again within a lease duration is hot: twice what the
+	// last lease served, or what waits. A cold key leases nothing: one
+	// call per request, decided exactly as the plain Redis store does.
+	var want int64
+	if e.call != 0 && t-e.call < s.dur {
+		want = max(1, 2*(e.size-e.left), e.waiting)
+	}
+	units, stamp := e.left, e.stamp
+	if s.bucket && t >= e.ends {
+		units = 0 // see lease.lua: a bucket takes units back only before the end
+	}
+	e.left, e.size, e.waiting = 0, 0, 0
+	ch := make(chan struct{})
+	e.refill = ch
+	sh.Unlock()
+
+	res, err := s.call(ctx, s.Keys(ent.Key()), s.args(modeTake, now, cost, want, units, stamp)).Int64Slice()
+	if err == nil && len(res) < 12 {
+		err = fmt.Errorf("script answered %d values, want 12", len(res))
+	}
+
+	sh.Lock()
+	defer sh.Unlock()
+	e.refill = nil
+	close(ch)
+	if err != nil {
+		return algorithms.Decision{}, fmt.Errorf("redis lease store: %s: %w", s.alg, err)
+	}
+	d := algorithms.Decision{
+		Allowed:    res[0] == 1,
+		Tier:       int(res[1]),
+		Limit:      res[2],
+		Remaining:  res[3],
+		ResetAfter: algorithms.Micros(res[4]),
+		RetryAfter: algorithms.Micros(res[5]),
+		Delay:      algorithms.Micros(res[6]),
+		MoreAfter:  algorithms.Micros(res[8]),
+	}
+	if !sh.Holds(ent) { // evicted meanwhile: its lease is lost, safely
+		return d, nil
+	}
+	e.call, e.base, e.baseAt = t, d, t
+	e.deny, e.denyCost = 0, 0
+	if !d.Allowed {
+		// Refused until the wait, or at most a lease duration: units
+		// given back by other instances may come back sooner.
+		e.deny = t + min(res[5], s.dur)
+		e.denyCost = cost
+		return d, nil
+	}
+	e.size, e.left, e.used = res[9], res[9], t
+	e.ends, e.stamp = t+res[10], res[11]
+	e.gen = s.gen.Add(1)
+	// Redis counts the lease's units as taken; this instance still has them.
+	d.Remaining += e.left
+	// The request's own units were charged now, not at the lease's end:
+	// an Undo cannot put them in the lease (Token 0).
+	return d, nil
+}
+
+// leaseShard is a shard of a LeaseStore's keys.
+type leaseShard = store.Shard[leaseEntry]
+
+// entry returns key's entry, created if new (evicting the shard's least
+// recently used one when full), and marks it most recently used. The
+// shard's lock is held.
+func (s *LeaseStore) entry(sh *leaseShard, key string) *store.Entry[leaseEntry] {
+	if e := sh.Use(key); e != nil {
+		return e
+	}
+	// An entry whose call is in flight is not reused: its caller still
+	// holds it.
+	ent := sh.Add(key, func(old *store.Entry[leaseEntry]) bool { return old.Value.refill == nil })
+	ent.Value = leaseEntry{last: math.MinInt64}
+	return ent
+}
+
+// Undo gives back to the key's lease what a Take of cost admitted from
+// that same lease while it lasts; anything else stays charged (under-
+// admission only): units a script call charged at an instant cannot move
+// into a lease charged at its end.
+func (s *LeaseStore) Undo(_ context.Context, key string, now time.Time, cost int64, d algorithms.Decision) error {
+	if !d.Allowed || d.Token == 0 || cost <= 0 {
+		return nil
+	}
+	if now.IsZero() {
+		now = s.now()
+	}
+	sh := s.keys.Shard(key)
+	sh.Lock()
+	if ent := sh.Get(key); ent != nil {
+		e := &ent.Value
+		if t := e.clamp(now); e.gen == d.Token && t < e.ends {
+			e.left = min(e.left+cost, e.size)
+		}
+	}
+	sh.Unlock()
+	return nil
+}
