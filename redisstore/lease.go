@@ -181,19 +181,11 @@ func (s *LeaseStore) reapEvery() time.Duration {
 }
 
 func (s *LeaseStore) run() {
-	defer close(s.done)
-	tk := time.NewTicker(s.reapEvery())
-	defer tk.Stop()
-	for {
-		select {
-		case <-s.stop:
-			return
-		case <-tk.C:
-			ctx, cancel := context.WithTimeout(context.Background(), max(s.reapEvery(), 2*time.Second))
-			_ = s.Reap(ctx, false) // reported through OnError
-			cancel()
-		}
-	}
+	store.Every(s.reapEvery(), s.stop, s.done, func() {
+		ctx, cancel := context.WithTimeout(context.Background(), max(s.reapEvery(), 2*time.Second))
+		_ = s.Reap(ctx, false) // reported through OnError
+		cancel()
+	})
 }
 
 // Reap gives back the unused units of every lease that ended or that saw

@@ -268,19 +268,11 @@ func (s *SyncStore) start() {
 func (s *SyncStore) syncTimeout() time.Duration { return max(s.interval, 2*time.Second) }
 
 func (s *SyncStore) run() {
-	defer close(s.done)
-	tk := time.NewTicker(s.interval)
-	defer tk.Stop()
-	for {
-		select {
-		case <-s.stop:
-			return
-		case <-tk.C:
-			ctx, cancel := context.WithTimeout(s.ctx, s.syncTimeout())
-			_ = s.Sync(ctx) // reported through OnError
-			cancel()
-		}
-	}
+	store.Every(s.interval, s.stop, s.done, func() {
+		ctx, cancel := context.WithTimeout(s.ctx, s.syncTimeout())
+		_ = s.Sync(ctx) // reported through OnError
+		cancel()
+	})
 }
 
 // Close stops the sync goroutine, waits for it, and pushes what is left

@@ -80,17 +80,7 @@ type sweeper struct {
 func (sw *sweeper) halt() { sw.stopOnce.Do(func() { close(sw.stop) }) }
 
 func (sw *sweeper) run(shards []Shard[algorithms.State], now func() time.Time, interval time.Duration, batch int) {
-	defer close(sw.done)
-	t := time.NewTicker(interval)
-	defer t.Stop()
-	for {
-		select {
-		case <-sw.stop:
-			return
-		case <-t.C:
-			sweepShards(shards, now(), batch)
-		}
-	}
+	Every(interval, sw.stop, sw.done, func() { sweepShards(shards, now(), batch) })
 }
 
 var _ Store = (*Memory)(nil)
