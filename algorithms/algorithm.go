@@ -87,6 +87,11 @@ type Decision struct {
 	// Token identifies what this Take recorded (the concurrency lease), for
 	// State.Undo. Zero when there is nothing to identify.
 	Token uint64
+
+	// Blocked reports a denial because the key is blocked (a zone's
+	// block_for, an operator's block; see store.Blocker): refused without
+	// being counted, RetryAfter being the time left of the block.
+	Blocked bool
 }
 
 // Limiter is an algorithm bound to one zone's Config.
