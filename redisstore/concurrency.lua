@@ -114,4 +114,4 @@ if #oldest == 2 then
   if more > 1000000 then more = 1000000 end
   if more < 1 then more = 1 end
 end
-return {allowed, 0, events, events - held, reset, retry, 0, token, more}
+return blocking({allowed, 0, events, events - held, reset, retry, 0, token, more})

@@ -69,4 +69,4 @@ for i = 1, N do
   pick.offer(i - 1, p.E, p.E - count[i], reset, wait)
 end
 -- Nothing comes back before the window ends.
-return pick.result(function(i) return start[i] + P[i].W - t end)
+return blocking(pick.result(function(i) return start[i] + P[i].W - t end))

@@ -271,4 +271,4 @@ for i = 1, N do
   pick.offer(i - 1, p.E, p.E - count[i], reset, wait)
 end
 -- One more unit is free when the oldest leaves the window.
-return pick.result(function(i) return kth(i, 1) + P[i].W - t end)
+return blocking(pick.result(function(i) return kth(i, 1) + P[i].W - t end))

@@ -138,4 +138,4 @@ for i = 1, N do
   pick.offer(i - 1, p.E, remaining(i), reset, wait)
 end
 -- The first instant the estimate leaves room for one unit more.
-return pick.result(function(i) return wait_of(i, remaining(i) + 1) end)
+return blocking(pick.result(function(i) return wait_of(i, remaining(i) + 1) end))

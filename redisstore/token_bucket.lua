@@ -67,7 +67,7 @@ if allowed or COUNT_REJECTED then
 end
 save()
 
-return bucket_result(allowed, P, function(i)
+return blocking(bucket_result(allowed, P, function(i)
   local p, lv = P[i], level[i]
   local rem, wait = 0, 0
   if lv > 0 then rem = idiv(lv, p.scale) end
@@ -76,4 +76,4 @@ return bucket_result(allowed, P, function(i)
   local more = 0
   if rem < p.burst then more = cdiv((rem + 1) * p.scale - lv, p.rate) end
   return rem, cdiv(p.cap - lv, p.rate), wait, more
-end, 0)
+end, 0))
