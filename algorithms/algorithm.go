@@ -88,9 +88,10 @@ type Decision struct {
 	// State.Undo. Zero when there is nothing to identify.
 	Token uint64
 
-	// Blocked reports a denial because the key is blocked (a zone's
-	// block_for, an operator's block; see store.Blocker): refused without
-	// being counted, RetryAfter being the time left of the block.
+	// Blocked reports a denial that leaves the key blocked (a zone's
+	// block_for, an operator's block; see store.Blocker): the denial that
+	// started the block, or a request refused during it without being
+	// counted. RetryAfter is then at least the time left of the block.
 	Blocked bool
 }
 

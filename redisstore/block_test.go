@@ -47,7 +47,7 @@ func TestBlockFor(t *testing.T) {
 			}
 			at := t0.Add(100 * time.Millisecond)
 			d, err := a.Take(ctx, "k", at, 1)
-			if err != nil || d.Allowed || d.Blocked || d.RetryAfter != time.Minute || d.MoreAfter < time.Minute || d.ResetAfter < time.Minute {
+			if err != nil || d.Allowed || !d.Blocked || d.RetryAfter != time.Minute || d.MoreAfter < time.Minute || d.ResetAfter < time.Minute || d.Limit != 2 {
 				t.Fatalf("the denial that blocks: %+v, %v", d, err)
 			}
 			end := at.Add(time.Minute)
@@ -191,5 +191,58 @@ func TestBlockCluster(t *testing.T) {
 				t.Fatalf("%s: BlockedUntil = %v, %v", name, got, err)
 			}
 		}
+	}
+}
+
+// TestDenyCacheBlocks: through the deny cache, a blocked key is answered
+// from the cache with the time left of the block, for at most blockRecheck
+// before Redis is asked again, so that an Unblock made through another
+// instance lifts the block here too; an Unblock through the cache lifts it
+// at once.
+func TestDenyCacheBlocks(t *testing.T) {
+	_, c := newClient(t)
+	ctx := context.Background()
+	inner := blockStore(t, c, algorithms.FixedWindow, oneTier(1, time.Second), "cached", time.Minute)
+	other := blockStore(t, c, algorithms.FixedWindow, oneTier(1, time.Second), "cached", time.Minute)
+	cache := NewDenyCache(inner)
+	cache.Take(ctx, "k", t0, 1)
+	if d, err := cache.Take(ctx, "k", t0, 1); err != nil || !d.Blocked || d.RetryAfter != time.Minute {
+		t.Fatalf("the denial that blocks: %+v, %v", d, err)
+	}
+	at := t0.Add(blockRecheck / 2)
+	d, ok := cache.Denied("k", at)
+	if !ok || !d.Blocked || d.RetryAfter != time.Minute-blockRecheck/2 {
+		t.Fatalf("cached block: %+v, %v; want the time left of the block", d, ok)
+	}
+	if err := other.Unblock(ctx, "k"); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := cache.Denied("k", t0.Add(blockRecheck)); ok {
+		t.Fatal("a blocked key's denial is answered from the cache beyond blockRecheck")
+	}
+	// Another window: the key is admitted once Redis is asked.
+	if d, err := cache.Take(ctx, "k", t0.Add(2*time.Second), 1); err != nil || !d.Allowed {
+		t.Fatalf("after an Unblock elsewhere: %+v, %v", d, err)
+	}
+
+	cache.Take(ctx, "k", t0.Add(2*time.Second), 1) // blocked again
+	if got, err := cache.BlockedUntil(ctx, "k", t0.Add(2*time.Second)); err != nil || !got.Equal(t0.Add(time.Minute+2*time.Second)) {
+		t.Fatalf("BlockedUntil through the cache = %v, %v", got, err)
+	}
+	if err := cache.Unblock(ctx, "k"); err != nil {
+		t.Fatal(err)
+	}
+	if d, err := cache.Take(ctx, "k", t0.Add(3*time.Second), 1); err != nil || !d.Allowed {
+		t.Fatalf("at once after an Unblock through the cache: %+v, %v", d, err)
+	}
+	until, err := cache.Block(ctx, "op", t0, time.Hour)
+	if err != nil || !until.Equal(t0.Add(time.Hour)) {
+		t.Fatalf("Block through the cache = %v, %v", until, err)
+	}
+	if d, err := other.Take(ctx, "op", t0, 1); err != nil || !d.Blocked {
+		t.Fatalf("Block through the cache not seen: %+v, %v", d, err)
+	}
+	if _, err := NewDenyCache(&answerStore{}).Block(ctx, "k", t0, time.Second); err == nil {
+		t.Error("Block through a cache of a store that cannot block: no error")
 	}
 }

@@ -19,7 +19,8 @@
 --               algorithm's keys
 -- Every script answers {allowed (1/0), tier (0-based), limit, remaining,
 -- reset_after_us, retry_after_us, delay_us, token, more_after_us}, or 0 for
--- an undo; a take refused by a block answers a tenth value, 1.
+-- an undo; a take that leaves the key blocked answers a tenth value, 1, and
+-- a limit of 0 when the block refused it before the algorithm's body.
 --
 -- Arithmetic: all values are integers below 2^53, exact in Lua's doubles.
 -- Lua 5.1 has no integer division: idiv truncates toward zero as Go's / does
@@ -243,6 +244,7 @@ local function blocking(r)
     for _, j in ipairs({5, 6, 9}) do
       if r[j] < BLOCK_FOR then r[j] = BLOCK_FOR end
     end
+    r[10] = 1
   end
   return r
 end

@@ -245,10 +245,7 @@ func (s *Store) Take(ctx context.Context, key string, now time.Time, cost int64)
 	if len(res) < 9 {
 		return algorithms.Decision{}, fmt.Errorf("redis store: %s: script answered %d values, want 9", s.l.Name(), len(res))
 	}
-	if len(res) > 9 && res[9] == 1 {
-		return store.BlockedDecision(s.blockLimit, algorithms.Micros(res[5])), nil
-	}
-	return algorithms.Decision{
+	d := algorithms.Decision{
 		Allowed:    res[0] == 1,
 		Tier:       int(res[1]),
 		Limit:      res[2],
@@ -258,7 +255,14 @@ func (s *Store) Take(ctx context.Context, key string, now time.Time, cost int64)
 		RetryAfter: algorithms.Micros(res[5]),
 		Delay:      algorithms.Micros(res[6]),
 		Token:      uint64(res[7]),
-	}, nil
+	}
+	if len(res) > 9 && res[9] == 1 {
+		d.Blocked = true
+		if d.Limit == 0 { // refused by the block, before the algorithm
+			d.Limit = s.blockLimit
+		}
+	}
+	return d, nil
 }
 
 // Undo gives back what an admitted Take of cost, which returned d, consumed

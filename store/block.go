@@ -27,9 +27,10 @@ func BlockedDecision(limit int64, left time.Duration) algorithms.Decision {
 	}
 }
 
-// Penalize makes d, a denial that blocks its key for blockFor, wait at
-// least until the block ends.
+// Penalize makes d, a denial that blocks its key for blockFor, a blocked
+// decision that waits at least until the block ends.
 func Penalize(d *algorithms.Decision, blockFor time.Duration) {
+	d.Blocked = true
 	d.RetryAfter = max(d.RetryAfter, blockFor)
 	d.ResetAfter = max(d.ResetAfter, blockFor)
 	d.MoreAfter = max(d.MoreAfter, blockFor)

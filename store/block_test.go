@@ -15,7 +15,7 @@ func TestMemoryBlockFor(t *testing.T) {
 	take(t, m, "k", t0)
 	take(t, m, "k", t0)
 	d := take(t, m, "k", t0.Add(100*time.Millisecond))
-	if d.Allowed || d.Blocked || d.RetryAfter != time.Minute || d.ResetAfter != time.Minute || d.MoreAfter != time.Minute {
+	if d.Allowed || !d.Blocked || d.RetryAfter != time.Minute || d.ResetAfter != time.Minute || d.MoreAfter != time.Minute {
 		t.Fatalf("the denial that blocks: %+v, want a wait of the whole block", d)
 	}
 	if got, _ := m.BlockedUntil(ctx, "k", t0); !got.Equal(t0.Add(time.Minute + 100*time.Millisecond)) {
