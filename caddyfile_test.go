@@ -297,6 +297,15 @@ func TestCaddyfileErrors(t *testing.T) {
 		{"concurrency with two limits", zone("\t\t\tkey k\n\t\t\talgorithm concurrency\n\t\t\tlimit 5 1m\n\t\t\tlimit 50 1h"), []string{"Caddyfile:6", "concurrency takes exactly one limit", "got 2"}},
 		{"concurrency with count_rejected", zone("\t\t\tkey k\n\t\t\talgorithm concurrency\n\t\t\tlimit 5 1m\n\t\t\tcount_rejected"), []string{"Caddyfile:7", "count_rejected does not apply to algorithm concurrency"}},
 
+		// block_for.
+		{"block_for without value", zone("\t\t\tkey k\n\t\t\tlimit 1 1s\n\t\t\tblock_for"), []string{"Caddyfile:6", "block_for takes exactly one argument"}},
+		{"block_for bad duration", zone("\t\t\tkey k\n\t\t\tblock_for a-while\n\t\t\tlimit 1 1s"), []string{"Caddyfile:5", `block_for: bad duration "a-while"`}},
+		{"block_for zero", zone("\t\t\tkey k\n\t\t\tlimit 1 1s\n\t\t\tblock_for 0s"), []string{"Caddyfile:6", "block_for must be at least 1ms, got 0s"}},
+		{"block_for under 1ms", zone("\t\t\tkey k\n\t\t\tlimit 1 1s\n\t\t\tblock_for 10us"), []string{"Caddyfile:6", "block_for must be at least 1ms, got 10µs"}},
+		{"block_for above bound", zone("\t\t\tkey k\n\t\t\tblock_for 3651d\n\t\t\tlimit 1 1s"), []string{"Caddyfile:5", "block_for must be at most 3650d"}},
+		{"block_for twice", zone("\t\t\tkey k\n\t\t\tblock_for 1m\n\t\t\tlimit 1 1s\n\t\t\tblock_for 2m"), []string{"Caddyfile:7", "block_for already specified (at line 5)"}},
+		{"block_for longer than max_wait", zone("\t\t\tkey k\n\t\t\tlimit 1 1s\n\t\t\tblock_for 1m\n\t\t\ton_limit wait 10s"), []string{"Caddyfile:6", "block_for 1m0s is longer than max_wait 10s"}},
+
 		// cost.
 		{"cost zero", zone("\t\t\tkey k\n\t\t\tlimit 5 1s\n\t\t\tcost 0"), []string{"Caddyfile:6", "cost must be positive, got 0"}},
 		{"cost word", zone("\t\t\tkey k\n\t\t\tlimit 5 1s\n\t\t\tcost heavy"), []string{"Caddyfile:6", `cost must be a positive integer or a placeholder, got "heavy"`}},

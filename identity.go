@@ -147,6 +147,7 @@ type zoneIdentity struct {
 	SweepInterval caddy.Duration  `json:"sweep_interval"`
 	Redis         *redisLocation  `json:"redis,omitempty"`
 	SyncInterval  caddy.Duration  `json:"sync_interval,omitempty"`
+	BlockFor      caddy.Duration  `json:"block_for,omitempty"`
 }
 
 // redisLocation is which Redis database and keys hold a zone's counts (the
@@ -169,6 +170,7 @@ func (h *Handler) storeIdentity(zc *Zone) (string, error) {
 		CountRejected: zc.CountRejected, Key: zc.Key, KeyResolver: zc.KeyResolverRaw,
 		IPv4Prefix: zc.IPv4Prefix, IPv6Prefix: zc.IPv6Prefix,
 		Store: h.Store, MaxKeys: h.MaxKeys, SweepInterval: h.SweepInterval,
+		BlockFor: zc.BlockFor,
 	}
 	if rc := h.rt.redisConf; h.Store == "redis" && rc != nil {
 		// Another Redis, key prefix or mode is another count.
