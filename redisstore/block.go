@@ -92,3 +92,62 @@ func (b blocks) run(ctx context.Context, key string, now time.Time, mode string,
 	}
 	return time.UnixMicro(ends), nil
 }
+
+// Block refuses key from now (the store's clock when zero) until now+d, on
+// every instance, and here at once; it returns when the block ends (a
+// longer block in place is kept). Other instances learn of it at their
+// next sync.
+func (s *SyncStore) Block(ctx context.Context, key string, now time.Time, d time.Duration) (time.Time, error) {
+	if now.IsZero() {
+		now = s.now()
+	}
+	until, err := s.blk.Block(ctx, key, now, d)
+	if err != nil {
+		return until, err
+	}
+	sh := s.keys.Shard(key)
+	sh.Lock()
+	e := s.entry(sh, key, now)
+	e.blockedUntil = max(e.blockedUntil, until.UnixMicro())
+	sh.Unlock()
+	return until, nil
+}
+
+// Unblock lifts key's block in Redis and here; other instances lift it at
+// their next sync.
+func (s *SyncStore) Unblock(ctx context.Context, key string) error {
+	if err := s.blk.Unblock(ctx, key); err != nil {
+		return err
+	}
+	sh := s.keys.Shard(key)
+	sh.Lock()
+	if ent := sh.Get(key); ent != nil {
+		ent.Value.blockedUntil, ent.Value.blockSend = 0, 0
+	}
+	sh.Unlock()
+	return nil
+}
+
+// BlockedUntil returns when key's block ends, or the zero time when it is
+// not blocked at now (the store's clock when zero): in Redis, or here by a
+// denial not pushed yet.
+func (s *SyncStore) BlockedUntil(ctx context.Context, key string, now time.Time) (time.Time, error) {
+	if now.IsZero() {
+		now = s.now()
+	}
+	until, err := s.blk.BlockedUntil(ctx, key, now)
+	if err != nil {
+		return until, err
+	}
+	sh := s.keys.Shard(key)
+	sh.Lock()
+	var local int64
+	if ent := sh.Get(key); ent != nil {
+		local = ent.Value.blockSend
+	}
+	sh.Unlock()
+	if local > now.UnixMicro() && local > until.UnixMicro() {
+		return time.UnixMicro(local), nil
+	}
+	return until, nil
+}

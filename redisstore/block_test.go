@@ -246,3 +246,113 @@ func TestDenyCacheBlocks(t *testing.T) {
 		t.Error("Block through a cache of a store that cannot block: no error")
 	}
 }
+
+// blockSync is a two-layer store of zone with block_for, on clk.
+func blockSync(t testing.TB, c redis.UniversalClient, clk *syncClock, zone string, blockFor time.Duration) *SyncStore {
+	t.Helper()
+	l := mustLimiter(t, algorithms.FixedWindow, oneTier(2, time.Second))
+	s, err := newSyncStore(c, l, Options{KeyPrefix: "rltest:", Zone: zone, BlockFor: blockFor}, SyncOptions{Interval: time.Second, Now: clk.Now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	return s
+}
+
+// TestSyncBlockFor: the two-layer store blocks a denied key locally at
+// once, writes the block to Redis at its next sync, and another instance
+// (and the Lua store of the zone) refuses the key from its own next sync;
+// an Unblock anywhere reaches every instance at its next sync.
+func TestSyncBlockFor(t *testing.T) {
+	_, c := newClient(t)
+	ctx := context.Background()
+	clk := &syncClock{t: t0}
+	a := blockSync(t, c, clk, "sync-block", time.Minute)
+	b := blockSync(t, c, clk, "sync-block", time.Minute)
+	lua := blockStore(t, c, algorithms.FixedWindow, oneTier(2, time.Second), "sync-block", time.Minute)
+
+	b.Take(ctx, "k", time.Time{}, 1) // b knows the key: its syncs read it
+	a.Take(ctx, "k", time.Time{}, 1)
+	a.Take(ctx, "k", time.Time{}, 1)
+	if d, _ := a.Take(ctx, "k", time.Time{}, 1); d.Allowed || !d.Blocked || d.RetryAfter != time.Minute {
+		t.Fatalf("the denial that blocks: %+v", d)
+	}
+	clk.Set(t0.Add(10 * time.Second))
+	if d, _ := a.Take(ctx, "k", time.Time{}, 1); !d.Blocked || d.RetryAfter != 50*time.Second || d.Limit != 2 {
+		t.Fatalf("blocked Take: %+v", d)
+	}
+	if got, err := a.BlockedUntil(ctx, "k", time.Time{}); err != nil || !got.Equal(t0.Add(time.Minute)) {
+		t.Fatalf("BlockedUntil before the sync = %v, %v", got, err)
+	}
+	if d, _ := b.Take(ctx, "k", time.Time{}, 1); !d.Allowed {
+		t.Fatalf("b before any sync: %+v", d)
+	}
+	mustSync(t, ctx, a, b) // a writes the block, b reads it back
+	if pttl := c.PTTL(ctx, a.blk.BlockKey("k")).Val(); pttl <= 49*time.Second || pttl > 50*time.Second {
+		t.Fatalf("block key's TTL %v, want the 50s left", pttl)
+	}
+	mustSync(t, ctx, b)
+	for name, s := range map[string]interface {
+		Take(context.Context, string, time.Time, int64) (algorithms.Decision, error)
+	}{"b": b, "lua": lua} {
+		if d, err := s.Take(ctx, "k", t0.Add(20*time.Second), 1); err != nil || !d.Blocked || d.RetryAfter != 40*time.Second {
+			t.Fatalf("%s after the sync: %+v, %v", name, d, err)
+		}
+	}
+
+	if err := lua.Unblock(ctx, "k"); err != nil {
+		t.Fatal(err)
+	}
+	clk.Set(t0.Add(30 * time.Second))
+	mustSync(t, ctx, a, b)
+	for name, s := range map[string]*SyncStore{"a": a, "b": b} {
+		if d, _ := s.Take(ctx, "k", time.Time{}, 1); !d.Allowed {
+			t.Fatalf("%s after an Unblock and a sync: %+v", name, d)
+		}
+	}
+
+	// An operator's Block through one instance refuses the key there at
+	// once, at the others after their sync; Unblock lifts it here at once.
+	if until, err := a.Block(ctx, "op", time.Time{}, time.Hour); err != nil || !until.Equal(t0.Add(30*time.Second+time.Hour)) {
+		t.Fatalf("Block = %v, %v", until, err)
+	}
+	if d, _ := a.Take(ctx, "op", time.Time{}, 1); !d.Blocked {
+		t.Fatalf("a after its Block: %+v", d)
+	}
+	b.Take(ctx, "op", time.Time{}, 1)
+	mustSync(t, ctx, b)
+	if d, _ := b.Take(ctx, "op", time.Time{}, 1); !d.Blocked || d.RetryAfter != time.Hour {
+		t.Fatalf("b after its sync: %+v", d)
+	}
+	if err := a.Unblock(ctx, "op"); err != nil {
+		t.Fatal(err)
+	}
+	if d, _ := a.Take(ctx, "op", time.Time{}, 1); !d.Allowed {
+		t.Fatalf("a after its Unblock: %+v", d)
+	}
+	if got, err := b.BlockedUntil(ctx, "op", time.Time{}); err != nil || !got.IsZero() {
+		t.Fatalf("BlockedUntil after Unblock = %v, %v", got, err)
+	}
+}
+
+// TestSyncBlockKeptWhileBlocked: a blocked key is not dropped as idle by a
+// sync while its block lasts.
+func TestSyncBlockKeptWhileBlocked(t *testing.T) {
+	_, c := newClient(t)
+	ctx := context.Background()
+	clk := &syncClock{t: t0}
+	s := blockSync(t, c, clk, "sync-kept", time.Hour)
+	for range 3 {
+		s.Take(ctx, "k", time.Time{}, 1)
+	}
+	for i := 1; i <= 5; i++ {
+		clk.Set(t0.Add(time.Duration(i) * time.Minute))
+		mustSync(t, ctx, s)
+	}
+	if s.Len() != 1 {
+		t.Fatalf("holds %d keys, want the blocked one", s.Len())
+	}
+	if d, _ := s.Take(ctx, "k", time.Time{}, 1); !d.Blocked || d.RetryAfter != 55*time.Minute {
+		t.Fatalf("after the syncs: %+v", d)
+	}
+}
