@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
 )
@@ -101,37 +102,58 @@ func TestMemoryOperatorBlock(t *testing.T) {
 	}
 }
 
-// TestMemoryBlockSweep: the sweep keeps a blocked key, however idle its
-// state, and drops it once the block is over.
+// TestMemoryBlockSweep: the sweep keeps a block however idle the key's
+// state (and drops the state, which the block does not need), and drops
+// the block once it is over.
 func TestMemoryBlockSweep(t *testing.T) {
 	ctx := context.Background()
-	m := newTestMemory(t, fakeLimiter{limit: 5, window: time.Second}, MemoryOptions{})
-	if _, err := m.Block(ctx, "k", t0, time.Minute); err != nil {
+	m := newTestMemory(t, fakeLimiter{limit: 1, window: time.Second}, MemoryOptions{BlockFor: time.Minute})
+	take(t, m, "k", t0)
+	take(t, m, "k", t0) // blocked until t0+1m
+	if _, err := m.Block(ctx, "op", t0, time.Hour); err != nil {
 		t.Fatal(err)
 	}
-	if n := m.Sweep(t0.Add(time.Minute - time.Nanosecond)); n != 0 || m.Len() != 1 {
-		t.Fatalf("sweep during the block dropped %d, holds %d", n, m.Len())
+	if n := m.Sweep(t0.Add(10 * time.Second)); n != 1 || m.Len() != 0 {
+		t.Fatalf("the sweep dropped %d idle states, holds %d", n, m.Len())
 	}
-	if d := take(t, m, "k", t0.Add(time.Minute-time.Millisecond)); !d.Blocked {
+	if m.blocks.held.Load() != 2 || m.blocks.lru.Len() != 2 {
+		t.Fatalf("the sweep during the blocks left %d (%d counted)", m.blocks.lru.Len(), m.blocks.held.Load())
+	}
+	if d := take(t, m, "k", t0.Add(time.Minute-time.Millisecond)); !d.Blocked || d.RetryAfter != time.Millisecond {
 		t.Fatalf("the block did not survive the sweep: %+v", d)
 	}
-	if n := m.Sweep(t0.Add(time.Minute)); n != 1 || m.Len() != 0 {
-		t.Fatalf("sweep after the block dropped %d, holds %d", n, m.Len())
+	m.Sweep(t0.Add(time.Minute))
+	if m.blocks.held.Load() != 1 || m.blocks.lru.Len() != 1 {
+		t.Fatalf("the sweep after one block ended left %d (%d counted)", m.blocks.lru.Len(), m.blocks.held.Load())
+	}
+	if d := take(t, m, "k", t0.Add(time.Minute)); !d.Allowed {
+		t.Fatalf("after the block: %+v", d)
+	}
+	if d := take(t, m, "op", t0.Add(time.Minute)); !d.Blocked {
+		t.Fatalf("the operator's block: %+v", d)
 	}
 }
 
-// TestMemoryBlockMaxKeys: blocked keys are held within MaxKeys like any
-// other state: a flood of blocks evicts the least recently used.
+// TestMemoryBlockMaxKeys: blocks are held within MaxKeys like the states:
+// a flood of blocks forgets the least recently blocked.
 func TestMemoryBlockMaxKeys(t *testing.T) {
 	ctx := context.Background()
 	m := newTestMemory(t, fakeLimiter{limit: 5, window: time.Second}, MemoryOptions{MaxKeys: 8})
-	for _, k := range keysInShard(m, "first", 20) {
-		if _, err := m.Block(ctx, k, t0, time.Hour); err != nil {
+	for i := range 100 {
+		if _, err := m.Block(ctx, fmt.Sprintf("k%d", i), t0, time.Hour); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if m.Len() > 8 {
-		t.Fatalf("holds %d keys, bound 8", m.Len())
+	if n, held := m.blocks.lru.Len(), m.blocks.held.Load(); n > 8 || int64(n) != held {
+		t.Fatalf("holds %d blocks (%d counted), bound 8", n, held)
 	}
-	checkLinks(t, m)
+	if d := take(t, m, "k99", t0); !d.Blocked {
+		t.Fatalf("the latest block was forgotten: %+v", d)
+	}
+	for i := range 100 {
+		m.Unblock(ctx, fmt.Sprintf("k%d", i))
+	}
+	if n, held := m.blocks.lru.Len(), m.blocks.held.Load(); n != 0 || held != 0 {
+		t.Fatalf("after unblocking all: %d blocks (%d counted)", n, held)
+	}
 }

@@ -64,29 +64,14 @@ type MemoryOptions struct {
 // Memory holds on to the key strings it is given: pass strings that are not
 // substrings of larger buffers that would otherwise be freed.
 type Memory struct {
-	limiter    algorithms.Limiter
-	now        func() time.Time
-	keys       LRU[keyState]
-	blockFor   time.Duration
-	blockLimit int64 // the Limit of a blocked decision (BlockLimit)
-	sweeper    *sweeper
+	limiter algorithms.Limiter
+	now     func() time.Time
+	keys    LRU[algorithms.State]
+	blocks  *blockSet // see block.go
+	sweeper *sweeper
 	// sweepBatch is the constant sweepBatch, a field so that a benchmark
 	// can compare a sweep that holds a shard's lock throughout.
 	sweepBatch int
-}
-
-// keyState is what the store holds of one key.
-type keyState struct {
-	algorithms.State
-	// blockedUntil is when the key's block ends (Unix ns); not blocked
-	// from then on, and never blocked when 0.
-	blockedUntil int64
-}
-
-// idle reports whether the key may be forgotten at now (Unix ns): its
-// state is new again and its block is over.
-func (k *keyState) idle(now time.Time, ns int64) bool {
-	return k.blockedUntil <= ns && k.State.Idle(now)
 }
 
 // sweeper is the goroutine that sweeps a Memory. It does not refer to the
@@ -100,7 +85,7 @@ type sweeper struct {
 
 func (sw *sweeper) halt() { sw.stopOnce.Do(func() { close(sw.stop) }) }
 
-func (sw *sweeper) run(shards []Shard[keyState], now func() time.Time, interval time.Duration, batch int) {
+func (sw *sweeper) run(shards []Shard[algorithms.State], blocks *blockSet, now func() time.Time, interval time.Duration, batch int) {
 	defer close(sw.done)
 	t := time.NewTicker(interval)
 	defer t.Stop()
@@ -109,7 +94,9 @@ func (sw *sweeper) run(shards []Shard[keyState], now func() time.Time, interval 
 		case <-sw.stop:
 			return
 		case <-t.C:
-			sweepShards(shards, now(), batch)
+			at := now()
+			sweepShards(shards, at, batch)
+			blocks.sweep(at, batch)
 		}
 	}
 }
@@ -133,17 +120,16 @@ func NewMemory(l algorithms.Limiter, opts MemoryOptions) *Memory {
 	}
 
 	m := &Memory{
-		limiter:    l,
-		now:        now,
-		blockFor:   max(opts.BlockFor, 0),
-		blockLimit: BlockLimit(l),
-		sweeper:    &sweeper{stop: make(chan struct{}), done: make(chan struct{})},
+		limiter: l,
+		now:     now,
+		blocks:  newBlockSet(l, maxKeys, opts.BlockFor),
+		sweeper: &sweeper{stop: make(chan struct{}), done: make(chan struct{})},
 
 		sweepBatch: sweepBatch,
 	}
 	m.keys.init(maxKeys)
 
-	go m.sweeper.run(m.keys.shards, now, interval, m.sweepBatch)
+	go m.sweeper.run(m.keys.shards, m.blocks, now, interval, m.sweepBatch)
 	// A store dropped without Destruct must not leave its sweeper behind.
 	runtime.AddCleanup(m, (*sweeper).halt, m.sweeper)
 	return m
@@ -156,32 +142,22 @@ func (m *Memory) Take(_ context.Context, key string, now time.Time, cost int64) 
 	if now.IsZero() {
 		now = m.now()
 	}
-	ns := now.UnixNano()
+	if d, blocked := m.blocks.refuse(key, now); blocked {
+		return d, nil
+	}
 	s := m.keys.Shard(key)
 	s.mu.Lock()
-	e := m.entry(s, key)
-	if until := e.Value.blockedUntil; until > ns {
-		s.mu.Unlock()
-		return BlockedDecision(m.blockLimit, time.Duration(until-ns)), nil
-	}
-	d := e.Value.Take(now, cost)
-	if !d.Allowed && m.blockFor > 0 {
-		e.Value.blockedUntil = ns + int64(m.blockFor)
-		Penalize(&d, m.blockFor)
-	}
-	s.mu.Unlock()
-	return d, nil
-}
-
-// entry returns key's entry, added with a new state when the shard does
-// not hold it, and marks it most recently used. s's lock is held.
-func (m *Memory) entry(s *Shard[keyState], key string) *Entry[keyState] {
 	e := s.Use(key)
 	if e == nil {
 		e = s.Add(key, nil)
-		e.Value = keyState{State: m.limiter.NewState()}
+		e.Value = m.limiter.NewState()
 	}
-	return e
+	d := e.Value.Take(now, cost)
+	s.mu.Unlock()
+	if !d.Allowed {
+		m.blocks.penalize(key, now, &d)
+	}
+	return d, nil
 }
 
 // Undo gives back what an admitted Take of cost, which returned d, consumed.
@@ -202,8 +178,9 @@ func (m *Memory) Undo(_ context.Context, key string, now time.Time, cost int64, 
 // Len returns how many keys the store holds now.
 func (m *Memory) Len() int { return m.keys.Len() }
 
-// Sweep drops the keys whose state is idle and block over at now and returns how many it
-// dropped. It goes shard by shard and lets go of a shard's lock every
+// Sweep drops the keys whose state is idle at now and returns how many it
+// dropped (it drops the blocks that have ended too). It goes shard by
+// shard and lets go of a shard's lock every
 // sweepBatch entries, so concurrent Takes wait at most that long. Every key
 // held throughout a Sweep is examined once; a key added during it may be
 // left to the next.
@@ -211,12 +188,12 @@ func (m *Memory) Sweep(now time.Time) int {
 	if now.IsZero() {
 		now = m.now()
 	}
+	m.blocks.sweep(now, m.sweepBatch)
 	return sweepShards(m.keys.shards, now, m.sweepBatch)
 }
 
-func sweepShards(shards []Shard[keyState], now time.Time, batch int) int {
-	ns := now.UnixNano()
-	idle := func(e *Entry[keyState]) bool { return e.Value.idle(now, ns) }
+func sweepShards(shards []Shard[algorithms.State], now time.Time, batch int) int {
+	idle := func(e *Entry[algorithms.State]) bool { return e.Value.Idle(now) }
 	dropped := 0
 	for i := range shards {
 		dropped += shards[i].Sweep(batch, idle)
