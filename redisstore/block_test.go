@@ -3,6 +3,7 @@ package redisstore
 import (
 	"context"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -354,5 +355,24 @@ func TestSyncBlockKeptWhileBlocked(t *testing.T) {
 	}
 	if d, _ := s.Take(ctx, "k", time.Time{}, 1); !d.Blocked || d.RetryAfter != 55*time.Minute {
 		t.Fatalf("after the syncs: %+v", d)
+	}
+}
+
+// TestBlockKeyHashTag: every script call takes the key's block last, in the
+// hash tag of the state's keys, and Keys (the state's keys) leaves it out.
+func TestBlockKeyHashTag(t *testing.T) {
+	c := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"})
+	defer c.Close()
+	for _, name := range algorithms.Names {
+		s := mustStore(t, c, mustLimiter(t, name, oneTier(3, time.Second)), "z{o}ne\n")
+		for _, key := range []string{"", "a", "{", "a{b}c", "x\ny"} {
+			all, state := s.scriptKeys(key), s.Keys(key)
+			if len(all) != len(state)+1 || all[len(all)-1] != s.BlockKey(key) {
+				t.Fatalf("%s: script keys %q, state keys %q, block %q", name, all, state, s.BlockKey(key))
+			}
+			if !strings.HasSuffix(s.BlockKey(key), "}:b") || hashTag(s.BlockKey(key)) != hashTag(state[0]) {
+				t.Fatalf("%s: block key %q, state key %q", name, s.BlockKey(key), state[0])
+			}
+		}
 	}
 }

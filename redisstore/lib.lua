@@ -239,7 +239,7 @@ local BLOCK_FOR = tonumber(ARGV[#ARGV])
 -- block_for, the key is blocked from now for that long, and r waits at
 -- least until the block ends.
 local function blocking(r)
-  if r[1] == 0 and BLOCK_FOR > 0 then
+  if MODE == '0' and r[1] == 0 and BLOCK_FOR > 0 then
     redis.call('SET', BLOCK_KEY, str(NOW + BLOCK_FOR), 'PX', str(cdiv(BLOCK_FOR, 1000)))
     for _, j in ipairs({5, 6, 9}) do
       if r[j] < BLOCK_FOR then r[j] = BLOCK_FOR end

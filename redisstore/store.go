@@ -60,7 +60,7 @@ type Store struct {
 	l       algorithms.Limiter
 	script  *script
 	head    string   // "<prefix><zone>:{"
-	tails   []string // "}:<alg>:<digest>[:<part>]", one per key, then blockTail
+	tails   []string // "}:<alg>:<digest>[:<part>]", one per state key, then blockTail
 	static  []any    // ARGV after the common arguments
 	cr      any      // count_rejected: "1" or "0"
 	maxCost int64    // costs above it decide as it does (see Take)
@@ -185,9 +185,16 @@ func (s *Store) setMargin(d time.Duration) {
 	s.static[0] = strconv.FormatInt(d.Milliseconds(), 10)
 }
 
-// Keys returns the Redis keys of key, in the order the script takes them:
-// the algorithm's, then the key's block (see BlockKey).
+// Keys returns the Redis keys of key's state, in the order the script
+// takes them (the key's block, BlockKey, comes after them).
 func (s *Store) Keys(key string) []string {
+	keys := s.scriptKeys(key)
+	return keys[:len(keys)-1]
+}
+
+// scriptKeys returns the KEYS of a script call for key: the state's keys,
+// then the key's block.
+func (s *Store) scriptKeys(key string) []string {
 	esc := EscapeKey(key)
 	// One string holding every key, sliced: two allocations in all.
 	n := 0
@@ -238,7 +245,7 @@ func (s *Store) Take(ctx context.Context, key string, now time.Time, cost int64)
 	if s.script.member {
 		extra = s.idHead + strconv.FormatUint(s.counter.Add(1), 36)
 	}
-	res, err := s.call(ctx, s.Keys(key), s.args(modeTake, now, cost, extra)).Int64Slice()
+	res, err := s.call(ctx, s.scriptKeys(key), s.args(modeTake, now, cost, extra)).Int64Slice()
 	if err != nil {
 		return algorithms.Decision{}, fmt.Errorf("redis store: %s: %w", s.l.Name(), err)
 	}
@@ -280,7 +287,7 @@ func (s *Store) Undo(ctx context.Context, key string, now time.Time, cost int64,
 	}
 	cost = min(cost, s.maxCost)
 	extra := strconv.FormatUint(d.Token, 10)
-	err := s.call(ctx, s.Keys(key), s.args(modeUndo, now, cost, extra)).Err()
+	err := s.call(ctx, s.scriptKeys(key), s.args(modeUndo, now, cost, extra)).Err()
 	if err != nil && !errors.Is(err, redis.Nil) {
 		return fmt.Errorf("redis store: %s undo: %w", s.l.Name(), err)
 	}
