@@ -67,6 +67,10 @@ func TestBlockFor(t *testing.T) {
 	if res := serve(h, newReq("192.0.2.2:1")); res.code != 200 {
 		t.Fatalf("another address: %d", res.code)
 	}
+	// A refusal by the block is a denial of the zone, in the metrics too.
+	if n := counterValue(t, h.rt.zones[0].m.denied); n != 2 {
+		t.Errorf("denied counter %v, want 2", n)
+	}
 
 	clock.Advance(49*time.Second + 499*time.Millisecond)
 	if res := serve(h, newReq("192.0.2.1:1")); res.code != 429 || res.hdr.Get("Retry-After") != "1" {
