@@ -278,6 +278,11 @@ func (a *AdminAPI) serveHTTP(w http.ResponseWriter, r *http.Request) error {
 			ResetAfter: t.ResetAfter.String(),
 		})
 	}
+	if b, ok := z.store.(store.Blocker); ok && ks.BlockedUntil.IsZero() {
+		if ks.BlockedUntil, err = b.BlockedUntil(ctx, key, time.Time{}); err != nil {
+			return apiError(http.StatusBadGateway, fmt.Sprintf("zone %q: reading the key's block: %v", z.name, err))
+		}
+	}
 	if !ks.BlockedUntil.IsZero() {
 		out.BlockedUntil = &ks.BlockedUntil
 	}

@@ -204,14 +204,35 @@ func TestAdminBadInput(t *testing.T) {
 	}
 }
 
-// TestAdminBlock: the stores of this branch cannot block (store.Blocker):
-// the block routes answer 501 with a message.
+// TestAdminBlock: POST .../block refuses the key from then on, GET shows
+// until when, DELETE .../block lets it through again.
 func TestAdminBlock(t *testing.T) {
-	a, _ := adminSetup(t, newClock(), `{"zones": [{"name": "api", "limits": [{"events": 5, "window": 60000000000}]}]}`)
-	for _, c := range []struct{ method, body string }{{"POST", `{"duration": "1h"}`}, {"DELETE", ""}} {
-		code, body := adminCall(t, a, c.method, "/rate_limit/zones/api/keys/192.0.2.1/block", c.body)
-		if code != http.StatusNotImplemented || !strings.Contains(body, "cannot block") {
-			t.Errorf("%s block: %d %q, want 501", c.method, code, body)
-		}
+	clock := newClock()
+	a, hs := adminSetup(t, clock, `{"zones": [{"name": "api", "key": "{http.request.remote.host}", "limits": [{"events": 5, "window": 60000000000}]}]}`)
+	const path = "/rate_limit/zones/api/keys/192.0.2.1"
+	req := func() result { return serve(hs[0], newReq("192.0.2.1:1")) }
+	if res := req(); res.code != 200 {
+		t.Fatalf("request before the block: %d", res.code)
+	}
+	code, body := adminCall(t, a, "POST", path+"/block", `{"duration": "1h"}`)
+	until := clock.Now().Add(time.Hour)
+	if k := decodeAs[adminKey](t, body); code != 200 || k.BlockedUntil == nil || !k.BlockedUntil.Equal(until) {
+		t.Fatalf("POST block: %d %s, want blocked until %s", code, body, until)
+	}
+	clock.Advance(10 * time.Minute)
+	if res := req(); res.code != http.StatusTooManyRequests || res.hdr.Get("Retry-After") != "3000" {
+		t.Fatalf("request while blocked: %d, Retry-After %q, want 429 and 3000", res.code, res.hdr.Get("Retry-After"))
+	}
+	if _, body := adminCall(t, a, "GET", path, ""); decodeAs[adminKey](t, body).BlockedUntil == nil {
+		t.Fatalf("GET while blocked: %s, want blocked_until", body)
+	}
+	if code, body := adminCall(t, a, "DELETE", path+"/block", ""); code != 200 {
+		t.Fatalf("DELETE block: %d %s", code, body)
+	}
+	if _, body := adminCall(t, a, "GET", path, ""); decodeAs[adminKey](t, body).BlockedUntil != nil {
+		t.Fatalf("GET after the unblock: %s", body)
+	}
+	if res := req(); res.code != 200 {
+		t.Fatalf("request after the unblock: %d", res.code)
 	}
 }

@@ -31,7 +31,7 @@ func parseCaddyfile(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler, error)
 // messages.
 var (
 	handlerSubdirectives = []string{"zone", "store", "redis", "sync_interval", "lease", "on_error", "headers", "status", "problem_details", "dry_run", "jitter", "sweep_interval", "max_keys", "log_keys", "disable_metrics"}
-	zoneSubdirectives    = []string{"match", "key", "algorithm", "limit", "events", "window", "burst", "cost", "on_limit", "max_waiters", "count_rejected", "count_status", "ipv4_prefix", "ipv6_prefix", "empty_key"}
+	zoneSubdirectives    = []string{"match", "key", "algorithm", "limit", "events", "window", "burst", "cost", "on_limit", "max_waiters", "count_rejected", "count_status", "block_for", "ipv4_prefix", "ipv6_prefix", "empty_key"}
 )
 
 // UnmarshalCaddyfile sets up the handler from Caddyfile tokens. Syntax:
@@ -50,6 +50,7 @@ var (
 //	        max_waiters <n>
 //	        count_rejected
 //	        count_status <code | class (4xx)>...
+//	        block_for <duration>
 //	        ipv4_prefix <bits>
 //	        ipv6_prefix <bits>
 //	        empty_key allow | deny | global

@@ -205,6 +205,7 @@ func TestCaddyfileErrors(t *testing.T) {
 		{"sync_interval with sliding_log", site("\trate_limit {\n" + zoneZ + "\t\tstore redis\n\t\tsync_interval 1s\n\t}"), []string{"Caddyfile:8", "sync_interval works with algorithm fixed_window or sliding_window", "sliding_log"}},
 		{"lease with leaky_bucket", site("\trate_limit {\n\t\tzone z {\n\t\t\tkey k\n\t\t\talgorithm leaky_bucket\n\t\t\tlimit 1 1s\n\t\t}\n\t\tstore redis\n\t\tlease 1s\n\t}"), []string{"Caddyfile:9", "lease works with algorithm fixed_window, sliding_window, sliding_log, token_bucket or gcra, not leaky_bucket"}},
 		{"lease with count_rejected", site("\trate_limit {\n\t\tzone z {\n\t\t\tkey k\n\t\t\tlimit 1 1s\n\t\t\tcount_rejected\n\t\t}\n\t\tstore redis\n\t\tlease 1s\n\t}"), []string{"Caddyfile:9", "lease does not apply with count_rejected"}},
+		{"lease with block_for", site("\trate_limit {\n\t\tzone z {\n\t\t\tkey k\n\t\t\tlimit 1 1s\n\t\t\tblock_for 1m\n\t\t}\n\t\tstore redis\n\t\tlease 1s\n\t}"), []string{"Caddyfile:9", "lease does not apply with block_for"}},
 		{"lease with sync_interval", site("\trate_limit {\n\t\tzone z {\n\t\t\tkey k\n\t\t\talgorithm fixed_window\n\t\t\tlimit 1 1s\n\t\t}\n\t\tstore redis\n\t\tsync_interval 1s\n\t\tlease 1s\n\t}"), []string{"Caddyfile:10", "lease and sync_interval"}},
 		{"lease without store redis", site("\trate_limit {\n" + zoneZ + "\t\tlease 1s\n\t}"), []string{"Caddyfile:7", "lease applies only to store redis"}},
 		{"lease under 10ms", site("\trate_limit {\n" + zoneZ + "\t\tstore redis\n\t\tlease 5ms\n\t}"), []string{"Caddyfile:8", "lease must be at least 10ms, got 5ms"}},
@@ -305,6 +306,15 @@ func TestCaddyfileErrors(t *testing.T) {
 		// concurrency.
 		{"concurrency with two limits", zone("\t\t\tkey k\n\t\t\talgorithm concurrency\n\t\t\tlimit 5 1m\n\t\t\tlimit 50 1h"), []string{"Caddyfile:6", "concurrency takes exactly one limit", "got 2"}},
 		{"concurrency with count_rejected", zone("\t\t\tkey k\n\t\t\talgorithm concurrency\n\t\t\tlimit 5 1m\n\t\t\tcount_rejected"), []string{"Caddyfile:7", "count_rejected does not apply to algorithm concurrency"}},
+
+		// block_for.
+		{"block_for without value", zone("\t\t\tkey k\n\t\t\tlimit 1 1s\n\t\t\tblock_for"), []string{"Caddyfile:6", "block_for takes exactly one argument"}},
+		{"block_for bad duration", zone("\t\t\tkey k\n\t\t\tblock_for a-while\n\t\t\tlimit 1 1s"), []string{"Caddyfile:5", `block_for: bad duration "a-while"`}},
+		{"block_for zero", zone("\t\t\tkey k\n\t\t\tlimit 1 1s\n\t\t\tblock_for 0s"), []string{"Caddyfile:6", "block_for must be at least 1ms, got 0s"}},
+		{"block_for under 1ms", zone("\t\t\tkey k\n\t\t\tlimit 1 1s\n\t\t\tblock_for 10us"), []string{"Caddyfile:6", "block_for must be at least 1ms, got 10µs"}},
+		{"block_for above bound", zone("\t\t\tkey k\n\t\t\tblock_for 3651d\n\t\t\tlimit 1 1s"), []string{"Caddyfile:5", "block_for must be at most 3650d"}},
+		{"block_for twice", zone("\t\t\tkey k\n\t\t\tblock_for 1m\n\t\t\tlimit 1 1s\n\t\t\tblock_for 2m"), []string{"Caddyfile:7", "block_for already specified (at line 5)"}},
+		{"block_for longer than max_wait", zone("\t\t\tkey k\n\t\t\tlimit 1 1s\n\t\t\tblock_for 1m\n\t\t\ton_limit wait 10s"), []string{"Caddyfile:6", "block_for 1m0s is longer than max_wait 10s"}},
 
 		// cost.
 		{"cost zero", zone("\t\t\tkey k\n\t\t\tlimit 5 1s\n\t\t\tcost 0"), []string{"Caddyfile:6", "cost must be positive, got 0"}},

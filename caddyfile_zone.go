@@ -162,6 +162,13 @@ func (h *Handler) unmarshalZone(d *caddyfile.Dispenser, zoneLines map[string]int
 			}
 			z.CountStatus = codes
 
+		case "block_for":
+			v, err := setDurationArg(d, "block_for")
+			if err != nil {
+				return err
+			}
+			z.BlockFor = caddy.Duration(v)
+
 		case "ipv4_prefix", "ipv6_prefix":
 			v, err := oneArg(d, sub, "<bits>")
 			if err != nil {

@@ -199,6 +199,9 @@ func (h *Handler) logDenial(r *http.Request, z *zone, key string, d *algorithms.
 		fields := []zap.Field{zap.String("zone", z.name),
 			zap.Int("tier", d.Tier), zap.Int64("limit", d.Limit),
 			zap.Duration("retry_after", d.RetryAfter)}
+		if d.Blocked {
+			fields = append(fields, zap.Bool("blocked", true))
+		}
 		if h.LogKeys {
 			// Keys and addresses can be personal data: only when
 			// asked for.

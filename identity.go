@@ -163,7 +163,7 @@ func (h *Handler) storeIdentity(zc *Zone) (string, error) {
 		Zone: Zone{
 			Name: zc.Name, Algorithm: zc.Algorithm, Limits: zc.Limits, Burst: zc.Burst,
 			CountRejected: zc.CountRejected, Key: zc.Key, KeyResolverRaw: zc.KeyResolverRaw,
-			IPv4Prefix: zc.IPv4Prefix, IPv6Prefix: zc.IPv6Prefix,
+			IPv4Prefix: zc.IPv4Prefix, IPv6Prefix: zc.IPv6Prefix, BlockFor: zc.BlockFor,
 		},
 		Store: h.Store, MaxKeys: h.MaxKeys, SweepInterval: h.SweepInterval,
 	}

@@ -224,6 +224,17 @@ type Zone struct {
 	// concurrency. Default: none (every admitted request counts).
 	CountStatus []int `json:"count_status,omitempty"`
 
+	// BlockFor is a penalty: a key the zone denies is refused outright for
+	// this long from the denial (nanoseconds in JSON, or a duration
+	// string; at least 1ms, at most 3650d, a whole number of
+	// microseconds). While blocked, its requests to the zone are refused
+	// without being counted, with a Retry-After of the time left; a
+	// denial does not extend a block in place. With store redis the block
+	// is shared by every instance. Not longer than max_wait with on_limit
+	// wait. Default: none (a denied key is admitted as soon as its limit
+	// allows).
+	BlockFor caddy.Duration `json:"block_for,omitempty"`
+
 	// IPv4Prefix groups IPv4 client addresses in the key by this many
 	// leading bits (e.g. 24 counts a /24 as one client). Applies to key
 	// values that are an IP address; only with a Key with placeholders. 0

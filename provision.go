@@ -141,6 +141,10 @@ type zone struct {
 	shape     bool // leaky_bucket with wait: hold admitted requests for Decision.Delay
 	maxWindow time.Duration
 
+	// blockFor is how long a key the zone denies is refused outright
+	// (block_for); 0: not at all.
+	blockFor time.Duration
+
 	// maxCost is the most a request may cost and still be admitted some
 	// day (see neverAdmitted); burst and algorithm are the zone's.
 	maxCost   int64
@@ -257,6 +261,7 @@ func (h *Handler) provisionZone(ctx caddy.Context, zc *Zone, lz *loadZones, plac
 		lease:    alg.Lease,
 		shape:    wait && alg.Delay,
 		emptyKey: emptyKeyEnum.mode(zc.EmptyKey),
+		blockFor: time.Duration(zc.BlockFor),
 	}
 	if len(zc.CountStatus) > 0 {
 		z.countStatus = zc.CountStatus

@@ -41,6 +41,7 @@ const (
 	minSyncInterval  = 10 * time.Millisecond // a push per interval and key
 	minLease         = 10 * time.Millisecond // a call per lease and key
 	minRedisTimeout  = time.Millisecond
+	minBlockFor      = time.Millisecond
 )
 
 // Validate checks the configuration as a whole: every zone on its own
@@ -194,6 +195,9 @@ func (h *Handler) validateLease() error {
 		if z.CountRejected {
 			return zoneErrf("lease", "zone %q: lease does not apply with count_rejected: a denial decided locally is not counted in Redis", z.Name)
 		}
+		if z.BlockFor != 0 {
+			return zoneErrf("lease", "zone %q: lease does not apply with block_for: a key admitted from a lease in hand is not checked against its block", z.Name)
+		}
 	}
 	return nil
 }
@@ -319,6 +323,9 @@ func (z *Zone) validate() error {
 	if z.MaxWaiters < 0 {
 		return zoneErrf("max_waiters", "max_waiters must be positive, got %d", z.MaxWaiters)
 	}
+	if err := z.validateBlockFor(); err != nil {
+		return err
+	}
 	if err := checkPrefix("ipv4_prefix", z.IPv4Prefix, maxIPv4Prefix); err != nil {
 		return &zoneError{option: "ipv4_prefix", err: err}
 	}
@@ -355,6 +362,27 @@ func (z *Zone) validate() error {
 		if len(z.KeyResolverRaw) == 0 && z.EmptyKey != "" && z.EmptyKey != emptyKeyEnum.def {
 			return zoneErrf("empty_key", "empty_key %s applies to a key that evaluates to nothing; this zone has %s", z.EmptyKey, what)
 		}
+	}
+	return nil
+}
+
+// validateBlockFor checks block_for: within the bounds of a window (the
+// Redis scripts compute it in exact microseconds), and with on_limit wait
+// no longer than max_wait, beyond which every denied request would be
+// rejected without waiting.
+func (z *Zone) validateBlockFor() error {
+	b := time.Duration(z.BlockFor)
+	if err := checkFloor("block_for", b); err != nil {
+		return err
+	}
+	switch {
+	case b > maxWindow:
+		return zoneErrf("block_for", "block_for must be at most %dd (about 10 years), got %s", maxWindow/(24*time.Hour), b)
+	case b%time.Microsecond != 0:
+		return zoneErrf("block_for", "block_for must be a whole number of microseconds, got %s", b)
+	case b > 0 && onLimitEnum.mode(z.OnLimit) && b > time.Duration(z.MaxWait):
+		return zoneErrf("block_for", "block_for %s is longer than max_wait %s: with on_limit wait every denied request would be rejected without waiting (use on_limit reject, or a block_for of at most max_wait)",
+			b, time.Duration(z.MaxWait))
 	}
 	return nil
 }
@@ -446,6 +474,8 @@ func durationFloor(option string) time.Duration {
 		return minLease
 	case "max_wait":
 		return minMaxWait
+	case "block_for":
+		return minBlockFor
 	}
 	return minRedisTimeout // dial_timeout, read_timeout, write_timeout
 }

@@ -176,6 +176,13 @@ func TestValidateInvalid(t *testing.T) {
 		want string
 	}{
 		{"no zones", Handler{}, "no zones"},
+		{"block_for in nanoseconds", one(func(z *Zone) { z.BlockFor = 60 }), `block_for must be at least 1ms, got 60ns: a JSON number is nanoseconds; write a duration string such as "60s"`},
+		{"block_for negative", one(func(z *Zone) { z.BlockFor = caddy.Duration(-time.Second) }), "block_for must be at least 1ms, got -1s"},
+		{"block_for above bound", one(func(z *Zone) { z.BlockFor = caddy.Duration(3651 * 24 * time.Hour) }), "block_for must be at most 3650d (about 10 years)"},
+		{"block_for fraction of a microsecond", one(func(z *Zone) { z.BlockFor = caddy.Duration(time.Second + 1) }), "block_for must be a whole number of microseconds, got 1.000000001s"},
+		{"block_for longer than max_wait", one(func(z *Zone) {
+			z.OnLimit, z.MaxWait, z.BlockFor = "wait", caddy.Duration(time.Second), caddy.Duration(time.Minute)
+		}), "block_for 1m0s is longer than max_wait 1s: with on_limit wait every denied request would be rejected without waiting"},
 		{"null zone", Handler{Zones: []*Zone{nil}}, "zone 1: empty (null) zone"},
 		{"no name", one(func(z *Zone) { z.Name = "" }), "zone 1: zone name is empty"},
 		{"name with space", one(func(z *Zone) { z.Name = "a b" }), `zone name "a b"`},

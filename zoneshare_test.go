@@ -95,6 +95,7 @@ func TestZoneConflict(t *testing.T) {
 		{"key", `{"zones":[{"name":"shared","key":"{http.request.header.X}","limits":[{"events":5,"window":"1h"}]}]}`, "key"},
 		{"algorithm", `{"zones":[{"name":"shared","algorithm":"gcra","key":"{http.request.remote.host}","limits":[{"events":5,"window":"1h"}]}]}`, "algorithm"},
 		{"prefix", `{"zones":[{"name":"shared","ipv4_prefix":24,"key":"{http.request.remote.host}","limits":[{"events":5,"window":"1h"}]}]}`, "ipv4_prefix"},
+		{"block_for", `{"zones":[{"name":"shared","block_for":"1m","key":"{http.request.remote.host}","limits":[{"events":5,"window":"1h"}]}]}`, "block_for"},
 		{"max_keys", `{"max_keys":10,"zones":[{"name":"shared","key":"{http.request.remote.host}","limits":[{"events":5,"window":"1h"}]}]}`, "max_keys"},
 		{"store", `{"store":"redis","zones":[{"name":"shared","key":"{http.request.remote.host}","limits":[{"events":5,"window":"1h"}]}]}`, "redis, store"},
 	} {

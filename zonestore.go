@@ -96,7 +96,7 @@ func (h *Handler) provisionRedis() error {
 func (h *Handler) zoneStores(z *zone, lim algorithms.Limiter, key storeKey) error {
 	switch h.Store {
 	case "memory":
-		m, err := h.memoryStore(lim, z.name, key)
+		m, err := h.memoryStore(lim, z, key)
 		if err != nil {
 			return err
 		}
@@ -110,13 +110,13 @@ func (h *Handler) zoneStores(z *zone, lim algorithms.Limiter, key storeKey) erro
 
 	if h.rt.onError == onErrorLocal {
 		key.config += "\x00local"
-		m, err := h.memoryStore(lim, z.name, key)
+		m, err := h.memoryStore(lim, z, key)
 		if err != nil {
 			return err
 		}
 		z.fallback = m
 	}
-	opts := redisstore.Options{KeyPrefix: h.rt.redisConf.KeyPrefix, Zone: z.name}
+	opts := redisstore.Options{KeyPrefix: h.rt.redisConf.KeyPrefix, Zone: z.name, BlockFor: z.blockFor}
 	if h.SyncInterval > 0 {
 		// Two-layer: decisions are local (no Redis call, no breaker);
 		// the store pushes its counts every interval, through the
@@ -208,13 +208,14 @@ func (h *Handler) syncStore(lim algorithms.Limiter, name string, opts redisstore
 
 // memoryStore returns the memory store of key: the pooled one of the
 // previous config load if the zone is unchanged, else a new one.
-func (h *Handler) memoryStore(lim algorithms.Limiter, name string, key storeKey) (*store.Memory, error) {
+func (h *Handler) memoryStore(lim algorithms.Limiter, z *zone, key storeKey) (*store.Memory, error) {
 	opts := store.MemoryOptions{
 		MaxKeys:       h.MaxKeys,
 		SweepInterval: time.Duration(h.SweepInterval),
 		Now:           h.rt.opts.now,
+		BlockFor:      z.blockFor,
 	}
-	st, err := h.pooledStore(name, key, func() (caddy.Destructor, error) {
+	st, err := h.pooledStore(z.name, key, func() (caddy.Destructor, error) {
 		return store.NewMemory(lim, opts), nil
 	})
 	if err != nil {

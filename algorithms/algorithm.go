@@ -87,6 +87,12 @@ type Decision struct {
 	// Token identifies what this Take recorded (the concurrency lease), for
 	// State.Undo. Zero when there is nothing to identify.
 	Token uint64
+
+	// Blocked reports a denial that leaves the key blocked (a zone's
+	// block_for, an operator's block; see store.Blocker): the denial that
+	// started the block, or a request refused during it without being
+	// counted. RetryAfter is then at least the time left of the block.
+	Blocked bool
 }
 
 // Limiter is an algorithm bound to one zone's Config.

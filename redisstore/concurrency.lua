@@ -7,6 +7,8 @@
 -- KEYS[2]  sorted set of leases: member "<token>:<cost>", score = expiry (µs)
 -- ARGV[5]  (undo) the token of the lease to release
 -- ARGV[8], ARGV[9]  events, window_us (exactly one tier)
+local refused = blocked()
+if refused then return refused end
 local hkey, zkey = KEYS[1], KEYS[2]
 local events = tonumber(ARGV[8])
 local window = tonumber(ARGV[9])
@@ -116,4 +118,4 @@ if #oldest == 2 then
   if more > 1000000 then more = 1000000 end
   if more < 1 then more = 1 end
 end
-return {allowed, 0, events, events - held, reset, retry, 0, token, more}
+return blocking({allowed, 0, events, events - held, reset, retry, 0, token, more})

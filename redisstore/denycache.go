@@ -2,6 +2,7 @@ package redisstore
 
 import (
 	"context"
+	"errors"
 	"time"
 
 	"github.com/zonelimit/caddy-ratelimit/algorithms"
@@ -23,21 +24,35 @@ import (
 // that wait (on_limit wait) or that never reject (dry_run) are not to be
 // wrapped in one.
 //
-// Undo goes to the wrapped store. DenyCache is safe for concurrent use; a
-// nil *DenyCache answers nothing from Denied.
+// A blocked key's denial (Decision.Blocked) is answered from the cache for
+// at most blockRecheck, however long the block lasts, so that an
+// operator's Unblock on any instance reaches this one soon.
+//
+// Undo goes to the wrapped store, and so do Block, Unblock and
+// BlockedUntil. DenyCache is safe for concurrent use; a nil *DenyCache
+// answers nothing from Denied.
 type DenyCache struct {
 	store.Store
 	denials *store.LRU[deniedUntil]
 }
 
-var _ store.Store = (*DenyCache)(nil)
+var (
+	_ store.Store   = (*DenyCache)(nil)
+	_ store.Blocker = (*DenyCache)(nil)
+)
 
 // denyKeys bounds the keys a DenyCache remembers: a flood of distinct keys
 // evicts the least recently denied, it does not grow memory.
 const denyKeys = 65_536
 
+// blockRecheck is the longest a blocked key's denial is answered from the
+// cache before Redis is asked again: how late an Unblock made through
+// another instance may reach this one.
+const blockRecheck = time.Second
+
 type deniedUntil struct {
 	at, until int64 // unix ns: when denied, and when the denial ends
+	expires   int64 // unix ns: when the cache stops answering it (<= until)
 	d         algorithms.Decision
 }
 
@@ -91,7 +106,7 @@ func (c *DenyCache) Denied(key string, now time.Time) (algorithms.Decision, bool
 	var e deniedUntil
 	entry := s.Get(key)
 	if entry != nil {
-		if e = entry.Value; ns >= e.until {
+		if e = entry.Value; ns >= e.expires {
 			s.Remove(entry)
 			entry = nil
 		}
@@ -120,6 +135,57 @@ func (c *DenyCache) put(key string, now time.Time, d algorithms.Decision) {
 	if e == nil {
 		e = s.Add(key, nil)
 	}
-	e.Value = deniedUntil{at: ns, until: ns + int64(d.RetryAfter), d: d}
+	until := ns + int64(d.RetryAfter)
+	expires := until
+	if d.Blocked {
+		expires = min(until, ns+int64(blockRecheck))
+	}
+	e.Value = deniedUntil{at: ns, until: until, expires: expires, d: d}
 	s.Unlock()
+}
+
+// blocker is the wrapped store as a store.Blocker.
+func (c *DenyCache) blocker() (store.Blocker, error) {
+	b, ok := c.Store.(store.Blocker)
+	if !ok {
+		return nil, errors.New("redis deny cache: the store cannot block keys")
+	}
+	return b, nil
+}
+
+// Block blocks key in the wrapped store.
+func (c *DenyCache) Block(ctx context.Context, key string, now time.Time, d time.Duration) (time.Time, error) {
+	b, err := c.blocker()
+	if err != nil {
+		return time.Time{}, err
+	}
+	return b.Block(ctx, key, now, d)
+}
+
+// Unblock lifts key's block in the wrapped store, and forgets the key's
+// denial here so that this instance lets it through at once.
+func (c *DenyCache) Unblock(ctx context.Context, key string) error {
+	b, err := c.blocker()
+	if err != nil {
+		return err
+	}
+	if err := b.Unblock(ctx, key); err != nil {
+		return err
+	}
+	s := c.denials.Shard(key)
+	s.Lock()
+	if e := s.Get(key); e != nil {
+		s.Remove(e)
+	}
+	s.Unlock()
+	return nil
+}
+
+// BlockedUntil asks the wrapped store when key's block ends.
+func (c *DenyCache) BlockedUntil(ctx context.Context, key string, now time.Time) (time.Time, error) {
+	b, err := c.blocker()
+	if err != nil {
+		return time.Time{}, err
+	}
+	return b.BlockedUntil(ctx, key, now)
 }

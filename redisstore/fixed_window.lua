@@ -6,6 +6,8 @@
 --          (µs), then per tier the window start (µs) and the count (see
 --          load_state)
 -- ARGV[8..] per tier: events, window_us
+local refused = blocked()
+if refused then return refused end
 local key = KEYS[1]
 local P = tier_params({'E', 'W'})
 
@@ -69,4 +71,4 @@ for i = 1, N do
   pick.offer(i - 1, p.E, p.E - count[i], reset, wait)
 end
 -- Nothing comes back before the window ends.
-return pick.result(function(i) return start[i] + P[i].W - t end)
+return blocking(pick.result(function(i) return start[i] + P[i].W - t end))

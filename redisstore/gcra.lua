@@ -5,6 +5,8 @@
 --          and the TAT per tier (see load_state)
 -- ARGV[8..] per tier: interval_us (T), tolerance_us (tau), burst, window_us
 --           (from algorithms.GCRAParams)
+local refused = blocked()
+if refused then return refused end
 local key = KEYS[1]
 local P = tier_params({'iv', 'tau', 'burst', 'window'})
 
@@ -59,11 +61,11 @@ if allowed or COUNT_REJECTED then
 end
 save()
 
-return bucket_result(allowed, P, function(i)
+return blocking(bucket_result(allowed, P, function(i)
   local p = P[i]
   local ahead = tat[i] - t
   local rem, more = 0, 0
   if ahead < p.tau then rem = idiv(p.tau - ahead, p.iv) end
   if rem < p.burst then more = ahead - p.tau + p.iv * (rem + 1) end
   return rem, ahead, ahead + p.iv * COST - p.tau, more
-end, 0)
+end, 0))

@@ -8,6 +8,8 @@
 --          (µs) and the level per tier (see load_state)
 -- ARGV[8..] per tier: rate, scale, cap, burst, window_us (from
 --           algorithms.BucketParams)
+local refused = blocked()
+if refused then return refused end
 local key = KEYS[1]
 local P = tier_params({'rate', 'scale', 'cap', 'burst', 'window'})
 
@@ -73,7 +75,7 @@ if allowed or COUNT_REJECTED then
 end
 save()
 
-return bucket_result(allowed, P, function(i)
+return blocking(bucket_result(allowed, P, function(i)
   local p, lv = P[i], level[i]
   local rem, wait = 0, 0
   if lv < p.cap then rem = idiv(p.cap - lv, p.scale) end
@@ -82,4 +84,4 @@ return bucket_result(allowed, P, function(i)
   local more = 0
   if rem < p.burst then more = cdiv(lv - p.cap + (rem + 1) * p.scale, p.rate) end
   return rem, cdiv(lv, p.rate), wait, more
-end, delay)
+end, delay))

@@ -14,10 +14,15 @@
 --   ARGV[5] a unique member (sliding_log) or the token to undo (concurrency)
 --   ARGV[6] the TTL margin in milliseconds (added to every key's TTL)
 --   ARGV[7] n, the number of tiers, then per tier the algorithm's constants
+--   ARGV[#ARGV] block_for in microseconds (0: a denial blocks nothing)
+--   KEYS[#KEYS] the key's block (see the end of this file), after the
+--               algorithm's keys
 -- Every script answers {allowed (1/0), tier (0-based), limit, remaining,
 -- reset_after_us, retry_after_us, delay_us, token, more_after_us}, 0 for
 -- an undo, and for a peek every tier's {limit, remaining, reset_after_us}
--- one after the other.
+-- one after the other; a take that leaves the key blocked answers a tenth
+-- value, 1, and a limit of 0 when the block refused it before the
+-- algorithm's body.
 --
 -- Arithmetic: all values are integers below 2^53, exact in Lua's doubles.
 -- Lua 5.1 has no integer division: idiv truncates toward zero as Go's / does
@@ -238,4 +243,40 @@ local function win_wait(p, count, free)
   if COST > p.E then return p.W end
   if count > p.E - COST then return free() end
   return 0
+end
+
+-- Blocks (block_for, and an operator's block). KEYS[#KEYS],
+-- "<prefix><zone>:{<key>}:b", holds the instant (µs) the key's block ends,
+-- with a PX TTL to match; it has no config digest, so a block outlives a
+-- change of the zone's limits. A take while it lasts is refused (see
+-- blocked) before the algorithm's body: nothing is counted, and the block
+-- is not extended.
+local BLOCK_KEY = KEYS[#KEYS]
+local BLOCK_FOR = tonumber(ARGV[#ARGV])
+
+-- blocking returns r, the answer of a take: when r denies and the zone has
+-- block_for, the key is blocked from now for that long, and r waits at
+-- least until the block ends.
+local function blocking(r)
+  if MODE == '0' and r[1] == 0 and BLOCK_FOR > 0 then
+    redis.call('SET', BLOCK_KEY, str(NOW + BLOCK_FOR), 'PX', str(cdiv(BLOCK_FOR, 1000)))
+    for _, j in ipairs({5, 6, 9}) do
+      if r[j] < BLOCK_FOR then r[j] = BLOCK_FOR end
+    end
+    r[10] = 1
+  end
+  return r
+end
+
+-- blocked returns the answer of a take refused by the key's block, or
+-- nil. Every algorithm's script calls it first: while the block lasts the
+-- algorithm's body does not run.
+local function blocked()
+  if MODE ~= '0' then return nil end
+  local ends = tonumber(redis.call('GET', BLOCK_KEY) or '0') or 0
+  if ends > NOW then
+    local left = ends - NOW
+    return {0, 0, 0, 0, left, left, 0, 0, left, 1}
+  end
+  return nil
 end

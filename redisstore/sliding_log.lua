@@ -31,6 +31,8 @@
 --               newest offset (see load_state)
 -- KEYS[1 + i]   sorted set of tier i's runs
 -- ARGV[8..]     per tier: events, window_us
+local refused = blocked()
+if refused then return refused end
 local mkey = KEYS[1]
 local P = tier_params({'E', 'W'})
 for i = 1, N do P[i].key = KEYS[1 + i] end
@@ -272,4 +274,4 @@ for i = 1, N do
   pick.offer(i - 1, p.E, p.E - count[i], reset, wait)
 end
 -- One more unit is free when the oldest leaves the window.
-return pick.result(function(i) return kth(i, 1) + P[i].W - t end)
+return blocking(pick.result(function(i) return kth(i, 1) + P[i].W - t end))

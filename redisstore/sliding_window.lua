@@ -9,6 +9,8 @@
 --          instant seen (µs), then per tier the window start (µs), the
 --          previous and the current count (see load_state)
 -- ARGV[8..] per tier: events, window_us
+local refused = blocked()
+if refused then return refused end
 local key = KEYS[1]
 local P = tier_params({'E', 'W'})
 
@@ -138,4 +140,4 @@ for i = 1, N do
   pick.offer(i - 1, p.E, remaining(i), reset, wait)
 end
 -- The first instant the estimate leaves room for one unit more.
-return pick.result(function(i) return wait_of(i, remaining(i) + 1) end)
+return blocking(pick.result(function(i) return wait_of(i, remaining(i) + 1) end))

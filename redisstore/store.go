@@ -44,24 +44,37 @@ type Options struct {
 	// with the other Stores of the client (see Pipeliner). Nil: one
 	// round trip per call.
 	Pipeliner *Pipeliner
+
+	// BlockFor is how long a key is refused outright after a Take denies
+	// it (block_for), by every Store of the zone: its Takes are then
+	// refused without counting until the block ends. Rounded up to whole
+	// microseconds, at most algorithms.MaxWindow; <= 0 means no block.
+	BlockFor time.Duration
 }
 
 // Store keeps one zone's state in Redis. It is safe for concurrent use.
 type Store struct {
+	blocks // Block, Unblock, BlockedUntil
+
 	c       redis.UniversalClient
 	l       algorithms.Limiter
 	script  *script
 	head    string   // "<prefix><zone>:{"
-	tails   []string // "}:<alg>:<digest>[:<part>]", one per key
+	tails   []string // "}:<alg>:<digest>[:<part>]", one per state key, then blockTail
 	static  []any    // ARGV after the common arguments
 	cr      any      // count_rejected: "1" or "0"
 	maxCost int64    // costs above it decide as it does (see Take)
 	counter atomic.Uint64
 	idHead  string // "<instance id>-<store id>-"
 	pipe    *Pipeliner
+	// blockLimit is the Limit of a blocked decision (store.BlockLimit).
+	blockLimit int64
 }
 
-var _ store.Store = (*Store)(nil)
+var (
+	_ store.Store   = (*Store)(nil)
+	_ store.Blocker = (*Store)(nil)
+)
 
 var storeSeq atomic.Uint64
 
@@ -109,6 +122,9 @@ func NewStore(c redis.UniversalClient, l algorithms.Limiter, o Options) (*Store,
 		cr:      any("0"),
 		idHead:  instanceID + "-" + strconv.FormatUint(storeSeq.Add(1), 36) + "-",
 		pipe:    o.Pipeliner,
+
+		blockLimit: store.BlockLimit(l),
+		blocks:     blocks{c: c, head: head},
 	}
 	if cfg.CountRejected {
 		s.cr = any("1")
@@ -130,9 +146,15 @@ func NewStore(c redis.UniversalClient, l algorithms.Limiter, o Options) (*Store,
 			s.static = append(s.static, num(v))
 		}
 	}
+	blockUS, err := blockMicros(o.BlockFor)
+	if err != nil {
+		return nil, fmt.Errorf("redis store: block_for: %v", err)
+	}
+	s.static = append(s.static, num(blockUS)) // the last ARGV
 	for _, p := range sc.parts(len(cfg.Tiers)) {
 		s.tails = append(s.tails, "}:"+sc.short+":"+digest+p)
 	}
+	s.tails = append(s.tails, blockTail) // the last KEYS
 	return s, nil
 }
 
@@ -163,8 +185,16 @@ func (s *Store) setMargin(d time.Duration) {
 	s.static[0] = strconv.FormatInt(d.Milliseconds(), 10)
 }
 
-// Keys returns the Redis keys of key, in the order the script takes them.
+// Keys returns the Redis keys of key's state, in the order the script
+// takes them (the key's block, BlockKey, comes after them).
 func (s *Store) Keys(key string) []string {
+	keys := s.scriptKeys(key)
+	return keys[:len(keys)-1]
+}
+
+// scriptKeys returns the KEYS of a script call for key: the state's keys,
+// then the key's block.
+func (s *Store) scriptKeys(key string) []string {
 	esc := EscapeKey(key)
 	// One string holding every key, sliced: two allocations in all.
 	n := 0
@@ -215,14 +245,14 @@ func (s *Store) Take(ctx context.Context, key string, now time.Time, cost int64)
 	if s.script.member {
 		extra = s.idHead + strconv.FormatUint(s.counter.Add(1), 36)
 	}
-	res, err := s.call(ctx, s.Keys(key), s.args(modeTake, now, cost, extra)).Int64Slice()
+	res, err := s.call(ctx, s.scriptKeys(key), s.args(modeTake, now, cost, extra)).Int64Slice()
 	if err != nil {
 		return algorithms.Decision{}, fmt.Errorf("redis store: %s: %w", s.l.Name(), err)
 	}
 	if len(res) < 9 {
 		return algorithms.Decision{}, fmt.Errorf("redis store: %s: script answered %d values, want 9", s.l.Name(), len(res))
 	}
-	return algorithms.Decision{
+	d := algorithms.Decision{
 		Allowed:    res[0] == 1,
 		Tier:       int(res[1]),
 		Limit:      res[2],
@@ -232,7 +262,14 @@ func (s *Store) Take(ctx context.Context, key string, now time.Time, cost int64)
 		RetryAfter: algorithms.Micros(res[5]),
 		Delay:      algorithms.Micros(res[6]),
 		Token:      uint64(res[7]),
-	}, nil
+	}
+	if len(res) > 9 && res[9] == 1 {
+		d.Blocked = true
+		if d.Limit == 0 { // refused by the block, before the algorithm
+			d.Limit = s.blockLimit
+		}
+	}
+	return d, nil
 }
 
 // Undo gives back what an admitted Take of cost, which returned d, consumed
@@ -250,7 +287,7 @@ func (s *Store) Undo(ctx context.Context, key string, now time.Time, cost int64,
 	}
 	cost = min(cost, s.maxCost)
 	extra := strconv.FormatUint(d.Token, 10)
-	err := s.call(ctx, s.Keys(key), s.args(modeUndo, now, cost, extra)).Err()
+	err := s.call(ctx, s.scriptKeys(key), s.args(modeUndo, now, cost, extra)).Err()
 	if err != nil && !errors.Is(err, redis.Nil) {
 		return fmt.Errorf("redis store: %s undo: %w", s.l.Name(), err)
 	}

@@ -71,6 +71,9 @@ type SyncStore struct {
 	onError    func(error)
 	head       string // "<prefix><zone>:{"
 	keys       *store.LRU[syncEntry]
+	blk        blocks
+	blockFor   int64 // block_for in µs, 0: none
+	blockLimit int64 // the Limit of a blocked decision (store.BlockLimit)
 
 	nextSync atomic.Int64 // µs on the Now clock of the next scheduled sync
 	syncMu   sync.Mutex   // one sync at a time
@@ -83,7 +86,10 @@ type SyncStore struct {
 	closeErr  error
 }
 
-var _ store.Store = (*SyncStore)(nil)
+var (
+	_ store.Store   = (*SyncStore)(nil)
+	_ store.Blocker = (*SyncStore)(nil)
+)
 
 type syncParams struct {
 	events, window int64  // E, W (µs)
@@ -141,6 +147,12 @@ type syncEntry struct {
 	touched  int8   // syncs left to make for recent Takes (2 after a Take)
 	inFlight bool
 	tiers    []syncTier
+
+	// blockedUntil is when the key's block ends (µs), as this instance
+	// knows it; blockSend is a block this instance set (block_for) that
+	// the next sync writes to Redis, blockFly the one the sync in flight
+	// writes (0: none).
+	blockedUntil, blockSend, blockFly int64
 }
 
 // clamp returns now in µs, never before e.last, and advances e.last.
@@ -202,6 +214,11 @@ func newSyncStore(c redis.UniversalClient, l algorithms.Limiter, o Options, so S
 		now:        so.Now,
 		onError:    so.OnError,
 		head:       head,
+		blk:        blocks{c: c, head: head},
+		blockLimit: store.BlockLimit(l),
+	}
+	if s.blockFor, err = blockMicros(o.BlockFor); err != nil {
+		return nil, fmt.Errorf("redis sync store: block_for: %v", err)
 	}
 	if s.now == nil {
 		s.now = time.Now

@@ -12,9 +12,16 @@
 -- otherwise it is only read, so a read never creates a key without a TTL.
 -- A total never goes below 0 (an Undo retried after a lost reply).
 --
--- Answers the total of every KEYS[j] after the update, in order.
+-- The last key, KEYS[#KEYS], is the key's block (see lib.lua), its
+-- ARGV pair the end (µs) of a block this instance set (block_for), 0 for
+-- none, and its PX in milliseconds: it is set unless a longer block is in
+-- place, and read back.
+--
+-- Answers the total of every counter after the update, in order, then when
+-- the key's block ends (0: none).
 local out = {}
-for j = 1, #KEYS do
+local nc = #KEYS - 1
+for j = 1, nc do
   local key = KEYS[j]
   local d = tonumber(ARGV[2 * j - 1])
   local v
@@ -31,4 +38,11 @@ for j = 1, #KEYS do
   end
   out[j] = v
 end
+local bkey, set = KEYS[#KEYS], tonumber(ARGV[2 * #KEYS - 1])
+local ends = tonumber(redis.call('GET', bkey) or '0') or 0
+if set > ends then
+  redis.call('SET', bkey, ARGV[2 * #KEYS - 1], 'PX', ARGV[2 * #KEYS])
+  ends = set
+end
+out[#KEYS] = ends
 return out

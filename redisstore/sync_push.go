@@ -90,7 +90,7 @@ func (s *SyncStore) snapshot(now int64) []*syncCall {
 			if e.esc == "" {
 				e.esc = EscapeKey(ent.Key())
 			}
-			n := len(e.tiers) * kpt
+			n := len(e.tiers)*kpt + 1 // the counters, then the block
 			c := &syncCall{
 				evalCall: evalCall{
 					script: syncScript,
@@ -114,6 +114,15 @@ func (s *SyncStore) snapshot(now int64) []*syncCall {
 					c.wins = append(c.wins, sl.idx)
 				}
 			}
+			// The key's block: one this instance set, to write (with
+			// its TTL), and in any case read back.
+			var set, ttl int64
+			if e.blockSend > now {
+				set, ttl = e.blockSend, (e.blockSend-now+999)/1000
+			}
+			e.blockFly, e.blockSend = set, 0
+			c.keys = append(c.keys, s.head+e.esc+blockTail)
+			c.args = append(c.args, set, ttl)
 			e.usedSnap = e.used
 			if e.touched > 0 {
 				e.touched--
@@ -127,7 +136,7 @@ func (s *SyncStore) snapshot(now int64) []*syncCall {
 }
 
 func (s *SyncStore) needsSync(e *syncEntry) bool {
-	if e.touched > 0 {
+	if e.touched > 0 || e.blockSend != 0 {
 		return true
 	}
 	for i := range e.tiers {
@@ -143,6 +152,9 @@ func (s *SyncStore) needsSync(e *syncEntry) bool {
 // count at now (the current one; for sliding_window the previous one too).
 func (s *SyncStore) idle(e *syncEntry, now int64) bool {
 	t := max(now, e.last)
+	if e.blockedUntil > t {
+		return false
+	}
 	for i := range e.tiers {
 		p := &s.tiers[i]
 		lastW, nowW := floorDiv(e.last, p.window), floorDiv(t, p.window)
@@ -175,6 +187,14 @@ func (s *SyncStore) apply(c *syncCall) {
 	}
 	e := &c.ent.Value
 	e.inFlight = false
+	if c.err == nil {
+		// Redis's block (lifted there by an Unblock), or a newer one
+		// set here since the snapshot.
+		e.blockedUntil = max(c.res[len(c.res)-1], e.blockSend)
+	} else if e.blockSend == 0 {
+		e.blockSend = e.blockFly // sent again at the next sync
+	}
+	e.blockFly = 0
 	// A failed sync renews the budget too: the instance goes on deciding
 	// on what it knows rather than stopping (see the model).
 	e.used -= min(e.used, e.usedSnap)

@@ -73,7 +73,11 @@ func (s *SyncStore) Take(_ context.Context, key string, now time.Time, cost int6
 	sh.Lock()
 	e := s.entry(sh, key, now)
 	t := e.clamp(now)
-	e.touched = 2
+	e.touched = 2 // a blocked key too: the syncs read an Unblock back
+	if e.blockedUntil > t {
+		sh.Unlock()
+		return store.BlockedDecision(s.blockLimit, algorithms.Micros(e.blockedUntil-t)), nil
+	}
 	ok := true
 	for i := range e.tiers {
 		p, tr := &s.tiers[i], &e.tiers[i]
@@ -133,6 +137,11 @@ func (s *SyncStore) Take(_ context.Context, key string, now time.Time, cost int6
 		d.MoreAfter = algorithms.Micros(c.MoreAfter(t))
 	} else {
 		d.MoreAfter = d.ResetAfter // fixed_window: nothing comes back before the window ends
+	}
+	if !ok && s.blockFor > 0 {
+		e.blockedUntil = t + s.blockFor
+		e.blockSend = e.blockedUntil
+		store.Penalize(&d, algorithms.Micros(s.blockFor))
 	}
 	sh.Unlock()
 	return d, nil

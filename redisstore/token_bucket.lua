@@ -6,6 +6,8 @@
 --          (µs) and the level per tier (see load_state)
 -- ARGV[8..] per tier: rate, scale, cap, burst, window_us (from
 --           algorithms.BucketParams, so both twins use the same constants)
+local refused = blocked()
+if refused then return refused end
 local key = KEYS[1]
 local P = tier_params({'rate', 'scale', 'cap', 'burst', 'window'})
 
@@ -67,7 +69,7 @@ if allowed or COUNT_REJECTED then
 end
 save()
 
-return bucket_result(allowed, P, function(i)
+return blocking(bucket_result(allowed, P, function(i)
   local p, lv = P[i], level[i]
   local rem, wait = 0, 0
   if lv > 0 then rem = idiv(lv, p.scale) end
@@ -76,4 +78,4 @@ return bucket_result(allowed, P, function(i)
   local more = 0
   if rem < p.burst then more = cdiv((rem + 1) * p.scale - lv, p.rate) end
   return rem, cdiv(p.cap - lv, p.rate), wait, more
-end, 0)
+end, 0))

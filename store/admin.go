@@ -64,6 +64,10 @@ type Blocker interface {
 
 	// Unblock lifts key's block, if any.
 	Unblock(ctx context.Context, key string) error
+
+	// BlockedUntil returns when key's block ends, or the zero time when
+	// key is not blocked at now (a zero now means the store's own clock).
+	BlockedUntil(ctx context.Context, key string, now time.Time) (time.Time, error)
 }
 
 // Peek returns every tier of st at now, when its algorithm can tell

@@ -45,6 +45,11 @@ type MemoryOptions struct {
 	// Now is the clock used when Take or Undo get a zero now, and by the
 	// sweeper. nil means time.Now.
 	Now func() time.Time
+
+	// BlockFor is how long a key is refused outright after a Take denies
+	// it (block_for): its Takes are then refused without counting until
+	// the block ends. <= 0 means no block.
+	BlockFor time.Duration
 }
 
 // Memory keeps the state of one zone's keys in process memory. It is safe
@@ -62,6 +67,7 @@ type Memory struct {
 	limiter algorithms.Limiter
 	now     func() time.Time
 	keys    LRU[algorithms.State]
+	blocks  *blockSet // see block.go
 	sweeper *sweeper
 	// sweepBatch is the constant sweepBatch, a field so that a benchmark
 	// can compare a sweep that holds a shard's lock throughout.
@@ -79,8 +85,12 @@ type sweeper struct {
 
 func (sw *sweeper) halt() { sw.stopOnce.Do(func() { close(sw.stop) }) }
 
-func (sw *sweeper) run(shards []Shard[algorithms.State], now func() time.Time, interval time.Duration, batch int) {
-	Every(interval, sw.stop, sw.done, func() { sweepShards(shards, now(), batch) })
+func (sw *sweeper) run(shards []Shard[algorithms.State], blocks *blockSet, now func() time.Time, interval time.Duration, batch int) {
+	Every(interval, sw.stop, sw.done, func() {
+		at := now()
+		sweepShards(shards, at, batch)
+		blocks.sweep(at, batch)
+	})
 }
 
 var _ Store = (*Memory)(nil)
@@ -104,23 +114,28 @@ func NewMemory(l algorithms.Limiter, opts MemoryOptions) *Memory {
 	m := &Memory{
 		limiter: l,
 		now:     now,
+		blocks:  newBlockSet(l, maxKeys, opts.BlockFor),
 		sweeper: &sweeper{stop: make(chan struct{}), done: make(chan struct{})},
 
 		sweepBatch: sweepBatch,
 	}
 	m.keys.init(maxKeys)
 
-	go m.sweeper.run(m.keys.shards, now, interval, m.sweepBatch)
+	go m.sweeper.run(m.keys.shards, m.blocks, now, interval, m.sweepBatch)
 	// A store dropped without Destruct must not leave its sweeper behind.
 	runtime.AddCleanup(m, (*sweeper).halt, m.sweeper)
 	return m
 }
 
 // Take decides whether key may consume cost units at now (the store's clock
-// when now is zero). It never fails.
+// when now is zero). It never fails. A blocked key is refused without
+// counting; with BlockFor, a denial blocks the key.
 func (m *Memory) Take(_ context.Context, key string, now time.Time, cost int64) (algorithms.Decision, error) {
 	if now.IsZero() {
 		now = m.now()
+	}
+	if d, blocked := m.blocks.refuse(key, now); blocked {
+		return d, nil
 	}
 	s := m.keys.Shard(key)
 	s.mu.Lock()
@@ -131,6 +146,9 @@ func (m *Memory) Take(_ context.Context, key string, now time.Time, cost int64) 
 	}
 	d := e.Value.Take(now, cost)
 	s.mu.Unlock()
+	if !d.Allowed {
+		m.blocks.penalize(key, now, &d)
+	}
 	return d, nil
 }
 
@@ -153,7 +171,8 @@ func (m *Memory) Undo(_ context.Context, key string, now time.Time, cost int64, 
 func (m *Memory) Len() int { return m.keys.Len() }
 
 // Sweep drops the keys whose state is idle at now and returns how many it
-// dropped. It goes shard by shard and lets go of a shard's lock every
+// dropped (it drops the blocks that have ended too). It goes shard by
+// shard and lets go of a shard's lock every
 // sweepBatch entries, so concurrent Takes wait at most that long. Every key
 // held throughout a Sweep is examined once; a key added during it may be
 // left to the next.
@@ -161,6 +180,7 @@ func (m *Memory) Sweep(now time.Time) int {
 	if now.IsZero() {
 		now = m.now()
 	}
+	m.blocks.sweep(now, m.sweepBatch)
 	return sweepShards(m.keys.shards, now, m.sweepBatch)
 }
 

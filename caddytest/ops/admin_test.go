@@ -114,8 +114,27 @@ http://%s:%d {
 	if _, err := rateLimitCLI(t, "block", "--zone", memZone, "--key", "k", "--for", "soon"); err == nil || !strings.Contains(err.Error(), "--for") {
 		t.Errorf("rate-limit block --for soon: %v", err)
 	}
-	// The stores of this build cannot block: 501.
-	if _, err := rateLimitCLI(t, "block", "--zone", memZone, "--key", "k", "--for", "1h"); err == nil || !strings.Contains(err.Error(), "HTTP 501") {
-		t.Errorf("rate-limit block: %v", err)
+
+	// Block and unblock, in both stores: refused at once (its limit is not
+	// reached), Retry-After the block's time left; then let through.
+	for _, c := range []struct{ host, zone string }{{"mem.test", memZone}, {"redis.test", redisZone}} {
+		hdr := []string{"Host", c.host, "X-Client", "blocked one"}
+		out, err := rateLimitCLI(t, "block", "--zone", c.zone, "--key", "blocked one", "--for", "1h")
+		if err != nil || !strings.Contains(out, "blocked key blocked one in zone "+c.zone+" until ") {
+			t.Fatalf("%s: rate-limit block: %v\n%s", c.zone, err, out)
+		}
+		r := live.Get(t, "/", hdr...)
+		if ra, _ := strconv.Atoi(r.Header.Get("Retry-After")); r.Code != 429 || ra < 3500 || ra > 3600 {
+			t.Fatalf("%s: request of a blocked key: %d, Retry-After %q, want 429 and about 3600", c.zone, r.Code, r.Header.Get("Retry-After"))
+		}
+		if out, err := rateLimitCLI(t, "get", "--zone", c.zone, "--key", "blocked one"); err != nil || !strings.Contains(out, "blocked until") {
+			t.Fatalf("%s: rate-limit get of a blocked key: %v\n%s", c.zone, err, out)
+		}
+		if out, err := rateLimitCLI(t, "unblock", "--zone", c.zone, "--key", "blocked one"); err != nil || !strings.Contains(out, "unblocked key blocked one") {
+			t.Fatalf("%s: rate-limit unblock: %v\n%s", c.zone, err, out)
+		}
+		if r := live.Get(t, "/", hdr...); r.Code != 200 {
+			t.Fatalf("%s: request after the unblock: %d", c.zone, r.Code)
+		}
 	}
 }
