@@ -120,6 +120,34 @@ type State interface {
 	Idle(now time.Time) bool
 }
 
+// Relimiter is a State that can go on under another Limiter of its
+// algorithm, keeping what its key has used: a zone whose limits changed (a
+// config reload) or a request with limits of its own. Every built-in State
+// is one.
+//
+// Tiers are matched by index: the state of an added tier starts empty, a
+// removed tier's state is dropped. What a kept tier has used is
+// interpreted under its new events, window and burst:
+//   - sliding_log, sliding_window, fixed_window: counts stay counts. A
+//     window that changes length keeps the counts only while they fall in
+//     the current window of the new length; sliding_log keeps its units'
+//     timestamps, but only those of the old window (and, with
+//     CountRejected, at most the old events), so a longer window or a
+//     higher limit may count fewer than were sent.
+//   - token_bucket, leaky_bucket, gcra: a bucket keeps its level in units
+//     (gcra: its debt, TAT - now, in emission intervals), converted
+//     exactly to the new unit when the product of the two units reduced by
+//     their gcd is below 2^53, else rounded up to a whole unit; capped at
+//     the new capacity.
+//   - concurrency: the leases held stay, each until its own expiry.
+type Relimiter interface {
+	// Relimit makes the state decide under l from now on, converting what
+	// it has used at now (buckets drain under the old limits up to now
+	// first). A no-op when l is the Limiter it decides under already, or
+	// one of another algorithm.
+	Relimit(now time.Time, l Limiter)
+}
+
 // Bounds within which every algorithm's numbers stay exact in a double
 // (below 2^53), as the Redis store's Lua twins compute them: counts (events,
 // burst, cost) up to MaxCount, windows up to MaxWindow, instants until

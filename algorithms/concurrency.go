@@ -157,12 +157,20 @@ func (s *concurrencyState) Take(now time.Time, cost int64) (d Decision) {
 		}
 		d.RetryAfter = Micros(wait)
 	}
-	d.Remaining = l.events - s.held
+	d.Remaining = max(l.events-s.held, 0) // held may exceed a lowered limit
 	if n := len(s.leases); n > 0 {
 		d.ResetAfter = Micros(s.leases[n-1].expiry - t)
 		d.MoreAfter = Micros(max(min(s.leases[0].expiry-t, ccMaxWait), 1))
 	}
 	return d
+}
+
+// Relimit keeps the leases held, each until its own expiry: a lower limit
+// admits no more until enough of them end.
+func (s *concurrencyState) Relimit(_ time.Time, l Limiter) {
+	if nl, ok := l.(*concurrency); ok {
+		s.l = nl
+	}
 }
 
 func (s *concurrencyState) Undo(now time.Time, cost int64, d Decision) {
