@@ -173,7 +173,13 @@ func (m *Memory) undo(l algorithms.Limiter, key string, now time.Time, cost int6
 	s := m.keys.Shard(key)
 	s.mu.Lock()
 	if e := s.Get(key); e != nil {
-		relimit(e.Value, now, l)
+		// An Undo that has nothing to give back leaves the state as it
+		// is, under the limits it was last decided under, as the Redis
+		// store, which does not call its script then: a bucket converted
+		// later has drained under its old rate meanwhile.
+		if d.Allowed && cost > 0 {
+			relimit(e.Value, now, l)
+		}
 		e.Value.Undo(now, cost, d)
 	}
 	s.mu.Unlock()

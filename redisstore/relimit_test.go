@@ -1,0 +1,132 @@
+package redisstore
+
+import (
+	"context"
+	"fmt"
+	"math/rand"
+	"testing"
+	"time"
+
+	"github.com/zonelimit/caddy-ratelimit/algorithms"
+	"github.com/zonelimit/caddy-ratelimit/store"
+)
+
+// relimitSeries is a set of limits one key is decided under in turn:
+// alternately (step i under limits i mod n) or switching at random.
+type relimitSeries struct {
+	name      string
+	alternate bool
+	cfgs      []algorithms.Config
+}
+
+func relimitSeriesOf(alg string) []relimitSeries {
+	one := func(e int64, w time.Duration) algorithms.Config {
+		return algorithms.Config{Tiers: tiers(algorithms.Tier{Events: e, Window: w})}
+	}
+	if alg == algorithms.Concurrency {
+		return []relimitSeries{
+			{"100_and_1000_per_1m", true, []algorithms.Config{one(100, time.Minute), one(1000, time.Minute)}},
+			{"3_10_1_per_1s_3_per_500ms", false, []algorithms.Config{one(3, sec(1)), one(10, sec(1)), one(1, sec(1)), one(3, 500*time.Millisecond)}},
+		}
+	}
+	two := algorithms.Config{Tiers: tiers(algorithms.Tier{Events: 3, Window: sec(1)}, algorithms.Tier{Events: 5, Window: sec(10)})}
+	ss := []relimitSeries{
+		{"100_and_1000_per_1m", true, []algorithms.Config{one(100, time.Minute), one(1000, time.Minute)}},
+		{"raise_lower_add_remove_rewindow", false, []algorithms.Config{one(3, sec(1)), one(10, sec(1)), one(2, sec(1)), two, one(3, sec(2)), one(999, 1000001*time.Microsecond)}},
+	}
+	cr := relimitSeries{name: "count_rejected"}
+	for _, c := range ss[1].cfgs {
+		c.CountRejected = true
+		cr.cfgs = append(cr.cfgs, c)
+	}
+	ss = append(ss, cr)
+	if algorithms.UsesBurst(alg) {
+		b := func(c algorithms.Config, burst int64) algorithms.Config { c.Burst = burst; return c }
+		ss = append(ss, relimitSeries{"bursts", false, []algorithms.Config{b(one(10, time.Minute), 4), one(10, time.Minute), b(one(7, sec(3)), 1), b(two, 6), b(one(1e12, time.Hour), 5)}})
+	}
+	return ss
+}
+
+// TestConformanceRelimit: keys decided under limits that change from one
+// step to the next (raised, lowered, tiers added and removed, windows and
+// bursts changed) get the same decisions from the Redis store as from the
+// memory store: the Lua twins convert a state saved under other limits as
+// the Go twins' Relimit does.
+func TestConformanceRelimit(t *testing.T) {
+	_, c := newClient(t)
+	ctx := context.Background()
+	for _, alg := range algorithms.Names {
+		t.Run(alg, func(t *testing.T) {
+			for si, ser := range relimitSeriesOf(alg) {
+				t.Run(ser.name, func(t *testing.T) {
+					var mems, reds []store.Store
+					var merged algorithms.Config
+					ref := store.NewMemory(mustLimiter(t, alg, ser.cfgs[0]), store.MemoryOptions{SweepInterval: time.Hour})
+					defer ref.Destruct()
+					rs := mustStore(t, c, mustLimiter(t, alg, ser.cfgs[0]), fmt.Sprintf("relimit-%s-%d-%d", alg, si, time.Now().UnixNano()))
+					rs.setMargin(time.Hour)
+					for _, cfg := range ser.cfgs {
+						l := mustLimiter(t, alg, cfg)
+						m, err := ref.Under(l)
+						if err != nil {
+							t.Fatal(err)
+						}
+						r, err := rs.Under(l)
+						if err != nil {
+							t.Fatal(err)
+						}
+						mems, reds = append(mems, m), append(reds, r)
+						merged.Tiers = append(merged.Tiers, cfg.Tiers...)
+						merged.Burst = max(merged.Burst, cfg.Burst)
+					}
+					rng := rand.New(rand.NewSource(int64(si) + 7))
+					ops := timeline(rng, alg, merged, 600)
+					decs := make([]algorithms.Decision, len(ops))
+					undone := make([]bool, len(ops))
+					cur, switches, allowed, denied := 0, 0, 0, 0
+					for i, o := range ops {
+						if ser.alternate {
+							cur = i % len(mems)
+						} else if rng.Float64() < 0.15 {
+							cur = rng.Intn(len(mems))
+							switches++
+						}
+						now := t0.Add(o.at)
+						if o.undo > 0 {
+							j := o.undo - 1
+							if undone[j] || !decs[j].Allowed {
+								continue
+							}
+							undone[j] = true
+							if err := mems[cur].Undo(ctx, o.key, now, o.cost, decs[j]); err != nil {
+								t.Fatal(err)
+							}
+							if err := reds[cur].Undo(ctx, o.key, now, o.cost, decs[j]); err != nil {
+								t.Fatalf("step %d: Undo: %v", i, err)
+							}
+							continue
+						}
+						want, _ := mems[cur].Take(ctx, o.key, now, o.cost)
+						got, err := reds[cur].Take(ctx, o.key, now, o.cost)
+						if err != nil {
+							t.Fatalf("step %d: Take: %v", i, err)
+						}
+						decs[i] = want
+						if want.Allowed {
+							allowed++
+						} else {
+							denied++
+						}
+						if d := diffDecision(want, got, false); d != "" {
+							t.Fatalf("step %d (at t0%+v key %q cost %d, limits %d %+v): decisions differ:%s\n%s",
+								i, o.at, o.key, o.cost, cur, ser.cfgs[cur], d, history(ops[:i+1], decs))
+						}
+					}
+					if allowed == 0 || denied == 0 || !ser.alternate && switches < 10 {
+						t.Errorf("a weak timeline: %d allowed, %d denied, %d switches", allowed, denied, switches)
+					}
+				})
+			}
+		})
+	}
+}
