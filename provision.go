@@ -269,7 +269,7 @@ func (h *Handler) provisionZone(ctx caddy.Context, zc *Zone, lz *loadZones, plac
 
 	// The identity of the zone's state, taken before LoadModule consumes
 	// the raw module configurations.
-	identity, err := h.storeIdentity(zc)
+	identity, storeID, err := h.storeIdentity(zc)
 	if err != nil {
 		return nil, err
 	}
@@ -324,7 +324,7 @@ func (h *Handler) provisionZone(ctx caddy.Context, zc *Zone, lz *loadZones, plac
 	}
 	z.limiter = lim
 
-	if err := h.zoneStores(z, lim, storeKey{scope: h.rt.opts.poolScope, config: identity}); err != nil {
+	if err := h.zoneStores(z, lim, storeKey{scope: h.rt.opts.poolScope, config: storeID}); err != nil {
 		return nil, err
 	}
 

@@ -1,6 +1,7 @@
 package ratelimit
 
 import (
+	"encoding/json"
 	"fmt"
 	"sync/atomic"
 	"time"
@@ -125,7 +126,13 @@ func (h *Handler) zoneStores(z *zone, lim algorithms.Limiter, key storeKey) erro
 		if err != nil {
 			return err
 		}
-		key.config += "\x00sync\x00" + string(redisKey)
+		// The two-layer store decides under the limits it was made
+		// with: other limits make another (its Redis counts carry over).
+		limits, err := json.Marshal(lim.Config())
+		if err != nil {
+			return err
+		}
+		key.config += "\x00sync\x00" + string(redisKey) + "\x00" + string(limits)
 		st, err := h.syncStore(lim, z.name, opts, key)
 		if err != nil {
 			return err
@@ -176,9 +183,10 @@ func (h *Handler) syncStore(lim algorithms.Limiter, name string, opts redisstore
 	return st.(*redisstore.SyncStore), nil
 }
 
-// memoryStore returns the memory store of key: the pooled one of the
-// previous config load if the zone is unchanged, else a new one.
-func (h *Handler) memoryStore(lim algorithms.Limiter, name string, key storeKey) (*store.Memory, error) {
+// memoryStore returns the memory store of key deciding under lim: the
+// pooled one of the previous config load if the zone is unchanged but for
+// its limits, else a new one.
+func (h *Handler) memoryStore(lim algorithms.Limiter, name string, key storeKey) (store.Store, error) {
 	opts := store.MemoryOptions{
 		MaxKeys:       h.MaxKeys,
 		SweepInterval: time.Duration(h.SweepInterval),
@@ -190,7 +198,7 @@ func (h *Handler) memoryStore(lim algorithms.Limiter, name string, key storeKey)
 	if err != nil {
 		return nil, err
 	}
-	return st.(*store.Memory), nil
+	return st.(*store.Memory).Under(lim)
 }
 
 // pooledStore returns the store of key from the reload pool, made by

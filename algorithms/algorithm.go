@@ -20,6 +20,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"time"
 )
 
@@ -40,6 +41,11 @@ type Config struct {
 
 	// CountRejected makes denied requests consume too (punitive limiting).
 	CountRejected bool
+}
+
+// Equal reports whether c and o are the same configuration.
+func (c Config) Equal(o Config) bool {
+	return slices.Equal(c.Tiers, o.Tiers) && c.Burst == o.Burst && c.CountRejected == o.CountRejected
 }
 
 // Decision is the outcome of one Take: whether the request may proceed and

@@ -136,8 +136,15 @@ func TestTiers(t *testing.T) {
 }
 
 func TestReloadKeepsCounts(t *testing.T) {
+	testReloadKeepsCounts(t, "it_reload", "")
+}
+
+// testReloadKeepsCounts: a zone's count goes on across reloads, and a
+// changed limit applies at once to what was counted, lowered or raised.
+// options are the rate_limit block's store options.
+func testReloadKeepsCounts(t *testing.T, zone, options string) {
 	site := func(events int, body string) string {
-		return live.Site(caddytesting.Zone("it_reload", caddytesting.ClientKey, fmt.Sprintf("limit %d 1h", events)),
+		return live.Site(caddytesting.Zone(zone, caddytesting.ClientKey, fmt.Sprintf("limit %d 1h", events))+options,
 			fmt.Sprintf("respond %q", body))
 	}
 	live.LoadSites(t, site(5, "one"))
@@ -154,12 +161,17 @@ func TestReloadKeepsCounts(t *testing.T) {
 	}
 	caddytesting.ExpectHeader(t, r, "X-RateLimit-Remaining", "1")
 
-	// A changed limit applies at once, from a fresh count.
+	// A lowered limit applies at once to the 4 units counted: denied.
 	live.LoadSites(t, site(2, "three"))
-	r = live.ExpectCodes(t, "/", clientA(), 200)
+	r = live.ExpectCodes(t, "/", clientA(), 429)
 	caddytesting.ExpectHeader(t, r, "X-RateLimit-Limit", "2")
-	caddytesting.ExpectHeader(t, r, "X-RateLimit-Remaining", "1")
-	live.ExpectCodes(t, "/", clientA(), 200, 429) // 2nd and 3rd under the new limit
+	caddytesting.ExpectHeader(t, r, "X-RateLimit-Remaining", "0")
+
+	// A raised one gives the difference: 10 - 4, and this request.
+	live.LoadSites(t, site(10, "four"))
+	r = live.ExpectCodes(t, "/", clientA(), 200)
+	caddytesting.ExpectHeader(t, r, "X-RateLimit-Limit", "10")
+	caddytesting.ExpectHeader(t, r, "X-RateLimit-Remaining", "5")
 }
 
 func TestHandleErrors(t *testing.T) {

@@ -194,21 +194,25 @@ func (m *Memory) Under(l algorithms.Limiter) (Store, error) {
 	if l.Name() != m.limiter.Name() {
 		return nil, fmt.Errorf("memory store of algorithm %s: cannot decide under %s", m.limiter.Name(), l.Name())
 	}
-	return &memoryUnder{m: m, l: l}, nil
+	if l == m.limiter || l.Config().Equal(m.limiter.Config()) {
+		return m, nil // the store itself: no state to convert
+	}
+	return &memoryUnder{Memory: m, l: l}, nil
 }
 
-// memoryUnder is a Memory deciding under another Limiter (Memory.Under).
+// memoryUnder is a Memory deciding under another Limiter (Memory.Under);
+// its other methods are the Memory's.
 type memoryUnder struct {
-	m *Memory
+	*Memory
 	l algorithms.Limiter
 }
 
 func (u *memoryUnder) Take(_ context.Context, key string, now time.Time, cost int64) (algorithms.Decision, error) {
-	return u.m.take(u.l, key, now, cost), nil
+	return u.take(u.l, key, now, cost), nil
 }
 
 func (u *memoryUnder) Undo(_ context.Context, key string, now time.Time, cost int64, d algorithms.Decision) error {
-	u.m.undo(u.l, key, now, cost, d)
+	u.undo(u.l, key, now, cost, d)
 	return nil
 }
 
