@@ -77,21 +77,17 @@ func (h *Handler) unmarshalZone(d *caddyfile.Dispenser, zoneLines map[string]int
 				return zerr(mixErr(tok))
 			}
 			args := d.RemainingArgs()
-			if len(args) != 2 {
-				return d.Errf("zone %q: limit takes two arguments, <events> <window> (e.g. limit 100 1m), got %d", name, len(args))
+			if len(args) != 2 && len(args) != 4 && len(args) != 6 {
+				return d.Errf("zone %q: limit takes <events> <window> (e.g. limit 100 1m), or <placeholder> <window> default <n> max <n>, got %d arguments", name, len(args))
 			}
-			n, err := parseEvents(args[0])
-			if err != nil {
-				return zerr(err)
-			}
-			w, err := parseWindow(args[1])
+			l, err := parseLimit(args)
 			if err != nil {
 				return zerr(err)
 			}
 			if err := noBlock(d, "limit"); err != nil {
 				return err
 			}
-			z.Limits = append(z.Limits, Limit{Events: n, Window: caddy.Duration(w)})
+			z.Limits = append(z.Limits, l)
 
 		case "events", "window":
 			if tok, ok := lines["limit"]; ok {
@@ -269,4 +265,45 @@ func firstOf(lines map[string]caddyfile.Token, names ...string) (caddyfile.Token
 		}
 	}
 	return first, found
+}
+
+// parseLimit parses the arguments of a limit line: <events> <window>, or
+// <placeholder> <window> default <n> max <n> (in either order) for events
+// taken from the request.
+func parseLimit(args []string) (Limit, error) {
+	var l Limit
+	w, err := parseWindow(args[1])
+	if err != nil {
+		return l, err
+	}
+	l.Window = caddy.Duration(w)
+	if !strings.Contains(args[0], "{") {
+		if len(args) > 2 {
+			return l, fmt.Errorf("limit %s %s: default and max apply only to events from a placeholder", args[0], args[1])
+		}
+		l.Events, err = parseEvents(args[0])
+		return l, err
+	}
+	l.EventsPlaceholder = args[0]
+	for i := 2; i+1 < len(args); i += 2 {
+		var dst *int64
+		switch args[i] {
+		case "default":
+			dst = &l.Events
+		case "max":
+			dst = &l.MaxEvents
+		default:
+			return l, fmt.Errorf("limit %s: unknown option %q (want default <n> and max <n>)", args[0], args[i])
+		}
+		if *dst != 0 {
+			return l, fmt.Errorf("limit %s: %s given twice", args[0], args[i])
+		}
+		if *dst, err = parseEvents(args[i+1]); err != nil {
+			return l, fmt.Errorf("limit %s: %s: %v", args[0], args[i], err)
+		}
+	}
+	if l.Events == 0 || l.MaxEvents == 0 {
+		return l, fmt.Errorf("limit %s %s: events from a placeholder need a default and a ceiling: limit %s %s default <n> max <n>", args[0], args[1], args[0], args[1])
+	}
+	return l, nil
 }

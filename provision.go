@@ -148,6 +148,11 @@ type zone struct {
 	algorithm string
 	tiers     []algorithms.Tier
 
+	// reqLimits, when a limit takes its events from the request, makes
+	// the zone under each request's limits (limits.go); nil otherwise,
+	// and in those zones.
+	reqLimits *reqLimits
+
 	// waiters, with on_limit wait, are the requests waiting, in line per
 	// key (wait.go); nil otherwise.
 	waiters *waitLines
@@ -158,7 +163,7 @@ type zone struct {
 	rlPrefixes []string   // per tier: `"<policy name>";r=`
 	limitVals  [][]string // per tier: []string{events}
 
-	storeErrLog logThrottle // store failures at warn at most every storeErrorLogEvery
+	storeErrLog *logThrottle // store failures at warn at most every storeErrorLogEvery
 	rejectError error
 
 	// countStatus, with count_status, are the statuses of the responses
@@ -218,6 +223,7 @@ func (h *Handler) provision(ctx caddy.Context, opts provisionOptions) error {
 
 	h.rt.zones = make([]*zone, 0, len(h.Zones))
 	policies := make([]string, 0, len(h.Zones))
+	static := true
 	for _, zc := range h.Zones {
 		z, err := h.provisionZone(ctx, zc, lz, place)
 		if err != nil {
@@ -225,8 +231,11 @@ func (h *Handler) provision(ctx caddy.Context, opts provisionOptions) error {
 		}
 		h.rt.zones = append(h.rt.zones, z)
 		policies = append(policies, z.policy)
+		static = static && z.reqLimits == nil
 	}
-	h.rt.policyAll = []string{strings.Join(policies, ", ")}
+	if static {
+		h.rt.policyAll = []string{strings.Join(policies, ", ")}
+	}
 	return nil
 }
 
@@ -323,6 +332,8 @@ func (h *Handler) provisionZone(ctx caddy.Context, zc *Zone, lz *loadZones, plac
 		return nil, err
 	}
 	z.limiter = lim
+	z.reqLimits = newReqLimits(zc)
+	z.storeErrLog = new(logThrottle)
 
 	if err := h.zoneStores(z, lim, storeKey{scope: h.rt.opts.poolScope, config: storeID}); err != nil {
 		return nil, err

@@ -150,6 +150,9 @@ func (h *Handler) validateRedisOptions() error {
 	}
 	if h.SyncInterval > 0 {
 		for _, z := range h.Zones {
+			if z.limitsFromRequest() {
+				return zoneErrf("sync_interval", "zone %q: sync_interval does not work with limits from placeholders (each instance's local counts hold one limit)", z.Name)
+			}
 			if ok, summable := algorithms.Summable(z.Algorithm); !ok {
 				alg := z.Algorithm
 				if alg == "" {
@@ -229,6 +232,9 @@ func (z *Zone) validate() error {
 		}
 		if err := checkWindow(time.Duration(l.Window)); err != nil {
 			return &zoneError{option: "limit", nth: i + 1, alt: "window", err: fmt.Errorf("limit %d: %v", i+1, err)}
+		}
+		if err := l.checkPlaceholder(); err != nil {
+			return &zoneError{option: "limit", nth: i + 1, alt: "events_placeholder", err: fmt.Errorf("limit %d: %v", i+1, err)}
 		}
 	}
 	if z.Burst > maxCount {
@@ -381,6 +387,30 @@ func checkEvents(n int64) error {
 		return fmt.Errorf("events must be at most %d, got %d", maxCount, n)
 	}
 	return nil
+}
+
+// checkPlaceholder checks a limit's events placeholder: a template with a
+// placeholder, with a ceiling no lower than the default (Events).
+func (l *Limit) checkPlaceholder() error {
+	if l.EventsPlaceholder == "" {
+		if l.MaxEvents != 0 {
+			return errors.New("max_events applies only with an events placeholder")
+		}
+		return nil
+	}
+	if !strings.Contains(l.EventsPlaceholder, "{") {
+		return fmt.Errorf("events placeholder %q has no placeholder: give the number as events", l.EventsPlaceholder)
+	}
+	if err := keyresolver.CheckTemplate(l.EventsPlaceholder); err != nil {
+		return fmt.Errorf("events placeholder: %v", err)
+	}
+	switch {
+	case l.MaxEvents <= 0:
+		return fmt.Errorf("events from the placeholder %s need a ceiling: max_events (Caddyfile: max <n>), the most a request may be given", l.EventsPlaceholder)
+	case l.MaxEvents < l.Events:
+		return fmt.Errorf("the default events %d exceed the ceiling max_events %d", l.Events, l.MaxEvents)
+	}
+	return checkEvents(l.MaxEvents)
 }
 
 // checkFloor checks duration option (one of those durationFloor knows) when

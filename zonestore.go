@@ -149,9 +149,9 @@ func (h *Handler) zoneStores(z *zone, lim algorithms.Limiter, key storeKey) erro
 	z.breaker = h.rt.redis.Breaker()
 	// A denial holds until its Retry-After for the same cost, unless it
 	// must be counted (count_rejected), quota comes back at any time
-	// (concurrency, count_status), the cost varies per request, or the
-	// zone waits or never rejects.
-	if !lim.Config().CountRejected && !z.lease && z.countStatus == nil && z.costTmpl == "" && !z.wait && !h.DryRun {
+	// (concurrency, count_status), the cost or the limits vary per
+	// request, or the zone waits or never rejects.
+	if !lim.Config().CountRejected && !z.lease && z.countStatus == nil && z.costTmpl == "" && z.reqLimits == nil && !z.wait && !h.DryRun {
 		z.denies = redisstore.NewDenyCache(st)
 		z.store = z.denies
 	}

@@ -1,0 +1,67 @@
+package ratelimit
+
+import (
+	"strconv"
+	"testing"
+)
+
+// planZone's limit takes its events from the X-Limit header: 2 by default,
+// at most 5.
+const planZone = `{"zones":[{"name":"plan","key":"k","limits":[
+	{"events":2,"window":"1m","events_placeholder":"{http.request.header.X-Limit}","max_events":5}]}]}`
+
+// TestLimitsFromRequest: a request is held to the events its placeholder
+// gives, within the ceiling, the default when the value is unusable, and
+// the key's usage carries over from one value to the next; the headers
+// report the limit that applied.
+func TestLimitsFromRequest(t *testing.T) {
+	h := provision(t, planZone, newClock())
+	steps := []struct {
+		limit           string // X-Limit, "" for none
+		code            int
+		applied, remain string
+		policy          string
+	}{
+		{"", 200, "2", "1", `"plan";q=2;w=60`},     // the default
+		{"4", 200, "4", "2", `"plan";q=4;w=60`},    // 2 used of 4
+		{"abc", 429, "2", "0", `"plan";q=2;w=60`},  // unusable: the default, 2 used
+		{"1000", 200, "5", "2", `"plan";q=5;w=60`}, // capped at the ceiling
+		{"-3", 429, "2", "0", `"plan";q=2;w=60`},
+		{"5", 200, "5", "1", `"plan";q=5;w=60`},
+		{"5", 200, "5", "0", `"plan";q=5;w=60`},
+		{"5", 429, "5", "0", `"plan";q=5;w=60`},
+	}
+	for i, s := range steps {
+		var opts []reqOpt
+		if s.limit != "" {
+			opts = append(opts, header("X-Limit", s.limit))
+		}
+		res := serve(h, newReq("192.0.2.1:1", opts...))
+		if res.code != s.code || res.hdr.Get("X-RateLimit-Limit") != s.applied ||
+			res.hdr.Get("X-RateLimit-Remaining") != s.remain || res.hdr.Get("RateLimit-Policy") != s.policy {
+			t.Fatalf("step %d (X-Limit %q): code %d, limit %s, remaining %s, policy %s; want %d, %s, %s, %s", i, s.limit,
+				res.code, res.hdr.Get("X-RateLimit-Limit"), res.hdr.Get("X-RateLimit-Remaining"), res.hdr.Get("RateLimit-Policy"),
+				s.code, s.applied, s.remain, s.policy)
+		}
+	}
+}
+
+// TestLimitsFromRequestBounded: a flood of distinct values keeps at most
+// maxReqLimits zones ready; the values beyond are decided all the same.
+func TestLimitsFromRequestBounded(t *testing.T) {
+	h := provision(t, `{"zones":[{"name":"plan","key":"{http.request.header.X-Key}","limits":[
+		{"events":2,"window":"1m","events_placeholder":"{http.request.header.X-Limit}","max_events":100000}]}]}`, newClock())
+	for i := range 1000 {
+		n := strconv.Itoa(3 + i)
+		res := serve(h, newReq("192.0.2.1:1", header("X-Limit", n), header("X-Key", n)))
+		if res.code != 200 || res.hdr.Get("X-RateLimit-Limit") != n {
+			t.Fatalf("X-Limit %s: code %d, limit %s", n, res.code, res.hdr.Get("X-RateLimit-Limit"))
+		}
+	}
+	rl := h.rt.zones[0].reqLimits
+	rl.mu.Lock()
+	defer rl.mu.Unlock()
+	if n := len(rl.zones); n != maxReqLimits {
+		t.Fatalf("%d sets of limits kept, want %d", n, maxReqLimits)
+	}
+}
