@@ -78,7 +78,7 @@ func (h *Handler) unmarshalZone(d *caddyfile.Dispenser, zoneLines map[string]int
 			}
 			args := d.RemainingArgs()
 			if len(args) != 2 && len(args) != 4 && len(args) != 6 {
-				return d.Errf("zone %q: limit takes <events> <window> (e.g. limit 100 1m), or <placeholder> <window> default <n> max <n>, got %d arguments", name, len(args))
+				return d.Errf("zone %q: limit takes two arguments, <events> <window> (e.g. limit 100 1m), then default <n> max <n> when events is a placeholder, got %d", name, len(args))
 			}
 			l, err := parseLimit(args)
 			if err != nil {

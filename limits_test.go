@@ -2,7 +2,11 @@ package ratelimit
 
 import (
 	"strconv"
+	"strings"
 	"testing"
+	"time"
+
+	"github.com/caddyserver/caddy/v2"
 )
 
 // planZone's limit takes its events from the X-Limit header: 2 by default,
@@ -63,5 +67,46 @@ func TestLimitsFromRequestBounded(t *testing.T) {
 	defer rl.mu.Unlock()
 	if n := len(rl.zones); n != maxReqLimits {
 		t.Fatalf("%d sets of limits kept, want %d", n, maxReqLimits)
+	}
+}
+
+// TestValidateLimitsFromRequest: an events placeholder needs a ceiling no
+// lower than its default; a ceiling needs a placeholder; limits from the
+// request do not work with sync_interval.
+func TestValidateLimitsFromRequest(t *testing.T) {
+	zone := func(l Limit) *Zone {
+		z := validZone("p")
+		z.Limits = []Limit{l}
+		return z
+	}
+	w := caddy.Duration(time.Minute)
+	tests := []struct {
+		name string
+		h    Handler
+		want string // "" when valid
+	}{
+		{"valid", Handler{Zones: []*Zone{zone(Limit{Events: 100, Window: w, EventsPlaceholder: "{plan}", MaxEvents: 5000})}}, ""},
+		{"no ceiling", Handler{Zones: []*Zone{zone(Limit{Events: 100, Window: w, EventsPlaceholder: "{plan}"})}}, "need a ceiling"},
+		{"default above ceiling", Handler{Zones: []*Zone{zone(Limit{Events: 100, Window: w, EventsPlaceholder: "{plan}", MaxEvents: 50})}}, "above the ceiling 50"},
+		{"ceiling beyond bounds", Handler{Zones: []*Zone{zone(Limit{Events: 100, Window: w, EventsPlaceholder: "{plan}", MaxEvents: 1 << 51})}}, "events must be at most"},
+		{"ceiling without placeholder", Handler{Zones: []*Zone{zone(Limit{Events: 100, Window: w, MaxEvents: 500})}}, "only with an events placeholder"},
+		{"no placeholder in it", Handler{Zones: []*Zone{zone(Limit{Events: 100, Window: w, EventsPlaceholder: "plan", MaxEvents: 500})}}, "has no placeholder"},
+		{"with sync_interval", Handler{Store: "redis", SyncInterval: caddy.Duration(time.Second),
+			Zones: []*Zone{func() *Zone {
+				z := zone(Limit{Events: 100, Window: w, EventsPlaceholder: "{plan}", MaxEvents: 5000})
+				z.Algorithm = "fixed_window"
+				return z
+			}()}}, "sync_interval does not work with limits from placeholders"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			err := tc.h.Validate()
+			switch {
+			case tc.want == "" && err != nil:
+				t.Fatalf("Validate: %v", err)
+			case tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want)):
+				t.Fatalf("Validate: %v, want an error containing %q", err, tc.want)
+			}
+		})
 	}
 }

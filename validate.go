@@ -408,7 +408,7 @@ func (l *Limit) checkPlaceholder() error {
 	case l.MaxEvents <= 0:
 		return fmt.Errorf("events from the placeholder %s need a ceiling: max_events (Caddyfile: max <n>), the most a request may be given", l.EventsPlaceholder)
 	case l.MaxEvents < l.Events:
-		return fmt.Errorf("the default events %d exceed the ceiling max_events %d", l.Events, l.MaxEvents)
+		return fmt.Errorf("the default %d is above the ceiling %d (max, max_events in JSON)", l.Events, l.MaxEvents)
 	}
 	return checkEvents(l.MaxEvents)
 }
