@@ -1,12 +1,15 @@
 package ratelimit
 
 import (
+	"fmt"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/caddyserver/caddy/v2"
+
+	"github.com/zonelimit/caddy-ratelimit/internal/redistest"
 )
 
 // planZone's limit takes its events from the X-Limit header: 2 by default,
@@ -19,7 +22,19 @@ const planZone = `{"zones":[{"name":"plan","key":"k","limits":[
 // the key's usage carries over from one value to the next; the headers
 // report the limit that applied.
 func TestLimitsFromRequest(t *testing.T) {
-	h := provision(t, planZone, newClock())
+	testLimitsFromRequest(t, provision(t, planZone, newClock()))
+}
+
+// TestRedisLimitsFromRequest: the same with store redis: the key's state
+// in Redis is decided under each request's limits.
+func TestRedisLimitsFromRequest(t *testing.T) {
+	srv := redistest.Start(t)
+	config := strings.Replace(planZone, `{"zones"`, fmt.Sprintf(`{"store":"redis","redis":{"addresses":[%q]},"zones"`, srv.Addr), 1)
+	testLimitsFromRequest(t, provision(t, config, nil))
+}
+
+func testLimitsFromRequest(t *testing.T, h *Handler) {
+	t.Helper()
 	steps := []struct {
 		limit           string // X-Limit, "" for none
 		code            int
