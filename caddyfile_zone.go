@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
@@ -77,7 +78,7 @@ func (h *Handler) unmarshalZone(d *caddyfile.Dispenser, zoneLines map[string]int
 				return zerr(mixErr(tok))
 			}
 			args := d.RemainingArgs()
-			if len(args) != 2 && len(args) != 4 && len(args) != 6 {
+			if len(args) < 2 || len(args) > 10 || len(args) > 2 && !strings.Contains(args[0]+args[1], "{") {
 				return d.Errf("zone %q: limit takes two arguments, <events> <window> (e.g. limit 100 1m), then default <n> max <n> when events is a placeholder, got %d", name, len(args))
 			}
 			l, err := parseLimit(args)
@@ -267,43 +268,64 @@ func firstOf(lines map[string]caddyfile.Token, names ...string) (caddyfile.Token
 	return first, found
 }
 
-// parseLimit parses the arguments of a limit line: <events> <window>, or
-// <placeholder> <window> default <n> max <n> (in either order) for events
-// taken from the request.
+// parseLimit parses the arguments of a limit line: <events> <window>,
+// where either may be a placeholder, followed for a placeholder events by
+// default <n> max <n> and for a placeholder window by default_window <d>
+// min_window <d> (in any order).
 func parseLimit(args []string) (Limit, error) {
 	var l Limit
-	w, err := parseWindow(args[1])
-	if err != nil {
+	phEvents, phWindow := strings.Contains(args[0], "{"), strings.Contains(args[1], "{")
+	var err error
+	if phEvents {
+		l.EventsPlaceholder = args[0]
+	} else if l.Events, err = parseEvents(args[0]); err != nil {
 		return l, err
 	}
-	l.Window = caddy.Duration(w)
-	if !strings.Contains(args[0], "{") {
-		if len(args) > 2 {
-			return l, fmt.Errorf("limit %s %s: default and max apply only to events from a placeholder", args[0], args[1])
+	if phWindow {
+		l.WindowPlaceholder = args[1]
+	} else {
+		w, err := parseWindow(args[1])
+		if err != nil {
+			return l, err
 		}
-		l.Events, err = parseEvents(args[0])
-		return l, err
+		l.Window = caddy.Duration(w)
 	}
-	l.EventsPlaceholder = args[0]
-	for i := 2; i+1 < len(args); i += 2 {
-		var dst *int64
-		switch args[i] {
-		case "default":
-			dst = &l.Events
-		case "max":
-			dst = &l.MaxEvents
+	seen := map[string]bool{}
+	for i := 2; i < len(args); i += 2 {
+		opt := args[i]
+		if i+1 == len(args) {
+			return l, fmt.Errorf("limit %s %s: %s needs a value", args[0], args[1], opt)
+		}
+		if seen[opt] {
+			return l, fmt.Errorf("limit %s %s: %s given twice", args[0], args[1], opt)
+		}
+		seen[opt] = true
+		v := args[i+1]
+		switch {
+		case opt == "default" && phEvents:
+			l.Events, err = parseEvents(v)
+		case opt == "max" && phEvents:
+			l.MaxEvents, err = parseEvents(v)
+		case opt == "default_window" && phWindow:
+			var w time.Duration
+			w, err = parseWindow(v)
+			l.Window = caddy.Duration(w)
+		case opt == "min_window" && phWindow:
+			var w time.Duration
+			w, err = parseWindow(v)
+			l.MinWindow = caddy.Duration(w)
 		default:
-			return l, fmt.Errorf("limit %s: unknown option %q (want default <n> and max <n>)", args[0], args[i])
+			return l, fmt.Errorf("limit %s %s: unexpected %q (default <n> max <n> go with events from a placeholder, default_window <d> min_window <d> with a window from one)", args[0], args[1], opt)
 		}
-		if *dst != 0 {
-			return l, fmt.Errorf("limit %s: %s given twice", args[0], args[i])
-		}
-		if *dst, err = parseEvents(args[i+1]); err != nil {
-			return l, fmt.Errorf("limit %s: %s: %v", args[0], args[i], err)
+		if err != nil {
+			return l, fmt.Errorf("limit %s %s: %s: %v", args[0], args[1], opt, err)
 		}
 	}
-	if l.Events == 0 || l.MaxEvents == 0 {
-		return l, fmt.Errorf("limit %s %s: events from a placeholder need a default and a ceiling: limit %s %s default <n> max <n>", args[0], args[1], args[0], args[1])
+	if phEvents && (l.Events == 0 || l.MaxEvents == 0) {
+		return l, fmt.Errorf("limit %s %s: events from a placeholder need a default and a ceiling: default <n> max <n>", args[0], args[1])
+	}
+	if phWindow && (l.Window == 0 || l.MinWindow == 0) {
+		return l, fmt.Errorf("limit %s %s: a window from a placeholder needs a default and a floor: default_window <duration> min_window <duration>", args[0], args[1])
 	}
 	return l, nil
 }

@@ -6,6 +6,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/caddyserver/caddy/v2"
 	"go.uber.org/zap"
@@ -29,8 +30,10 @@ const maxReqLimits = 64
 
 // reqLimits is what a zone with limits from placeholders needs per request.
 type reqLimits struct {
-	tmpls []string // per tier: the events placeholder, or "" (the tier's own events)
-	max   []int64  // per tier: the ceiling of the placeholder's value
+	tmpls  []string        // per tier: the events placeholder, or "" (the tier's own events)
+	max    []int64         // per tier: the ceiling of the events placeholder's value
+	wtmpls []string        // per tier: the window placeholder, or ""
+	minW   []time.Duration // per tier: the floor of the window placeholder's value
 
 	mu    sync.Mutex
 	zones map[string]*zone // the zone under each set of events, by eventsKey
@@ -40,7 +43,7 @@ type reqLimits struct {
 // from the request.
 func (z *Zone) limitsFromRequest() bool {
 	for _, l := range z.Limits {
-		if l.EventsPlaceholder != "" {
+		if l.EventsPlaceholder != "" || l.WindowPlaceholder != "" {
 			return true
 		}
 	}
@@ -57,6 +60,8 @@ func newReqLimits(zc *Zone) *reqLimits {
 	for _, l := range zc.Limits {
 		rl.tmpls = append(rl.tmpls, l.EventsPlaceholder)
 		rl.max = append(rl.max, l.MaxEvents)
+		rl.wtmpls = append(rl.wtmpls, l.WindowPlaceholder)
+		rl.minW = append(rl.minW, time.Duration(l.MinWindow))
 	}
 	return rl
 }
@@ -73,35 +78,40 @@ func (h *Handler) forRequest(z *zone, r *http.Request) *zone {
 	if repl == nil {
 		return z
 	}
-	events := make([]int64, len(z.tiers))
+	tiers := make([]algorithms.Tier, len(z.tiers))
 	same := true
 	for i, t := range z.tiers {
-		events[i] = t.Events
-		if rl.tmpls[i] == "" {
-			continue
+		tiers[i] = t
+		if tmpl := rl.tmpls[i]; tmpl != "" {
+			n, err := strconv.ParseInt(strings.TrimSpace(repl.ReplaceAll(tmpl, "")), 10, 64)
+			if err == nil && n > 0 {
+				tiers[i].Events = min(n, rl.max[i])
+			}
 		}
-		n, err := strconv.ParseInt(strings.TrimSpace(repl.ReplaceAll(rl.tmpls[i], "")), 10, 64)
-		if err == nil && n > 0 {
-			events[i] = min(n, rl.max[i])
+		if tmpl := rl.wtmpls[i]; tmpl != "" {
+			w, err := caddy.ParseDuration(strings.TrimSpace(repl.ReplaceAll(tmpl, "")))
+			if err == nil && w > 0 && w%time.Microsecond == 0 {
+				tiers[i].Window = min(max(w, rl.minW[i]), algorithms.MaxWindow)
+			}
 		}
-		same = same && events[i] == t.Events
+		same = same && tiers[i] == t
 	}
 	if same {
 		return z
 	}
-	key := eventsKey(events)
+	key := tiersKey(tiers)
 	rl.mu.Lock()
 	c := rl.zones[key]
 	rl.mu.Unlock()
 	if c != nil {
 		return c
 	}
-	c, err := z.under(events)
+	c, err := z.under(tiers)
 	if err != nil {
 		// Limits that an algorithm cannot compute (a bucket whose
 		// numbers would pass 2^50): the defaults decide.
 		if ce := h.rt.logger.Check(zapcore.DebugLevel, "limit from the request refused: the zone's default applies"); ce != nil {
-			ce.Write(zap.String("zone", z.name), zap.Int64s("events", events), zap.Error(err))
+			ce.Write(zap.String("zone", z.name), zap.String("limits", key), zap.Error(err))
 		}
 		return z
 	}
@@ -113,24 +123,23 @@ func (h *Handler) forRequest(z *zone, r *http.Request) *zone {
 	return c
 }
 
-// eventsKey names a set of per-tier events.
-func eventsKey(events []int64) string {
-	b := make([]byte, 0, 8*len(events))
-	for _, e := range events {
-		b = strconv.AppendInt(b, e, 10)
+// tiersKey names a set of tiers: "<events>/<window µs> ...".
+func tiersKey(tiers []algorithms.Tier) string {
+	b := make([]byte, 0, 16*len(tiers))
+	for _, t := range tiers {
+		b = strconv.AppendInt(b, t.Events, 10)
+		b = append(b, '/')
+		b = strconv.AppendInt(b, t.Window.Microseconds(), 10)
 		b = append(b, ' ')
 	}
 	return string(b)
 }
 
-// under returns a copy of z deciding under its tiers with events: its
-// Limiter, stores (over the same keys), capacity and headers.
-func (z *zone) under(events []int64) (*zone, error) {
+// under returns a copy of z deciding under tiers (z's, with other events
+// and windows): its Limiter, stores (over the same keys), capacity and
+// headers.
+func (z *zone) under(tiers []algorithms.Tier) (*zone, error) {
 	cfg := z.limiter.Config()
-	tiers := make([]algorithms.Tier, len(cfg.Tiers))
-	for i, t := range cfg.Tiers {
-		tiers[i] = algorithms.Tier{Events: events[i], Window: t.Window}
-	}
 	cfg.Tiers = tiers
 	lim, err := algorithms.New(z.algorithm, cfg)
 	if err != nil {
@@ -139,6 +148,13 @@ func (z *zone) under(events []int64) (*zone, error) {
 	c := *z
 	c.reqLimits = nil
 	c.limiter, c.tiers = lim, tiers
+	c.maxWindow = 0
+	for i, t := range tiers {
+		c.maxWindow = max(c.maxWindow, t.Window)
+		// A single tier's policy is named by its window when that is
+		// the request's own, so that plans of other windows differ.
+		c.windowNamed = c.windowNamed || t.Window != z.tiers[i].Window
+	}
 	if c.store, err = storeUnder(z.store, lim); err != nil {
 		return nil, err
 	}

@@ -106,6 +106,10 @@ func TestValidateLimitsFromRequest(t *testing.T) {
 		{"ceiling beyond bounds", Handler{Zones: []*Zone{zone(Limit{Events: 100, Window: w, EventsPlaceholder: "{plan}", MaxEvents: 1 << 51})}}, "events must be at most"},
 		{"ceiling without placeholder", Handler{Zones: []*Zone{zone(Limit{Events: 100, Window: w, MaxEvents: 500})}}, "only with an events placeholder"},
 		{"no placeholder in it", Handler{Zones: []*Zone{zone(Limit{Events: 100, Window: w, EventsPlaceholder: "plan", MaxEvents: 500})}}, "has no placeholder"},
+		{"window", Handler{Zones: []*Zone{zone(Limit{Events: 100, Window: w, WindowPlaceholder: "{w}", MinWindow: caddy.Duration(time.Second)})}}, ""},
+		{"window without floor", Handler{Zones: []*Zone{zone(Limit{Events: 100, Window: w, WindowPlaceholder: "{w}"})}}, "needs a floor"},
+		{"window floor above default", Handler{Zones: []*Zone{zone(Limit{Events: 100, Window: w, WindowPlaceholder: "{w}", MinWindow: caddy.Duration(time.Hour)})}}, "shorter than the floor"},
+		{"window floor without placeholder", Handler{Zones: []*Zone{zone(Limit{Events: 100, Window: w, MinWindow: caddy.Duration(time.Second)})}}, "only with a window placeholder"},
 		{"with sync_interval", Handler{Store: "redis", SyncInterval: caddy.Duration(time.Second),
 			Zones: []*Zone{func() *Zone {
 				z := zone(Limit{Events: 100, Window: w, EventsPlaceholder: "{plan}", MaxEvents: 5000})
@@ -123,5 +127,42 @@ func TestValidateLimitsFromRequest(t *testing.T) {
 				t.Fatalf("Validate: %v, want an error containing %q", err, tc.want)
 			}
 		})
+	}
+}
+
+// TestWindowFromRequest: a window from the request, within its floor; the
+// policy of the tier is named by the window it applied.
+func TestWindowFromRequest(t *testing.T) {
+	clock := newClock()
+	h := provision(t, `{"zones":[{"name":"plan","key":"k","limits":[
+		{"events":2,"window":"1m","window_placeholder":"{http.request.header.X-Window}","min_window":"10s"}]}]}`, clock)
+	steps := []struct {
+		advance        time.Duration
+		window         string
+		code           int
+		remain, policy string
+	}{
+		{0, "", 200, "1", `"plan";q=2;w=60`},
+		{0, "1h", 200, "0", `"plan-1h";q=2;w=3600`},
+		{0, "1h", 429, "0", `"plan-1h";q=2;w=3600`},
+		{0, "1s", 429, "0", `"plan-10s";q=2;w=10`}, // the floor
+		{0, "soon", 429, "0", `"plan";q=2;w=60`},   // unusable: the default
+		{11 * time.Second, "1s", 200, "1", `"plan-10s";q=2;w=10`},
+		// Back to 1m: the 10s window dropped the units of t0 from the log
+		// (a sliding log keeps what its window holds): 2 used, this one.
+		{0, "", 200, "0", `"plan";q=2;w=60`},
+		{0, "", 429, "0", `"plan";q=2;w=60`},
+	}
+	for i, s := range steps {
+		clock.Advance(s.advance)
+		var opts []reqOpt
+		if s.window != "" {
+			opts = append(opts, header("X-Window", s.window))
+		}
+		res := serve(h, newReq("192.0.2.1:1", opts...))
+		if res.code != s.code || res.hdr.Get("X-RateLimit-Remaining") != s.remain || res.hdr.Get("RateLimit-Policy") != s.policy {
+			t.Fatalf("step %d (X-Window %q): code %d, remaining %s, policy %s; want %d, %s, %s", i, s.window,
+				res.code, res.hdr.Get("X-RateLimit-Remaining"), res.hdr.Get("RateLimit-Policy"), s.code, s.remain, s.policy)
+		}
 	}
 }

@@ -253,9 +253,24 @@ type Limit struct {
 	MaxEvents int64 `json:"max_events,omitempty"`
 
 	// Window is the length of the window (nanoseconds in JSON, or a
-	// duration string such as "1m"). Required, at least 1ms, a whole number
-	// of microseconds.
+	// duration string such as "1m"); with WindowPlaceholder, the default.
+	// Required, at least 1ms, a whole number of microseconds.
 	Window caddy.Duration `json:"window"`
+
+	// WindowPlaceholder takes the tier's window from the request: a
+	// placeholder template whose value, a duration such as "1h", is the
+	// window of the request's key for this request. A value that is empty,
+	// not a duration, or not a whole number of microseconds counts as
+	// Window; one shorter than MinWindow counts as MinWindow (a shorter
+	// window admits more), one longer than 3650d as 3650d. Not with
+	// sync_interval. Default: none (Window for every request).
+	WindowPlaceholder string `json:"window_placeholder,omitempty"`
+
+	// MinWindow is the shortest window WindowPlaceholder may give a
+	// request (nanoseconds in JSON, or a duration string). Required with
+	// WindowPlaceholder, not allowed without; at least 1ms, at most
+	// Window.
+	MinWindow caddy.Duration `json:"min_window,omitempty"`
 }
 
 // CaddyModule returns the Caddy module information.

@@ -153,6 +153,10 @@ type zone struct {
 	// and in those zones.
 	reqLimits *reqLimits
 
+	// windowNamed: the RateLimit-Policy name of a single tier has its
+	// window too (a zone under a window from the request).
+	windowNamed bool
+
 	// waiters, with on_limit wait, are the requests waiting, in line per
 	// key (wait.go); nil otherwise.
 	waiters *waitLines

@@ -392,17 +392,17 @@ func checkEvents(n int64) error {
 // checkPlaceholder checks a limit's events placeholder: a template with a
 // placeholder, with a ceiling no lower than the default (Events).
 func (l *Limit) checkPlaceholder() error {
+	if err := l.checkWindowPlaceholder(); err != nil {
+		return err
+	}
 	if l.EventsPlaceholder == "" {
 		if l.MaxEvents != 0 {
 			return errors.New("max_events applies only with an events placeholder")
 		}
 		return nil
 	}
-	if !strings.Contains(l.EventsPlaceholder, "{") {
-		return fmt.Errorf("events placeholder %q has no placeholder: give the number as events", l.EventsPlaceholder)
-	}
-	if err := keyresolver.CheckTemplate(l.EventsPlaceholder); err != nil {
-		return fmt.Errorf("events placeholder: %v", err)
+	if err := checkLimitTemplate("events", l.EventsPlaceholder); err != nil {
+		return err
 	}
 	switch {
 	case l.MaxEvents <= 0:
@@ -411,6 +411,41 @@ func (l *Limit) checkPlaceholder() error {
 		return fmt.Errorf("the default %d is above the ceiling %d (max, max_events in JSON)", l.Events, l.MaxEvents)
 	}
 	return checkEvents(l.MaxEvents)
+}
+
+// checkWindowPlaceholder checks a limit's window placeholder: a template
+// with a placeholder, with a floor no longer than the default (Window).
+func (l *Limit) checkWindowPlaceholder() error {
+	if l.WindowPlaceholder == "" {
+		if l.MinWindow != 0 {
+			return errors.New("min_window applies only with a window placeholder")
+		}
+		return nil
+	}
+	if err := checkLimitTemplate("window", l.WindowPlaceholder); err != nil {
+		return err
+	}
+	switch mw := time.Duration(l.MinWindow); {
+	case mw <= 0:
+		return fmt.Errorf("a window from the placeholder %s needs a floor: min_window (Caddyfile: min_window <duration>), the shortest a request may be given", l.WindowPlaceholder)
+	case mw < time.Millisecond || mw%time.Microsecond != 0:
+		return fmt.Errorf("min_window must be at least 1ms, in whole microseconds, got %s", mw)
+	case mw > time.Duration(l.Window):
+		return fmt.Errorf("the default window %s is shorter than the floor %s (min_window)", time.Duration(l.Window), mw)
+	}
+	return nil
+}
+
+// checkLimitTemplate checks the placeholder template of a limit's what
+// (events or window).
+func checkLimitTemplate(what, tmpl string) error {
+	if !strings.Contains(tmpl, "{") {
+		return fmt.Errorf("%s placeholder %q has no placeholder: give the value as %s", what, tmpl, what)
+	}
+	if err := keyresolver.CheckTemplate(tmpl); err != nil {
+		return fmt.Errorf("%s placeholder: %v", what, err)
+	}
+	return nil
 }
 
 // checkFloor checks duration option (one of those durationFloor knows) when
