@@ -91,27 +91,13 @@ func TestConformanceRelimit(t *testing.T) {
 							cur = rng.Intn(len(mems))
 							switches++
 						}
-						now := t0.Add(o.at)
-						if o.undo > 0 {
-							j := o.undo - 1
-							if undone[j] || !decs[j].Allowed {
-								continue
-							}
-							undone[j] = true
-							if err := mems[cur].Undo(ctx, o.key, now, o.cost, decs[j]); err != nil {
-								t.Fatal(err)
-							}
-							if err := reds[cur].Undo(ctx, o.key, now, o.cost, decs[j]); err != nil {
-								t.Fatalf("step %d: Undo: %v", i, err)
-							}
+						want, got, step, err := playStep(ctx, mems[cur], reds[cur], ops, decs, undone, i)
+						if err != nil {
+							t.Fatalf("step %d: %v", i, err)
+						}
+						if step != stepTaken {
 							continue
 						}
-						want, _ := mems[cur].Take(ctx, o.key, now, o.cost)
-						got, err := reds[cur].Take(ctx, o.key, now, o.cost)
-						if err != nil {
-							t.Fatalf("step %d: Take: %v", i, err)
-						}
-						decs[i] = want
 						if want.Allowed {
 							allowed++
 						} else {
