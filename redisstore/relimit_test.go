@@ -116,3 +116,45 @@ func TestConformanceRelimit(t *testing.T) {
 		})
 	}
 }
+
+// TestSyncKeepsCountsAcrossLimits: the two-layer store's counters in Redis
+// do not depend on the events, so a store made under another limit (a
+// reload) reads what the fleet counted under the old one.
+func TestSyncKeepsCountsAcrossLimits(t *testing.T) {
+	_, c := newClient(t)
+	ctx := context.Background()
+	const W = time.Minute
+	clk := &syncClock{}
+	base := alignedAfter(t0, W)
+	clk.Set(base)
+	cfg := func(e int64) algorithms.Config {
+		return algorithms.Config{Tiers: []algorithms.Tier{{Events: e, Window: W}}}
+	}
+	for _, alg := range []string{algorithms.FixedWindow, algorithms.SlidingWindow} {
+		t.Run(alg, func(t *testing.T) {
+			zone := "relimit-" + alg
+			old := newTestSync(t, c, alg, cfg(100), W, clk, zone)
+			mustSync(t, ctx, old)
+			if d, err := old.Take(ctx, "k", base, 90); err != nil || !d.Allowed {
+				t.Fatalf("take 90 of 100: %+v, %v", d, err)
+			}
+			mustSync(t, ctx, old) // pushes the 90
+			// A new instance learns the fleet's count at its first push,
+			// after the key's first request.
+			lower := newTestSync(t, c, alg, cfg(50), W, clk, zone)
+			if d, err := lower.Take(ctx, "k", base, 1); err != nil || !d.Allowed {
+				t.Fatalf("first take under 50: %+v, %v", d, err)
+			}
+			mustSync(t, ctx, lower) // pushes 1, reads 91
+			if d, err := lower.Take(ctx, "k", base, 1); err != nil || d.Allowed || d.Limit != 50 || d.Remaining != 0 {
+				t.Fatalf("91 counted, under 50: %+v, %v; want denied", d, err)
+			}
+			higher := newTestSync(t, c, alg, cfg(1000), W, clk, zone)
+			higher.Take(ctx, "k", base, 1)
+			mustSync(t, ctx, higher) // pushes 1, reads 92
+			if d, err := higher.Take(ctx, "k", base, 1); err != nil || !d.Allowed || d.Remaining != 1000-93 {
+				t.Fatalf("92 counted, under 1000: %+v, %v; want %d left", d, err, 1000-93)
+			}
+		})
+	}
+}
