@@ -380,3 +380,23 @@ func TestAlgorithms(t *testing.T) {
 		}
 	}
 }
+
+// TestLimitsFromPlan: a map sets each customer's limit from their plan;
+// an upgrade keeps what was used and gives the difference; a client's own
+// header cannot go beyond the ceiling.
+func TestLimitsFromPlan(t *testing.T) {
+	live.LoadSites(t, live.Site(caddytesting.Zone("it_plan", caddytesting.ClientKey,
+		"limit {plan_limit} 1h default 2 max 4"), `map {http.request.header.X-Plan} {plan_limit} {
+		pro     4
+		abuse   1000
+		default 2
+	}
+	respond "ok"`))
+	free, pro, abuse := append(clientA(), "X-Plan", "free"), append(clientA(), "X-Plan", "pro"), append(clientA(), "X-Plan", "abuse")
+	r := live.ExpectCodes(t, "/", free, 200, 200, 429)
+	caddytesting.ExpectHeader(t, r, "RateLimit-Policy", `"it_plan";q=2;w=3600`)
+	r = live.ExpectCodes(t, "/", pro, 200, 200, 429) // 2 used of 4
+	caddytesting.ExpectHeader(t, r, "X-RateLimit-Limit", "4")
+	r = live.ExpectCodes(t, "/", abuse, 429) // 1000 asked, 4 at most
+	caddytesting.ExpectHeader(t, r, "RateLimit-Policy", `"it_plan";q=4;w=3600`)
+}
