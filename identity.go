@@ -36,10 +36,11 @@ var pool = caddy.NewUsagePool()
 // Changing any of these settings starts the zone afresh. Its limits
 // (limits and burst) are not part of it: a changed limit applies at once
 // to what the zone has counted (the new handlers decide the store's keys
-// under their own limits). Settings that only change what is done with a decision
-// (match, cost, on_limit, max_wait, empty_key, headers, status, dry_run,
-// jitter, on_error) keep the counts, and may differ between the handlers
-// that name the zone: e.g. leaving dry_run keeps what was counted in it.
+// under their own limits). Settings that only change what is done with a
+// decision (match, cost, on_limit, max_wait, empty_key, headers, status,
+// dry_run, jitter, on_error) keep the counts, and may differ between the
+// handlers that name the zone: e.g. leaving dry_run keeps what was counted
+// in it.
 //
 // Two zones of one name whose identities differ in one config load are a
 // configuration error (see loadZones.claim), so a name never means two
