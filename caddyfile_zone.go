@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
@@ -79,21 +80,17 @@ func (h *Handler) unmarshalZone(d *caddyfile.Dispenser, zoneLines map[string]int
 				return zerr(mixErr(tok))
 			}
 			args := d.RemainingArgs()
-			if len(args) != 2 {
-				return d.Errf("zone %q: limit takes two arguments, <events> <window> (e.g. limit 100 1m), got %d", name, len(args))
+			if len(args) < 2 || len(args) > 10 || len(args) > 2 && !strings.Contains(args[0]+args[1], "{") {
+				return d.Errf("zone %q: limit takes two arguments, <events> <window> (e.g. limit 100 1m), then default <n> max <n> when events is a placeholder, got %d", name, len(args))
 			}
-			n, err := parseEvents(args[0])
-			if err != nil {
-				return zerr(err)
-			}
-			w, err := parseWindow(args[1])
+			l, err := parseLimit(args)
 			if err != nil {
 				return zerr(err)
 			}
 			if err := noBlock(d, "limit"); err != nil {
 				return err
 			}
-			z.Limits = append(z.Limits, Limit{Events: n, Window: caddy.Duration(w)})
+			z.Limits = append(z.Limits, l)
 
 		case "events", "window":
 			if tok, ok := lines["limit"]; ok {
@@ -272,4 +269,66 @@ func firstOf(lines map[string]caddyfile.Token, names ...string) (caddyfile.Token
 		}
 	}
 	return first, found
+}
+
+// parseLimit parses the arguments of a limit line: <events> <window>,
+// where either may be a placeholder, followed for a placeholder events by
+// default <n> max <n> and for a placeholder window by default_window <d>
+// min_window <d> (in any order).
+func parseLimit(args []string) (Limit, error) {
+	var l Limit
+	phEvents, phWindow := strings.Contains(args[0], "{"), strings.Contains(args[1], "{")
+	var err error
+	if phEvents {
+		l.EventsPlaceholder = args[0]
+	} else if l.Events, err = parseEvents(args[0]); err != nil {
+		return l, err
+	}
+	if phWindow {
+		l.WindowPlaceholder = args[1]
+	} else {
+		w, err := parseWindow(args[1])
+		if err != nil {
+			return l, err
+		}
+		l.Window = caddy.Duration(w)
+	}
+	seen := map[string]bool{}
+	for i := 2; i < len(args); i += 2 {
+		opt := args[i]
+		if i+1 == len(args) {
+			return l, fmt.Errorf("limit %s %s: %s needs a value", args[0], args[1], opt)
+		}
+		if seen[opt] {
+			return l, fmt.Errorf("limit %s %s: %s given twice", args[0], args[1], opt)
+		}
+		seen[opt] = true
+		v := args[i+1]
+		switch {
+		case opt == "default" && phEvents:
+			l.Events, err = parseEvents(v)
+		case opt == "max" && phEvents:
+			l.MaxEvents, err = parseEvents(v)
+		case opt == "default_window" && phWindow:
+			var w time.Duration
+			w, err = parseWindow(v)
+			l.Window = caddy.Duration(w)
+		case opt == "min_window" && phWindow:
+			var w time.Duration
+			w, err = parseWindow(v)
+			l.MinWindow = caddy.Duration(w)
+		default:
+			return l, fmt.Errorf("limit %s %s: unexpected %q (default <n> max <n> go with events from a placeholder, default_window <d> min_window <d> with a window from one)", args[0], args[1], opt)
+		}
+		if err != nil {
+			return l, fmt.Errorf("limit %s %s: %s: %v", args[0], args[1], opt, err)
+		}
+	}
+	if phEvents && (l.Events == 0 || l.MaxEvents == 0) {
+		return l, fmt.Errorf("limit %s %s: events from a placeholder need a default and a ceiling: default <n> max <n>", args[0], args[1])
+	}
+	if phWindow && (l.Window == 0 || l.MinWindow == 0) {
+		return l, fmt.Errorf("limit %s %s: a window from a placeholder needs a default and a floor: default_window <duration> min_window <duration>", args[0], args[1])
+	}
+	return l, nil
 }

@@ -83,6 +83,7 @@ func (h *Handler) decide(r *http.Request, z *zone, down *bool) zoneDecision {
 		}
 	}
 
+	z = h.forRequest(z, r) // the request's own limits, if the zone takes them from it
 	cost := z.costOf(r)
 	d, st, err := h.takeOrWait(ctx, z, key, cost, down)
 	if err != nil {

@@ -83,8 +83,9 @@ func (h *Handler) admit(w http.ResponseWriter, r *http.Request) (held []taken, d
 			h.undoAll(ctx, takes, down)
 			return nil, true, h.unavailable(w, r, z, zd.err)
 		}
-		applied = append(applied, z)
 		t := &zd.taken
+		z = t.z // under the request's own limits, if the zone takes them from it
+		applied = append(applied, z)
 
 		if zd.outcome == zoneDenied {
 			if !rt.dryRun {
@@ -224,7 +225,9 @@ func (h *Handler) policy(applied []*zone) []string {
 	case 1:
 		return applied[0].policyVals
 	case len(h.rt.zones):
-		return h.rt.policyAll
+		if h.rt.policyAll != nil { // nil when a zone's limits vary per request
+			return h.rt.policyAll
+		}
 	}
 	items := make([]string, len(applied))
 	for i, z := range applied {

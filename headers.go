@@ -142,6 +142,9 @@ func (z *zone) quotaUnit() string {
 // 500ms says q=10;w=1, which never invites more than it admits.
 func (z *zone) precomputeHeaders() {
 	names := policyNames(z.name, z.tiers)
+	if z.windowNamed && len(names) == 1 {
+		names[0] += "-" + windowName(z.tiers[0].Window)
+	}
 	qu := ""
 	if u := z.quotaUnit(); u != "" {
 		qu = `;qu="` + u + `"`

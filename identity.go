@@ -33,11 +33,14 @@ var pool = caddy.NewUsagePool()
 // may have besides its main one (the on_error local fallback). A zone keeps
 // its state across `caddy reload` when its identity is unchanged: the new
 // config's handlers take the store before the old config's release it.
-// Changing any of these settings starts the zone afresh, so a new limit
-// applies at once. Settings that only change what is done with a decision
-// (match, cost, on_limit, max_wait, empty_key, headers, status, dry_run,
-// jitter, on_error) keep the counts, and may differ between the handlers
-// that name the zone: e.g. leaving dry_run keeps what was counted in it.
+// Changing any of these settings starts the zone afresh. Its limits
+// (limits and burst) are not part of it: a changed limit applies at once
+// to what the zone has counted (the new handlers decide the store's keys
+// under their own limits). Settings that only change what is done with a
+// decision (match, cost, on_limit, max_wait, empty_key, headers, status,
+// dry_run, jitter, on_error) keep the counts, and may differ between the
+// handlers that name the zone: e.g. leaving dry_run keeps what was counted
+// in it.
 //
 // Two zones of one name whose identities differ in one config load are a
 // configuration error (see loadZones.claim), so a name never means two
@@ -157,8 +160,12 @@ type redisLocation struct {
 	KeyPrefix         string   `json:"key_prefix"`
 }
 
-// storeIdentity returns the JSON of zc's zoneIdentity.
-func (h *Handler) storeIdentity(zc *Zone) (string, error) {
+// storeIdentity returns the JSON of zc's zoneIdentity (which a config
+// load's zones of one name must share), and that of its store: the same
+// without the limits, so that a reload that changes them keeps the
+// zone's counts (the store decides under the new limits, see
+// store.Relimitable).
+func (h *Handler) storeIdentity(zc *Zone) (identity, storeID string, err error) {
 	id := zoneIdentity{
 		Zone: Zone{
 			Name: zc.Name, Algorithm: zc.Algorithm, Limits: zc.Limits, Burst: zc.Burst,
@@ -178,7 +185,12 @@ func (h *Handler) storeIdentity(zc *Zone) (string, error) {
 		id.Lease = h.Lease
 	}
 	b, err := json.Marshal(id)
-	return string(b), err
+	if err != nil {
+		return "", "", err
+	}
+	id.Limits, id.Burst = nil, 0
+	sb, err := json.Marshal(id)
+	return string(b), string(sb), err
 }
 
 // provisionLoad takes the handler's share of its config load's zones (nil

@@ -255,14 +255,46 @@ type Zone struct {
 
 // Limit is one tier of a zone: at most Events units per Window.
 type Limit struct {
-	// Events is how many units a key may consume per window. Required,
-	// positive, at most 2^50.
+	// Events is how many units a key may consume per window; with
+	// EventsPlaceholder, the default for a request whose placeholder has
+	// no usable value. Required, positive, at most 2^50.
 	Events int64 `json:"events"`
 
+	// EventsPlaceholder takes the tier's events from the request: a
+	// placeholder template (e.g. "{plan_limit}", set by a map directive
+	// from the customer's plan) whose value, a positive integer, is the
+	// events of the request's key for this request. A value that is empty
+	// or not a positive integer counts as Events; one above MaxEvents
+	// counts as MaxEvents, so a value a client can set never grants it
+	// more than that. What a key has used carries over from one value to
+	// the next. Not with sync_interval. Default: none (Events for every
+	// request).
+	EventsPlaceholder string `json:"events_placeholder,omitempty"`
+
+	// MaxEvents is the most events EventsPlaceholder may give a request.
+	// Required with EventsPlaceholder, not allowed without; at least
+	// Events, at most 2^50.
+	MaxEvents int64 `json:"max_events,omitempty"`
+
 	// Window is the length of the window (nanoseconds in JSON, or a
-	// duration string such as "1m"). Required, at least 1ms, a whole number
-	// of microseconds.
+	// duration string such as "1m"); with WindowPlaceholder, the default.
+	// Required, at least 1ms, a whole number of microseconds.
 	Window caddy.Duration `json:"window"`
+
+	// WindowPlaceholder takes the tier's window from the request: a
+	// placeholder template whose value, a duration such as "1h", is the
+	// window of the request's key for this request. A value that is empty,
+	// not a duration, or not a whole number of microseconds counts as
+	// Window; one shorter than MinWindow counts as MinWindow (a shorter
+	// window admits more), one longer than 3650d as 3650d. Not with
+	// sync_interval. Default: none (Window for every request).
+	WindowPlaceholder string `json:"window_placeholder,omitempty"`
+
+	// MinWindow is the shortest window WindowPlaceholder may give a
+	// request (nanoseconds in JSON, or a duration string). Required with
+	// WindowPlaceholder, not allowed without; at least 1ms, at most
+	// Window.
+	MinWindow caddy.Duration `json:"min_window,omitempty"`
 }
 
 // CaddyModule returns the Caddy module information.

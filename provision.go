@@ -152,6 +152,15 @@ type zone struct {
 	algorithm string
 	tiers     []algorithms.Tier
 
+	// reqLimits, when a limit takes its events from the request, makes
+	// the zone under each request's limits (limits.go); nil otherwise,
+	// and in those zones.
+	reqLimits *reqLimits
+
+	// windowNamed: the RateLimit-Policy name of a single tier has its
+	// window too (a zone under a window from the request).
+	windowNamed bool
+
 	// waiters, with on_limit wait, are the requests waiting, in line per
 	// key (wait.go); nil otherwise.
 	waiters *waitLines
@@ -162,7 +171,7 @@ type zone struct {
 	rlPrefixes []string   // per tier: `"<policy name>";r=`
 	limitVals  [][]string // per tier: []string{events}
 
-	storeErrLog logThrottle // store failures at warn at most every storeErrorLogEvery
+	storeErrLog *logThrottle // store failures at warn at most every storeErrorLogEvery
 	rejectError error
 
 	// countStatus, with count_status, are the statuses of the responses
@@ -222,6 +231,7 @@ func (h *Handler) provision(ctx caddy.Context, opts provisionOptions) error {
 
 	h.rt.zones = make([]*zone, 0, len(h.Zones))
 	policies := make([]string, 0, len(h.Zones))
+	static := true
 	for _, zc := range h.Zones {
 		z, err := h.provisionZone(ctx, zc, lz, place)
 		if err != nil {
@@ -232,8 +242,11 @@ func (h *Handler) provision(ctx caddy.Context, opts provisionOptions) error {
 			lz.running.add(z, h.storeLabel())
 		}
 		policies = append(policies, z.policy)
+		static = static && z.reqLimits == nil
 	}
-	h.rt.policyAll = []string{strings.Join(policies, ", ")}
+	if static {
+		h.rt.policyAll = []string{strings.Join(policies, ", ")}
+	}
 	return nil
 }
 
@@ -277,7 +290,7 @@ func (h *Handler) provisionZone(ctx caddy.Context, zc *Zone, lz *loadZones, plac
 
 	// The identity of the zone's state, taken before LoadModule consumes
 	// the raw module configurations.
-	identity, err := h.storeIdentity(zc)
+	identity, storeID, err := h.storeIdentity(zc)
 	if err != nil {
 		return nil, err
 	}
@@ -331,8 +344,10 @@ func (h *Handler) provisionZone(ctx caddy.Context, zc *Zone, lz *loadZones, plac
 		return nil, err
 	}
 	z.limiter = lim
+	z.reqLimits = newReqLimits(zc)
+	z.storeErrLog = new(logThrottle)
 
-	if err := h.zoneStores(z, lim, storeKey{scope: h.rt.opts.poolScope, config: identity}); err != nil {
+	if err := h.zoneStores(z, lim, storeKey{scope: h.rt.opts.poolScope, config: storeID}); err != nil {
 		return nil, err
 	}
 

@@ -158,6 +158,9 @@ func (h *Handler) validateRedisOptions() error {
 	}
 	if h.SyncInterval > 0 {
 		for _, z := range h.Zones {
+			if z.limitsFromRequest() {
+				return zoneErrf("sync_interval", "zone %q: sync_interval does not work with limits from placeholders (each instance's local counts hold one limit)", z.Name)
+			}
 			if ok, summable := algorithms.Summable(z.Algorithm); !ok {
 				alg := z.Algorithm
 				if alg == "" {
@@ -194,6 +197,9 @@ func (h *Handler) validateLease() error {
 		}
 		if z.CountRejected {
 			return zoneErrf("lease", "zone %q: lease does not apply with count_rejected: a denial decided locally is not counted in Redis", z.Name)
+		}
+		if z.limitsFromRequest() {
+			return zoneErrf("lease", "zone %q: lease does not work with limits from placeholders (a lease is charged under one limit)", z.Name)
 		}
 		if z.BlockFor != 0 {
 			return zoneErrf("lease", "zone %q: lease does not apply with block_for: a key admitted from a lease in hand is not checked against its block", z.Name)
@@ -269,6 +275,9 @@ func (z *Zone) validate() error {
 		}
 		if err := checkWindow(time.Duration(l.Window)); err != nil {
 			return &zoneError{option: "limit", nth: i + 1, alt: "window", err: fmt.Errorf("limit %d: %v", i+1, err)}
+		}
+		if err := l.checkPlaceholder(); err != nil {
+			return &zoneError{option: "limit", nth: i + 1, alt: "events_placeholder", err: fmt.Errorf("limit %d: %v", i+1, err)}
 		}
 	}
 	if z.Burst > maxCount {
@@ -443,6 +452,65 @@ func checkZoneName(name string) error {
 func checkEvents(n int64) error {
 	if n > maxCount {
 		return fmt.Errorf("events must be at most %d, got %d", maxCount, n)
+	}
+	return nil
+}
+
+// checkPlaceholder checks a limit's events placeholder: a template with a
+// placeholder, with a ceiling no lower than the default (Events).
+func (l *Limit) checkPlaceholder() error {
+	if err := l.checkWindowPlaceholder(); err != nil {
+		return err
+	}
+	if l.EventsPlaceholder == "" {
+		if l.MaxEvents != 0 {
+			return errors.New("max_events applies only with an events placeholder")
+		}
+		return nil
+	}
+	if err := checkLimitTemplate("events", l.EventsPlaceholder); err != nil {
+		return err
+	}
+	switch {
+	case l.MaxEvents <= 0:
+		return fmt.Errorf("events from the placeholder %s need a ceiling: max_events (Caddyfile: max <n>), the most a request may be given", l.EventsPlaceholder)
+	case l.MaxEvents < l.Events:
+		return fmt.Errorf("the default %d is above the ceiling %d (max, max_events in JSON)", l.Events, l.MaxEvents)
+	}
+	return checkEvents(l.MaxEvents)
+}
+
+// checkWindowPlaceholder checks a limit's window placeholder: a template
+// with a placeholder, with a floor no longer than the default (Window).
+func (l *Limit) checkWindowPlaceholder() error {
+	if l.WindowPlaceholder == "" {
+		if l.MinWindow != 0 {
+			return errors.New("min_window applies only with a window placeholder")
+		}
+		return nil
+	}
+	if err := checkLimitTemplate("window", l.WindowPlaceholder); err != nil {
+		return err
+	}
+	switch mw := time.Duration(l.MinWindow); {
+	case mw <= 0:
+		return fmt.Errorf("a window from the placeholder %s needs a floor: min_window (Caddyfile: min_window <duration>), the shortest a request may be given", l.WindowPlaceholder)
+	case mw < time.Millisecond || mw%time.Microsecond != 0:
+		return fmt.Errorf("min_window must be at least 1ms, in whole microseconds, got %s", mw)
+	case mw > time.Duration(l.Window):
+		return fmt.Errorf("the default window %s is shorter than the floor %s (min_window)", time.Duration(l.Window), mw)
+	}
+	return nil
+}
+
+// checkLimitTemplate checks the placeholder template of a limit's what
+// (events or window).
+func checkLimitTemplate(what, tmpl string) error {
+	if !strings.Contains(tmpl, "{") {
+		return fmt.Errorf("%s placeholder %q has no placeholder: give the value as %s", what, tmpl, what)
+	}
+	if err := keyresolver.CheckTemplate(tmpl); err != nil {
+		return fmt.Errorf("%s placeholder: %v", what, err)
 	}
 	return nil
 }

@@ -159,14 +159,15 @@ func TestReloadKeepsState(t *testing.T) {
 		t.Fatalf("a2 after load 1 is gone: remaining %s, want 1", got)
 	}
 
-	// Load 3: a changed limit starts afresh at once.
+	// Load 3: a changed limit applies at once to what was counted: 4 of 5
+	// used, 7 leave 2 after this request.
 	load3 := testContext(t)
 	a3, err := provisionInLoad(t, load3, strings.Replace(shared5, `"events":5`, `"events":7`, 1), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := remaining(t, a3); got != "6" {
-		t.Fatalf("changed limit: remaining %s, want 6", got)
+	if got := remaining(t, a3); got != "2" {
+		t.Fatalf("changed limit: remaining %s, want 2 (count carried over)", got)
 	}
 	cleanupAll(t, a2, a3)
 

@@ -1,6 +1,7 @@
 package ratelimit
 
 import (
+	"encoding/json"
 	"fmt"
 	"sync/atomic"
 	"time"
@@ -125,7 +126,13 @@ func (h *Handler) zoneStores(z *zone, lim algorithms.Limiter, key storeKey) erro
 		if err != nil {
 			return err
 		}
-		key.config += "\x00sync\x00" + string(redisKey)
+		// The two-layer store decides under the limits it was made
+		// with: other limits make another (its Redis counts carry over).
+		limits, err := json.Marshal(lim.Config())
+		if err != nil {
+			return err
+		}
+		key.config += "\x00sync\x00" + string(redisKey) + "\x00" + string(limits)
 		st, err := h.syncStore(lim, z.name, opts, key)
 		if err != nil {
 			return err
@@ -172,9 +179,9 @@ func (h *Handler) zoneStores(z *zone, lim algorithms.Limiter, key storeKey) erro
 	z.breaker = h.rt.redis.Breaker()
 	// A denial holds until its Retry-After for the same cost, unless it
 	// must be counted (count_rejected), quota comes back at any time
-	// (concurrency, count_status), the cost varies per request, or the
-	// zone waits or never rejects.
-	if !lim.Config().CountRejected && !z.lease && z.countStatus == nil && z.costTmpl == "" && !z.wait && !h.DryRun {
+	// (concurrency, count_status), the cost or the limits vary per
+	// request, or the zone waits or never rejects.
+	if !lim.Config().CountRejected && !z.lease && z.countStatus == nil && z.costTmpl == "" && z.reqLimits == nil && !z.wait && !h.DryRun {
 		z.denies = redisstore.NewDenyCache(st)
 		z.store = z.denies
 	}
@@ -206,9 +213,10 @@ func (h *Handler) syncStore(lim algorithms.Limiter, name string, opts redisstore
 	return st.(*redisstore.SyncStore), nil
 }
 
-// memoryStore returns the memory store of key: the pooled one of the
-// previous config load if the zone is unchanged, else a new one.
-func (h *Handler) memoryStore(lim algorithms.Limiter, z *zone, key storeKey) (*store.Memory, error) {
+// memoryStore returns the memory store of key deciding under lim: the
+// pooled one of the previous config load if the zone is unchanged but for
+// its limits, else a new one.
+func (h *Handler) memoryStore(lim algorithms.Limiter, z *zone, key storeKey) (store.Store, error) {
 	opts := store.MemoryOptions{
 		MaxKeys:       h.MaxKeys,
 		SweepInterval: time.Duration(h.SweepInterval),
@@ -221,7 +229,7 @@ func (h *Handler) memoryStore(lim algorithms.Limiter, z *zone, key storeKey) (*s
 	if err != nil {
 		return nil, err
 	}
-	return st.(*store.Memory), nil
+	return st.(*store.Memory).Under(lim)
 }
 
 // pooledStore returns the store of key from the reload pool, made by

@@ -20,6 +20,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"time"
 )
 
@@ -40,6 +41,11 @@ type Config struct {
 
 	// CountRejected makes denied requests consume too (punitive limiting).
 	CountRejected bool
+}
+
+// Equal reports whether c and o are the same configuration.
+func (c Config) Equal(o Config) bool {
+	return slices.Equal(c.Tiers, o.Tiers) && c.Burst == o.Burst && c.CountRejected == o.CountRejected
 }
 
 // Decision is the outcome of one Take: whether the request may proceed and
@@ -124,6 +130,34 @@ type State interface {
 	// Idle reports whether the state at now is the same as NewState's, so
 	// the store may drop it.
 	Idle(now time.Time) bool
+}
+
+// Relimiter is a State that can go on under another Limiter of its
+// algorithm, keeping what its key has used: a zone whose limits changed (a
+// config reload) or a request with limits of its own. Every built-in State
+// is one.
+//
+// Tiers are matched by index: the state of an added tier starts empty, a
+// removed tier's state is dropped. What a kept tier has used is
+// interpreted under its new events, window and burst:
+//   - sliding_log, sliding_window, fixed_window: counts stay counts. A
+//     window that changes length keeps the counts only while they fall in
+//     the current window of the new length; sliding_log keeps its units'
+//     timestamps, but only those of the old window (and, with
+//     CountRejected, at most the old events), so a longer window or a
+//     higher limit may count fewer than were sent.
+//   - token_bucket, leaky_bucket, gcra: a bucket keeps its level in units
+//     (gcra: its debt, TAT - now, in emission intervals), converted
+//     exactly to the new unit when the product of the two units reduced by
+//     their gcd is below 2^53, else rounded up to a whole unit; capped at
+//     the new capacity.
+//   - concurrency: the leases held stay, each until its own expiry.
+type Relimiter interface {
+	// Relimit makes the state decide under l from now on, converting what
+	// it has used at now (buckets drain under the old limits up to now
+	// first). A no-op when l is the Limiter it decides under already, or
+	// one of another algorithm.
+	Relimit(now time.Time, l Limiter)
 }
 
 // Bounds within which every algorithm's numbers stay exact in a double

@@ -194,6 +194,52 @@ func (s *bucketState) Take(now time.Time, cost int64) (d Decision) {
 	return d
 }
 
+// Relimit drains every tier to now under the old constants, then converts
+// its level to the new ones (bktConvert); an added tier starts empty.
+func (s *bucketState) Relimit(now time.Time, l Limiter) {
+	nl, ok := l.(*bucket)
+	if !ok || nl == s.l || nl.name != s.l.name {
+		return
+	}
+	s.advance(now)
+	level := s.level[:min(len(s.level), len(nl.tiers))]
+	for i := range level {
+		level[i] = bktConvert(level[i], &s.l.tiers[i], &nl.tiers[i])
+	}
+	for len(level) < len(nl.tiers) {
+		level = append(level, 0)
+	}
+	s.level, s.l = level, nl
+}
+
+// bktExact bounds the products the Lua twin computes exactly: 2^53.
+const bktExact = int64(1) << 53
+
+// bktConvert returns a level of o's sub-units in n's: unchanged when the
+// unit is, else level*n.scale/o.scale rounded up, computed exactly when
+// the two scales reduced by their gcd have a product below 2^53, else in
+// whole units rounded up; at most n's capacity when the constants differ.
+// Both twins compute it the same way (bucket_convert in lib.lua).
+func bktConvert(level int64, o, n *bktTier) int64 {
+	if o.scale == n.scale && o.cap == n.cap {
+		return level
+	}
+	if o.scale != n.scale {
+		g := bktGCD(o.scale, n.scale)
+		a, b := n.scale/g, o.scale/g
+		if a <= (bktExact-1)/b { // a*b < 2^53: r*a below is exact in a double
+			q, r := level/b, level%b
+			if q > n.cap/a {
+				return n.cap
+			}
+			level = q*a + bktCeilDiv(r*a, b)
+		} else {
+			level = min(bktCeilDiv(level, o.scale), n.burst) * n.scale
+		}
+	}
+	return min(level, n.cap)
+}
+
 func (s *bucketState) Undo(now time.Time, cost int64, d Decision) {
 	if !d.Allowed || cost <= 0 {
 		return

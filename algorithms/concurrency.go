@@ -37,7 +37,10 @@ package algorithms
 // token from a state that was swept and recreated cannot release a lease
 // of the new state.
 
-import "time"
+import (
+	"slices"
+	"time"
+)
 
 // Concurrency is the name of concurrency.
 const Concurrency = "concurrency"
@@ -130,7 +133,7 @@ func (s *concurrencyState) Take(now time.Time, cost int64) (d Decision) {
 				tok = ut
 			}
 			s.lastToken = tok
-			s.leases = append(s.leases, ccLease{token: tok, cost: cost, expiry: t + l.window})
+			s.lease(ccLease{token: tok, cost: cost, expiry: t + l.window})
 			s.held += cost
 			d.Token = tok
 		}
@@ -157,7 +160,7 @@ func (s *concurrencyState) Take(now time.Time, cost int64) (d Decision) {
 		}
 		d.RetryAfter = Micros(wait)
 	}
-	d.Remaining = l.events - s.held
+	d.Remaining = max(l.events-s.held, 0) // held may exceed a lowered limit
 	if n := len(s.leases); n > 0 {
 		d.ResetAfter = Micros(s.leases[n-1].expiry - t)
 		d.MoreAfter = Micros(max(min(s.leases[0].expiry-t, ccMaxWait), 1))
@@ -165,12 +168,31 @@ func (s *concurrencyState) Take(now time.Time, cost int64) (d Decision) {
 	return d
 }
 
+// Relimit keeps the leases held, each until its own expiry: a lower limit
+// admits no more until enough of them end.
+func (s *concurrencyState) Relimit(_ time.Time, l Limiter) {
+	if nl, ok := l.(*concurrency); ok {
+		s.l = nl
+	}
+}
+
+// lease adds ls in expiry order: after every lease that expires no later
+// (a lease of a shortened window may expire before those already held).
+func (s *concurrencyState) lease(ls ccLease) {
+	i := len(s.leases)
+	for i > 0 && s.leases[i-1].expiry > ls.expiry {
+		i--
+	}
+	s.leases = slices.Insert(s.leases, i, ls)
+}
+
 func (s *concurrencyState) Undo(now time.Time, cost int64, d Decision) {
 	if d.Token == 0 {
 		return
 	}
 	s.advance(now)
-	// Tokens grow along the slice: binary search.
+	// Tokens grow along the slice (but after the window was shortened):
+	// binary search, then a scan.
 	lo, hi := 0, len(s.leases)
 	for lo < hi {
 		m := int(uint(lo+hi) >> 1)
@@ -180,7 +202,10 @@ func (s *concurrencyState) Undo(now time.Time, cost int64, d Decision) {
 			hi = m
 		}
 	}
-	if lo < len(s.leases) && s.leases[lo].token == d.Token {
+	if lo == len(s.leases) || s.leases[lo].token != d.Token {
+		lo = slices.IndexFunc(s.leases, func(ls ccLease) bool { return ls.token == d.Token })
+	}
+	if lo >= 0 {
 		s.held -= s.leases[lo].cost
 		s.leases = append(s.leases[:lo], s.leases[lo+1:]...)
 	}

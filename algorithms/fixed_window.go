@@ -62,8 +62,18 @@ func init() {
 	register(Algorithm{Name: FixedWindow, New: newWinAlgorithm(FixedWindow, newFixedWindowState), Summable: true, rank: 2})
 }
 
-func newFixedWindowState(cfg Config) State {
-	return &fixedWindowState{newWinState(cfg), winTiers(cfg, func(e, w int64) fwTier { return fwTier{events: e, window: w} })}
+func newFixedWindowState(l *winLimiter) State {
+	return &fixedWindowState{newWinState(l), winTiers(l.cfg, newFWTier)}
+}
+
+func newFWTier(e, w int64) fwTier { return fwTier{events: e, window: w} }
+
+// Relimit keeps each tier's count; a tier whose window start changes
+// with its window length starts afresh at its next Take.
+func (s *fixedWindowState) Relimit(_ time.Time, l Limiter) {
+	if cfg, ok := s.relimits(l); ok {
+		s.tiers = relimitTiers(s.tiers, cfg, newFWTier, func(tr *fwTier, e, w int64) { tr.events, tr.window = e, w })
+	}
 }
 
 func (s *fixedWindowState) Take(now time.Time, cost int64) (d Decision) {

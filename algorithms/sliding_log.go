@@ -64,8 +64,9 @@ func init() {
 // doubles its ring a few times, once.
 const slInitRuns = 1
 
-func newSlidingLogState(cfg Config) State {
-	s := &slidingLogState{winState: newWinState(cfg), tiers: make([]slTier, len(cfg.Tiers))}
+func newSlidingLogState(l *winLimiter) State {
+	cfg := l.cfg
+	s := &slidingLogState{winState: newWinState(l), tiers: make([]slTier, len(cfg.Tiers))}
 	total := 0
 	for _, t := range cfg.Tiers {
 		total += int(min(t.Events, slInitRuns))
@@ -81,6 +82,16 @@ func newSlidingLogState(cfg Config) State {
 		backing = backing[n:]
 	}
 	return s
+}
+
+// Relimit keeps each tier's log: its units expire under the new window,
+// and count against the new events.
+func (s *slidingLogState) Relimit(_ time.Time, l Limiter) {
+	if cfg, ok := s.relimits(l); ok {
+		s.tiers = relimitTiers(s.tiers, cfg,
+			func(e, w int64) slTier { return slTier{events: e, window: w} },
+			func(tr *slTier, e, w int64) { tr.events, tr.window = e, w })
+	}
 }
 
 type slRun struct {

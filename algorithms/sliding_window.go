@@ -268,7 +268,16 @@ func init() {
 	register(Algorithm{Name: SlidingWindow, New: newWinAlgorithm(SlidingWindow, newSlidingWindowState), Summable: true, rank: 1})
 }
 
-func newSlidingWindowState(cfg Config) State {
-	tiers := winTiers(cfg, func(e, w int64) SlidingCounts { return SlidingCounts{Events: e, Window: w} })
-	return &slidingWindowState{winState: newWinState(cfg), tiers: tiers}
+func newSlidingWindowState(l *winLimiter) State {
+	return &slidingWindowState{winState: newWinState(l), tiers: winTiers(l.cfg, newSWTier)}
+}
+
+func newSWTier(e, w int64) SlidingCounts { return SlidingCounts{Events: e, Window: w} }
+
+// Relimit keeps each tier's counts; they roll at the next Take as the
+// window of the new length holding it requires.
+func (s *slidingWindowState) Relimit(_ time.Time, l Limiter) {
+	if cfg, ok := s.relimits(l); ok {
+		s.tiers = relimitTiers(s.tiers, cfg, newSWTier, func(c *SlidingCounts, e, w int64) { c.Events, c.Window = e, w })
+	}
 }

@@ -13,17 +13,17 @@ import (
 // states.
 type winLimiter struct {
 	limiter
-	newState func(Config) State
+	newState func(*winLimiter) State
 }
 
 // newWinAlgorithm returns the constructor of the window algorithm name.
-func newWinAlgorithm(name string, newState func(Config) State) func(Config) (Limiter, error) {
+func newWinAlgorithm(name string, newState func(*winLimiter) State) func(Config) (Limiter, error) {
 	return func(cfg Config) (Limiter, error) {
 		return &winLimiter{limiter: newLimiter(name, cfg), newState: newState}, nil
 	}
 }
 
-func (l *winLimiter) NewState() State { return l.newState(l.cfg) }
+func (l *winLimiter) NewState() State { return l.newState(l) }
 
 // winTiers returns the per-tier state mk makes of each tier's events and
 // window (µs).
@@ -35,14 +35,44 @@ func winTiers[T any](cfg Config, mk func(events, window int64) T) []T {
 	return ts
 }
 
+// relimitTiers returns the per-tier states of ts under cfg, matched by
+// index: set gives a kept tier its new events and window (µs), mk makes
+// the state of an added tier; a removed tier's state is dropped.
+func relimitTiers[T any](ts []T, cfg Config, mk func(events, window int64) T, set func(tr *T, events, window int64)) []T {
+	kept := min(len(ts), len(cfg.Tiers))
+	out := ts[:kept]
+	for i, t := range cfg.Tiers {
+		e, w := t.Events, t.Window.Microseconds()
+		if i < kept {
+			set(&out[i], e, w)
+		} else {
+			out = append(out, mk(e, w))
+		}
+	}
+	return out
+}
+
 // winState is the part of a window algorithm's state that is not per tier.
 type winState struct {
-	last          int64 // latest instant seen (µs)
+	lim           *winLimiter // the Limiter the state decides under
+	last          int64       // latest instant seen (µs)
 	countRejected bool
 }
 
-func newWinState(cfg Config) winState {
-	return winState{last: math.MinInt64, countRejected: cfg.CountRejected}
+func newWinState(l *winLimiter) winState {
+	return winState{lim: l, last: math.MinInt64, countRejected: l.cfg.CountRejected}
+}
+
+// relimits reports whether l is another Limiter than the state's, for
+// Relimit; when it is, the state decides under it from now on, and cfg is
+// its Config.
+func (s *winState) relimits(l Limiter) (cfg Config, ok bool) {
+	wl, ok := l.(*winLimiter)
+	if !ok || wl == s.lim || wl.name != s.lim.name {
+		return cfg, false
+	}
+	s.lim, s.countRejected = wl, wl.cfg.CountRejected
+	return wl.cfg, true
 }
 
 // begin returns now in µs, never earlier than the latest instant seen

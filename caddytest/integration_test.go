@@ -136,8 +136,15 @@ func TestTiers(t *testing.T) {
 }
 
 func TestReloadKeepsCounts(t *testing.T) {
+	testReloadKeepsCounts(t, "it_reload", "")
+}
+
+// testReloadKeepsCounts: a zone's count goes on across reloads, and a
+// changed limit applies at once to what was counted, lowered or raised.
+// options are the rate_limit block's store options.
+func testReloadKeepsCounts(t *testing.T, zone, options string) {
 	site := func(events int, body string) string {
-		return live.Site(caddytesting.Zone("it_reload", caddytesting.ClientKey, fmt.Sprintf("limit %d 1h", events)),
+		return live.Site(caddytesting.Zone(zone, caddytesting.ClientKey, fmt.Sprintf("limit %d 1h", events))+options,
 			fmt.Sprintf("respond %q", body))
 	}
 	live.LoadSites(t, site(5, "one"))
@@ -154,12 +161,17 @@ func TestReloadKeepsCounts(t *testing.T) {
 	}
 	caddytesting.ExpectHeader(t, r, "X-RateLimit-Remaining", "1")
 
-	// A changed limit applies at once, from a fresh count.
+	// A lowered limit applies at once to the 4 units counted: denied.
 	live.LoadSites(t, site(2, "three"))
-	r = live.ExpectCodes(t, "/", clientA(), 200)
+	r = live.ExpectCodes(t, "/", clientA(), 429)
 	caddytesting.ExpectHeader(t, r, "X-RateLimit-Limit", "2")
-	caddytesting.ExpectHeader(t, r, "X-RateLimit-Remaining", "1")
-	live.ExpectCodes(t, "/", clientA(), 200, 429) // 2nd and 3rd under the new limit
+	caddytesting.ExpectHeader(t, r, "X-RateLimit-Remaining", "0")
+
+	// A raised one gives the difference: 10 - 4, and this request.
+	live.LoadSites(t, site(10, "four"))
+	r = live.ExpectCodes(t, "/", clientA(), 200)
+	caddytesting.ExpectHeader(t, r, "X-RateLimit-Limit", "10")
+	caddytesting.ExpectHeader(t, r, "X-RateLimit-Remaining", "5")
 }
 
 func TestHandleErrors(t *testing.T) {
@@ -367,4 +379,24 @@ func TestAlgorithms(t *testing.T) {
 			t.Errorf("%s: RateLimit %q", a, r.Header.Get("RateLimit"))
 		}
 	}
+}
+
+// TestLimitsFromPlan: a map sets each customer's limit from their plan;
+// an upgrade keeps what was used and gives the difference; a client's own
+// header cannot go beyond the ceiling.
+func TestLimitsFromPlan(t *testing.T) {
+	live.LoadSites(t, live.Site(caddytesting.Zone("it_plan", caddytesting.ClientKey,
+		"limit {plan_limit} 1h default 2 max 4"), `map {http.request.header.X-Plan} {plan_limit} {
+		pro     4
+		abuse   1000
+		default 2
+	}
+	respond "ok"`))
+	free, pro, abuse := append(clientA(), "X-Plan", "free"), append(clientA(), "X-Plan", "pro"), append(clientA(), "X-Plan", "abuse")
+	r := live.ExpectCodes(t, "/", free, 200, 200, 429)
+	caddytesting.ExpectHeader(t, r, "RateLimit-Policy", `"it_plan";q=2;w=3600`)
+	r = live.ExpectCodes(t, "/", pro, 200, 200, 429) // 2 used of 4
+	caddytesting.ExpectHeader(t, r, "X-RateLimit-Limit", "4")
+	r = live.ExpectCodes(t, "/", abuse, 429) // 1000 asked, 4 at most
+	caddytesting.ExpectHeader(t, r, "RateLimit-Policy", `"it_plan";q=4;w=3600`)
 }

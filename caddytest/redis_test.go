@@ -344,6 +344,14 @@ func newInflightUpstream(t *testing.T, hold time.Duration) *inflightUpstream {
 // instances' worth) share one Redis count: 64 concurrent clients spread over
 // them get exactly the limit admitted, with every algorithm, on one node and
 // on a Redis Cluster; concurrency never lets more than its limit in flight.
+// TestRedisReloadKeepsCounts: with store redis too, a reload that changes
+// a zone's limit keeps the zone's keys, and the new limit applies at once
+// to what was counted.
+func TestRedisReloadKeepsCounts(t *testing.T) {
+	srv := redistest.Start(t)
+	testReloadKeepsCounts(t, "rx_reload", fmt.Sprintf("\t\tstore redis\n\t\tredis {\n\t\t\taddress %s\n\t\t}\n\t\ton_error closed\n", srv.Addr))
+}
+
 func TestRedisExactAcrossInstances(t *testing.T) {
 	const (
 		clients  = 64

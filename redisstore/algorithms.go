@@ -32,7 +32,9 @@ type script struct {
 	// each other's state (a WRONGTYPE, or a misread count) while an upgrade
 	// rolls out. "s": one string of integers (load_state in lib.lua), which
 	// replaced a hash. "o": sliding_log's runs scored by offset (the k-th
-	// unit in O(log n)), which replaced runs scored by timestamp.
+	// unit in O(log n)), which replaced runs scored by timestamp. "p": the
+	// buckets' and gcra's string with the constants each tier was saved
+	// under (load_params), to convert a level when the limits change.
 	layout string
 
 	// member: the script wants a unique member in ARGV[5] (sliding_log).
@@ -77,9 +79,9 @@ var scripts = loadScripts([]*script{
 		}},
 	{name: algorithms.SlidingWindow, short: "sw", layout: "s", parts: onePart, tier: eventsWindow},
 	{name: algorithms.FixedWindow, short: "fw", layout: "s", parts: onePart, tier: eventsWindow},
-	{name: algorithms.TokenBucket, short: "tb", layout: "s", parts: onePart, tier: bucketTier},
-	{name: algorithms.LeakyBucket, short: "lb", layout: "s", parts: onePart, tier: bucketTier},
-	{name: algorithms.GCRA, short: "gcra", layout: "s", parts: onePart,
+	{name: algorithms.TokenBucket, short: "tb", layout: "p", parts: onePart, tier: bucketTier},
+	{name: algorithms.LeakyBucket, short: "lb", layout: "p", parts: onePart, tier: bucketTier},
+	{name: algorithms.GCRA, short: "gcra", layout: "p", parts: onePart,
 		tier: func(t algorithms.Tier, burst int64) ([]int64, error) {
 			iv, tau, err := algorithms.GCRAParams(t, burst)
 			return []int64{iv, tau, burstOf(t, burst), t.Window.Microseconds()}, err

@@ -118,4 +118,7 @@ if #oldest == 2 then
   if more > 1000000 then more = 1000000 end
   if more < 1 then more = 1 end
 end
-return blocking({allowed, 0, events, events - held, reset, retry, 0, token, more})
+-- held may exceed events after the limit was lowered.
+local remaining = events - held
+if remaining < 0 then remaining = 0 end
+return blocking({allowed, 0, events, remaining, reset, retry, 0, token, more})

@@ -204,31 +204,16 @@ func playConformance(t *testing.T, c redis.UniversalClient, steps int) {
 						undone := make([]bool, len(ops))
 						inexact, allowed, denied, undos := 0, 0, 0, 0
 						for i, o := range ops {
-							now := t0.Add(o.at)
-							if o.undo > 0 {
-								j := o.undo - 1
-								if undone[j] || !decs[j].Allowed {
-									continue
-								}
-								undone[j] = true
+							want, got, step, err := playStep(ctx, ref, rs, ops, decs, undone, i)
+							if err != nil {
+								t.Fatalf("seed %d step %d: %v", seed, i, err)
+							}
+							if step == stepUndone {
 								undos++
-								if err := ref.Undo(ctx, o.key, now, o.cost, decs[j]); err != nil {
-									t.Fatal(err)
-								}
-								if err := rs.Undo(ctx, o.key, now, o.cost, decs[j]); err != nil {
-									t.Fatalf("seed %d step %d: Undo: %v", seed, i, err)
-								}
+							}
+							if step != stepTaken {
 								continue
 							}
-							want, err := ref.Take(ctx, o.key, now, o.cost)
-							if err != nil {
-								t.Fatal(err)
-							}
-							got, err := rs.Take(ctx, o.key, now, o.cost)
-							if err != nil {
-								t.Fatalf("seed %d step %d: Take: %v", seed, i, err)
-							}
-							decs[i] = want
 							if want.Allowed {
 								allowed++
 							} else {
@@ -257,6 +242,45 @@ func playConformance(t *testing.T, c redis.UniversalClient, steps int) {
 			}
 		})
 	}
+}
+
+// stepped is what playStep did.
+type stepped uint8
+
+const (
+	stepSkipped stepped = iota // an undo of a step that admitted nothing, or was undone
+	stepUndone
+	stepTaken
+)
+
+// playStep plays step i of ops on the memory store ref and the Redis store
+// rs: an undo of an earlier admitted step (once), or a Take, whose two
+// decisions it returns (and records ref's in decs).
+func playStep(ctx context.Context, ref, rs store.Store, ops []op, decs []algorithms.Decision, undone []bool, i int) (want, got algorithms.Decision, s stepped, err error) {
+	o := ops[i]
+	now := t0.Add(o.at)
+	if o.undo > 0 {
+		j := o.undo - 1
+		if undone[j] || !decs[j].Allowed {
+			return want, got, stepSkipped, nil
+		}
+		undone[j] = true
+		if err := ref.Undo(ctx, o.key, now, o.cost, decs[j]); err != nil {
+			return want, got, stepUndone, err
+		}
+		if err := rs.Undo(ctx, o.key, now, o.cost, decs[j]); err != nil {
+			return want, got, stepUndone, fmt.Errorf("Undo: %w", err)
+		}
+		return want, got, stepUndone, nil
+	}
+	if want, err = ref.Take(ctx, o.key, now, o.cost); err != nil {
+		return want, got, stepTaken, err
+	}
+	decs[i] = want
+	if got, err = rs.Take(ctx, o.key, now, o.cost); err != nil {
+		return want, got, stepTaken, fmt.Errorf("Take: %w", err)
+	}
+	return want, got, stepTaken, nil
 }
 
 // history renders the last steps of a timeline for a failure message.

@@ -39,8 +39,10 @@
 // never inject a brace or a newline, and the user's part of a key name is
 // at most MaxEscapedKey bytes. The zone name is escaped the same way (it
 // precedes the hash tag), and a key_prefix may not contain a brace. The
-// config digest (8 hex digits of a SHA-256 of the algorithm, tiers and burst)
-// means a changed limit starts from fresh state, as the memory store does.
+// config digest (8 hex digits of a SHA-256 of the algorithm and the layout
+// of its state) leaves the limits out: a key keeps its state when they
+// change, and each call's script interprets it under the call's limits
+// (Store.Under), as the memory store does.
 //
 // Keys per zone key and algorithm:
 //
@@ -50,9 +52,11 @@
 //	                                    scored by the offset of their newest unit
 //	sliding_window  <...>:sw:<d>        string: per tier window start and counts
 //	fixed_window    <...>:fw:<d>        string: per tier window start and count
-//	token_bucket    <...>:tb:<d>        string: last instant, level per tier
-//	leaky_bucket    <...>:lb:<d>        string: last instant, level per tier
-//	gcra            <...>:gcra:<d>      string: last instant, TAT per tier
+//	token_bucket    <...>:tb:<d>        string: last instant, per tier the level
+//	                                    and the rate, scale and cap it was saved under
+//	leaky_bucket    <...>:lb:<d>        string: the same as token_bucket
+//	gcra            <...>:gcra:<d>      string: last instant, per tier the TAT
+//	                                    and the interval and tau it was saved under
 //	concurrency     <...>:cc:<d>        hash: last instant, last token, held
 //	                <...>:cc:<d>:l      sorted set of leases scored by expiry
 //

@@ -1,33 +1,36 @@
 -- gcra.lua: the Redis twin of algorithms/gcra.go; read the integer model
 -- there. Per tier one number, the theoretical arrival time (TAT, µs).
 --
--- KEYS[1]  state: "<t> <tat_1> ... <tat_n>": the latest instant seen (µs)
---          and the TAT per tier (see load_state)
+-- KEYS[1]  state: "<t> <tat_1> <iv_1> <tau_1> ...": the latest instant
+--          seen (µs), then per tier the TAT and the interval and tolerance
+--          it was saved under (see load_params)
 -- ARGV[8..] per tier: interval_us (T), tolerance_us (tau), burst, window_us
 --           (from algorithms.GCRAParams)
 local refused = blocked()
 if refused then return refused end
 local key = KEYS[1]
 local P = tier_params({'iv', 'tau', 'burst', 'window'})
+local SAVED = {'iv', 'tau'}
 
-local st, exists = load_state(key)
-local last = st[1] or 0
-local tat = {}
-for i = 1, N do
-  tat[i] = st[i + 1] or 0
-end
+local last, tat, old, exists = load_params(key, P, SAVED, function() return 0 end)
 
--- advance: clamp now to the latest instant seen, raise every TAT to it.
+-- advance: clamp now to the latest instant seen, raise every TAT to it;
+-- then convert the debt, TAT - t, to the interval of this call (gcra is a
+-- bucket of level TAT - t whose unit is the interval and capacity tau).
 local t = NOW
 if t < last then t = last end
 last = t
 for i = 1, N do
   if tat[i] < t then tat[i] = t end
+  local p, o = P[i], old[i]
+  if o.iv ~= p.iv or o.tau ~= p.tau then
+    tat[i] = t + bucket_convert(tat[i] - t, o.iv, o.tau, {scale = p.iv, cap = p.tau, burst = p.burst})
+  end
 end
 
 -- save: the state lives until every TAT is past.
 local function save()
-  save_tiers(key, {last, unpack(tat)}, function(i) return tat[i] - t end)
+  save_params(key, last, tat, P, SAVED, function(i) return tat[i] - t end)
 end
 
 if MODE == '1' then

@@ -16,26 +16,33 @@ import (
 // goldenKeys are the Redis keys one Take of every algorithm writes (see
 // TestKeysGolden), byte for byte. Key names are a running fleet's data: a
 // change here means every instance of the new version starts from fresh
-// counts while old ones still run, and must be deliberate (a stateLayout
-// entry) and noted in README.md's upgrade notes.
+// counts while old ones still run, and must be deliberate (a new layout
+// letter, see script.layout) and noted in README.md's upgrade notes.
+//
+// Changed on purpose once: the limits (tiers and burst) left the config
+// digest, so that a key's state survives a limit change (the scripts
+// convert it), and the buckets' and gcra's state took layout "p" (the
+// constants each tier was saved under). Every algorithm's names changed
+// with it; they no longer depend on the limits (one and two tiers share
+// a digest).
 var goldenKeys = []string{
-	"rl:golden-concurrency-1:{a%7Bb%7D%20c%0A%25}:cc:ac9a6e59",
-	"rl:golden-concurrency-1:{a%7Bb%7D%20c%0A%25}:cc:ac9a6e59:l",
-	"rl:golden-fixed_window-1:{a%7Bb%7D%20c%0A%25}:fw:4521613b",
-	"rl:golden-fixed_window-2:{a%7Bb%7D%20c%0A%25}:fw:3f7fd33a",
-	"rl:golden-gcra-1:{a%7Bb%7D%20c%0A%25}:gcra:8902675e",
-	"rl:golden-gcra-2:{a%7Bb%7D%20c%0A%25}:gcra:99701579",
-	"rl:golden-leaky_bucket-1:{a%7Bb%7D%20c%0A%25}:lb:dc13c562",
-	"rl:golden-leaky_bucket-2:{a%7Bb%7D%20c%0A%25}:lb:dc068045",
-	"rl:golden-sliding_log-1:{a%7Bb%7D%20c%0A%25}:sl:4e793c29:0",
-	"rl:golden-sliding_log-1:{a%7Bb%7D%20c%0A%25}:sl:4e793c29:m",
-	"rl:golden-sliding_log-2:{a%7Bb%7D%20c%0A%25}:sl:f058f1eb:0",
-	"rl:golden-sliding_log-2:{a%7Bb%7D%20c%0A%25}:sl:f058f1eb:1",
-	"rl:golden-sliding_log-2:{a%7Bb%7D%20c%0A%25}:sl:f058f1eb:m",
-	"rl:golden-sliding_window-1:{a%7Bb%7D%20c%0A%25}:sw:9440ed4b",
-	"rl:golden-sliding_window-2:{a%7Bb%7D%20c%0A%25}:sw:7829e991",
-	"rl:golden-token_bucket-1:{a%7Bb%7D%20c%0A%25}:tb:4ad27f54",
-	"rl:golden-token_bucket-2:{a%7Bb%7D%20c%0A%25}:tb:f51e72e4",
+	"rl:golden-concurrency-1:{a%7Bb%7D%20c%0A%25}:cc:e1fa8add",
+	"rl:golden-concurrency-1:{a%7Bb%7D%20c%0A%25}:cc:e1fa8add:l",
+	"rl:golden-fixed_window-1:{a%7Bb%7D%20c%0A%25}:fw:4fb4d113",
+	"rl:golden-fixed_window-2:{a%7Bb%7D%20c%0A%25}:fw:4fb4d113",
+	"rl:golden-gcra-1:{a%7Bb%7D%20c%0A%25}:gcra:20b17689",
+	"rl:golden-gcra-2:{a%7Bb%7D%20c%0A%25}:gcra:20b17689",
+	"rl:golden-leaky_bucket-1:{a%7Bb%7D%20c%0A%25}:lb:18c79174",
+	"rl:golden-leaky_bucket-2:{a%7Bb%7D%20c%0A%25}:lb:18c79174",
+	"rl:golden-sliding_log-1:{a%7Bb%7D%20c%0A%25}:sl:5e7c201c:0",
+	"rl:golden-sliding_log-1:{a%7Bb%7D%20c%0A%25}:sl:5e7c201c:m",
+	"rl:golden-sliding_log-2:{a%7Bb%7D%20c%0A%25}:sl:5e7c201c:0",
+	"rl:golden-sliding_log-2:{a%7Bb%7D%20c%0A%25}:sl:5e7c201c:1",
+	"rl:golden-sliding_log-2:{a%7Bb%7D%20c%0A%25}:sl:5e7c201c:m",
+	"rl:golden-sliding_window-1:{a%7Bb%7D%20c%0A%25}:sw:e7e12138",
+	"rl:golden-sliding_window-2:{a%7Bb%7D%20c%0A%25}:sw:e7e12138",
+	"rl:golden-token_bucket-1:{a%7Bb%7D%20c%0A%25}:tb:e1bb8297",
+	"rl:golden-token_bucket-2:{a%7Bb%7D%20c%0A%25}:tb:e1bb8297",
 }
 
 // TestKeysGolden runs one admitted Take of every algorithm, with one and

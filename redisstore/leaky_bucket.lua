@@ -4,21 +4,18 @@
 -- `scale` sub-units. Delay is the time the water ahead of an admitted
 -- request takes to leak.
 --
--- KEYS[1]  state: "<t> <level_1> ... <level_n>": the latest instant seen
---          (µs) and the level per tier (see load_state)
+-- KEYS[1]  state: "<t> <level_1> <rate_1> <scale_1> <cap_1> ...": the
+--          latest instant seen (µs), then per tier the level and the
+--          constants it was saved under (see load_params)
 -- ARGV[8..] per tier: rate, scale, cap, burst, window_us (from
 --           algorithms.BucketParams)
 local refused = blocked()
 if refused then return refused end
 local key = KEYS[1]
 local P = tier_params({'rate', 'scale', 'cap', 'burst', 'window'})
+local SAVED = {'rate', 'scale', 'cap'}
 
-local st, exists = load_state(key)
-local last = st[1] or 0
-local level = {}
-for i = 1, N do
-  level[i] = st[i + 1] or 0
-end
+local last, level, old, exists = load_params(key, P, SAVED, function() return 0 end)
 
 local function leak(lv, dt, p)
   if lv <= 0 then return 0 end
@@ -26,19 +23,24 @@ local function leak(lv, dt, p)
   return lv - dt * p.rate
 end
 
--- advance: clamp now to the latest instant seen and leak to it.
+-- advance: clamp now to the latest instant seen and leak to it, under the
+-- constants each tier was saved under; then convert the level to the
+-- constants of this call.
 local t = NOW
 if t <= last then
   t = last
 else
   local dt = t - last
   last = t
-  for i = 1, N do level[i] = leak(level[i], dt, P[i]) end
+  for i = 1, N do level[i] = leak(level[i], dt, old[i]) end
+end
+for i = 1, N do
+  level[i] = bucket_convert(level[i], old[i].scale, old[i].cap, P[i])
 end
 
 -- save: the state lives until every bucket is empty.
 local function save()
-  save_tiers(key, {last, unpack(level)}, function(i) return cdiv(level[i], P[i].rate) end)
+  save_params(key, last, level, P, SAVED, function(i) return cdiv(level[i], P[i].rate) end)
 end
 
 if MODE == '1' then

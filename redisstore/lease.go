@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -31,6 +32,19 @@ var leaseScript = func() *redis.Script {
 	}
 	return redis.NewScript(string(lib) + "\n" + string(src))
 }()
+
+// leaseKind is what the digest of a lease's keys names: the algorithm, the
+// burst and the tiers. A lease's state is not converted when the limits
+// change (the lease mode refuses limits from the request): other limits
+// are other keys.
+func leaseKind(alg string, cfg algorithms.Config) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "lease|%s|%d|", alg, cfg.Burst)
+	for _, t := range cfg.Tiers {
+		fmt.Fprintf(&b, "%d/%d|", t.Events, t.Window.Microseconds())
+	}
+	return b.String()
+}
 
 // LeaseOptions tunes a LeaseStore.
 type LeaseOptions struct {
@@ -123,7 +137,7 @@ func newLeaseStore(c redis.UniversalClient, l algorithms.Limiter, o Options, lo 
 		base:    base,
 		alg:     name,
 		bucket:  name == algorithms.TokenBucket || name == algorithms.GCRA,
-		tail:    "}:ls:" + configDigest(fmt.Sprintf("lease|%s|%d|", name, cfg.Burst), cfg.Tiers),
+		tail:    "}:ls:" + configDigest(leaseKind(name, cfg)),
 		id:      base.idHead[:len(base.idHead)-1],
 		dur:     max(lo.Duration.Microseconds(), 1),
 		pinned:  lo.Now != nil,

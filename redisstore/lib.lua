@@ -190,6 +190,76 @@ local function save_tiers(key, v, us)
   return save_state(key, v, horizon)
 end
 
+-- load_params reads the state of gcra and the buckets, "<t> <level_1>
+-- <c_1> ... <level_n> <c_n>": the latest instant seen (µs), then per tier
+-- its level and the constants it was saved under (the names of P[i] that
+-- names lists), so that a level saved under other limits is converted. It
+-- returns the instant, the levels, the constants per tier and whether the
+-- state exists; a tier without state (a new key, an added tier) gets
+-- fresh(P[i]) and the constants of P[i].
+local function load_params(key, P, names, fresh)
+  local st, exists = load_state(key)
+  local w = 1 + #names
+  local level, old = {}, {}
+  for i = 1, N do
+    local o = 1 + w * (i - 1)
+    if st[o + w] ~= nil then
+      level[i] = st[o + 1]
+      local q = {}
+      for j = 1, #names do q[names[j]] = st[o + 1 + j] end
+      old[i] = q
+    else
+      level[i], old[i] = fresh(P[i]), P[i]
+    end
+  end
+  return st[1] or 0, level, old, exists
+end
+
+-- save_params writes what load_params reads, with the constants of P, to
+-- live the largest us(i) microseconds (save_tiers).
+local function save_params(key, last, level, P, names, us)
+  local v, n = {last}, 1
+  for i = 1, N do
+    n = n + 1
+    v[n] = level[i]
+    for j = 1, #names do
+      n = n + 1
+      v[n] = P[i][names[j]]
+    end
+  end
+  return save_tiers(key, v, us)
+end
+
+local function gcd(a, b)
+  while b ~= 0 do a, b = b, math.fmod(a, b) end
+  return a
+end
+
+-- bucket_convert is a level (>= 0) of sub-units of oscale, in a bucket of
+-- ocap, in those of a bucket of n (scale, cap, burst), as bktConvert in
+-- algorithms/bucket.go: exact while the scales reduced by their gcd have a
+-- product below 2^53, else in whole units rounded up; at most n.cap when
+-- the constants differ.
+local function bucket_convert(level, oscale, ocap, n)
+  if oscale == n.scale and ocap == n.cap then return level end
+  if oscale ~= n.scale then
+    local g = gcd(oscale, n.scale)
+    local a, b = n.scale / g, oscale / g
+    if a * b < 9007199254740992 then
+      local r = math.fmod(level, b)
+      local q = (level - r) / b
+      if q > idiv(n.cap, a) then return n.cap end
+      level = q * a + cdiv(r * a, b)
+    else
+      local u = cdiv(level, oscale)
+      if u > n.burst then u = n.burst end
+      level = u * n.scale
+    end
+  end
+  if level > n.cap then return n.cap end
+  return level
+end
+
 -- bucket_result is the answer of gcra and the buckets (P[i] with burst and
 -- window): the tier picked by better_allowed or better_denied, where
 -- tier(i) returns tier i's remaining, reset, wait (denied within its burst)

@@ -59,6 +59,9 @@ if exists then
   for i = 1, N do
     count[i] = st[2 * i] or 0
     C[i] = st[2 * i + 1] or 0
+    -- A tier added since the state was saved starts empty, whatever a
+    -- tier of that index left behind when it was removed.
+    if st[2 * i + 1] == nil then redis.call('DEL', P[i].key) end
   end
 else
   -- No state, or only the runs survived (the state was evicted): the live

@@ -69,6 +69,7 @@ type Store struct {
 	pipe    *Pipeliner
 	// blockLimit is the Limit of a blocked decision (store.BlockLimit).
 	blockLimit int64
+	blockFor   string // block_for in µs, the last ARGV
 }
 
 var (
@@ -95,6 +96,30 @@ func NewStore(c redis.UniversalClient, l algorithms.Limiter, o Options) (*Store,
 	if sc == nil {
 		return nil, fmt.Errorf("redis store: no Lua script for algorithm %q", name)
 	}
+	blockUS, err := blockMicros(o.BlockFor)
+	if err != nil {
+		return nil, fmt.Errorf("redis store: block_for: %v", err)
+	}
+	s := &Store{
+		blocks:   blocks{c: c, head: head},
+		c:        c,
+		script:   sc,
+		head:     head,
+		idHead:   instanceID + "-" + strconv.FormatUint(storeSeq.Add(1), 36) + "-",
+		pipe:     o.Pipeliner,
+		blockFor: strconv.FormatInt(blockUS, 10),
+	}
+	if err := s.limit(l); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+// limit makes s decide under l: the script's constants of l's tiers, and
+// the key names, which depend on the algorithm and the number of tiers
+// only, so that a key's state carries over when its limits change.
+func (s *Store) limit(l algorithms.Limiter) error {
+	name, sc := l.Name(), s.script
 	cfg := l.Config()
 	// Twice the largest capacity: a cost above every tier's capacity is
 	// refused by every tier, and with count_rejected a bucket counts at
@@ -108,54 +133,63 @@ func NewStore(c redis.UniversalClient, l algorithms.Limiter, o Options) (*Store,
 			c = cfg.Burst
 		}
 		if t.Events > algorithms.MaxCount || c > algorithms.MaxCount || t.Window > algorithms.MaxWindow {
-			return nil, fmt.Errorf("redis store: limit %d per %s (burst %d) is beyond the bounds the scripts compute exactly within (%d units, %s)",
+			return fmt.Errorf("redis store: limit %d per %s (burst %d) is beyond the bounds the scripts compute exactly within (%d units, %s)",
 				t.Events, t.Window, cfg.Burst, algorithms.MaxCount, algorithms.MaxWindow)
 		}
 		maxCap = max(maxCap, c)
 	}
-	s := &Store{
-		maxCost: 2 * maxCap,
-		c:       c,
-		l:       l,
-		script:  sc,
-		head:    head,
-		cr:      any("0"),
-		idHead:  instanceID + "-" + strconv.FormatUint(storeSeq.Add(1), 36) + "-",
-		pipe:    o.Pipeliner,
-
-		blockLimit: store.BlockLimit(l),
-		blocks:     blocks{c: c, head: head},
-	}
+	s.l, s.maxCost, s.cr, s.blockLimit = l, 2*maxCap, any("0"), store.BlockLimit(l)
 	if cfg.CountRejected {
 		s.cr = any("1")
 	}
-	kind := fmt.Sprintf("%s|%d|", name, cfg.Burst)
+	kind := name + "|"
 	if sc.layout != "" {
 		kind += sc.layout + "|"
 	}
-	digest := configDigest(kind, cfg.Tiers)
+	digest := configDigest(kind)
 
 	num := func(v int64) any { return strconv.FormatInt(v, 10) }
-	s.static = append(s.static, num(Margin.Milliseconds()), num(int64(len(cfg.Tiers))))
+	s.static = []any{num(Margin.Milliseconds()), num(int64(len(cfg.Tiers)))}
 	for i, t := range cfg.Tiers {
 		vs, err := sc.tier(t, cfg.Burst)
 		if err != nil {
-			return nil, fmt.Errorf("redis store: %s: limit %d: %v", name, i+1, err)
+			return fmt.Errorf("redis store: %s: limit %d: %v", name, i+1, err)
 		}
 		for _, v := range vs {
 			s.static = append(s.static, num(v))
 		}
 	}
-	blockUS, err := blockMicros(o.BlockFor)
-	if err != nil {
-		return nil, fmt.Errorf("redis store: block_for: %v", err)
-	}
-	s.static = append(s.static, num(blockUS)) // the last ARGV
+	s.static = append(s.static, s.blockFor) // the last ARGV
+	s.tails = nil
 	for _, p := range sc.parts(len(cfg.Tiers)) {
 		s.tails = append(s.tails, "}:"+sc.short+":"+digest+p)
 	}
 	s.tails = append(s.tails, blockTail) // the last KEYS
-	return s, nil
+	return nil
+}
+
+// Under returns a Store deciding under l, a Limiter of s's algorithm, over
+// the same keys: what a key has used under one limit counts under the
+// other (the scripts convert a state saved under other limits, as
+// algorithms.Relimiter does).
+func (s *Store) Under(l algorithms.Limiter) (store.Store, error) {
+	if l.Name() != s.l.Name() {
+		return nil, fmt.Errorf("redis store of algorithm %s: cannot decide under %s", s.l.Name(), l.Name())
+	}
+	u := &Store{
+		blocks:   s.blocks,
+		c:        s.c,
+		script:   s.script,
+		head:     s.head,
+		idHead:   instanceID + "-" + strconv.FormatUint(storeSeq.Add(1), 36) + "-",
+		pipe:     s.pipe,
+		blockFor: s.blockFor,
+	}
+	if err := u.limit(l); err != nil {
+		return nil, err
+	}
+	u.static[0] = s.static[0] // the TTL margin
+	return u, nil
 }
 
 // head returns "<prefix><zone>:{", the start of every key of the zone, or
@@ -168,15 +202,12 @@ func (o Options) head(what string) (string, error) {
 }
 
 // configDigest is the config digest of the key names: 8 hex digits of a
-// SHA-256 of kind (the algorithm and what else changes the state's
-// meaning) and the tiers, so that a changed limit starts from fresh state.
-func configDigest(kind string, tiers []algorithms.Tier) string {
-	h := sha256.New()
-	h.Write([]byte(kind))
-	for _, t := range tiers {
-		fmt.Fprintf(h, "%d/%d|", t.Events, t.Window.Microseconds())
-	}
-	return hex.EncodeToString(h.Sum(nil))[:8]
+// SHA-256 of kind, the algorithm and the layout of its state. The limits
+// are not part of it: a key's state carries over when they change, and the
+// scripts interpret it under the limits of each call.
+func configDigest(kind string) string {
+	sum := sha256.Sum256([]byte(kind))
+	return hex.EncodeToString(sum[:])[:8]
 }
 
 // setMargin changes the TTL margin of the keys s writes (tests: a long one

@@ -223,7 +223,7 @@ func newSyncStore(c redis.UniversalClient, l algorithms.Limiter, o Options, so S
 	if s.now == nil {
 		s.now = time.Now
 	}
-	digest := configDigest("sync|"+name+"|", cfg.Tiers)
+	digest := configDigest("sync|" + name + "|")
 	for i, t := range cfg.Tiers {
 		w := t.Window.Microseconds()
 		if t.Events <= 0 || w <= 0 {

@@ -14,13 +14,17 @@ import (
 // (sync_interval) writes after one Take of every algorithm it takes (see
 // TestSyncKeysGolden), byte for byte: like goldenKeys, a running fleet's
 // counts.
+//
+// Changed on purpose once: the tiers left the config digest, so that a
+// count survives a change of its tier's events (a changed window counts
+// in windows of another number).
 var goldenSyncKeys = []string{
-	"rl:golden-fixed_window-1:{a%7Bb%7D%20c%0A%25}:sy:9356f3a5:0:29539440",
-	"rl:golden-fixed_window-2:{a%7Bb%7D%20c%0A%25}:sy:a9a7ca22:0:29539440",
-	"rl:golden-fixed_window-2:{a%7Bb%7D%20c%0A%25}:sy:a9a7ca22:1:492324",
-	"rl:golden-sliding_window-1:{a%7Bb%7D%20c%0A%25}:sy:9abeab91:0:29539440",
-	"rl:golden-sliding_window-2:{a%7Bb%7D%20c%0A%25}:sy:ea50a41d:0:29539440",
-	"rl:golden-sliding_window-2:{a%7Bb%7D%20c%0A%25}:sy:ea50a41d:1:492324",
+	"rl:golden-fixed_window-1:{a%7Bb%7D%20c%0A%25}:sy:7cbb4a29:0:29539440",
+	"rl:golden-fixed_window-2:{a%7Bb%7D%20c%0A%25}:sy:7cbb4a29:0:29539440",
+	"rl:golden-fixed_window-2:{a%7Bb%7D%20c%0A%25}:sy:7cbb4a29:1:492324",
+	"rl:golden-sliding_window-1:{a%7Bb%7D%20c%0A%25}:sy:c32fa43f:0:29539440",
+	"rl:golden-sliding_window-2:{a%7Bb%7D%20c%0A%25}:sy:c32fa43f:0:29539440",
+	"rl:golden-sliding_window-2:{a%7Bb%7D%20c%0A%25}:sy:c32fa43f:1:492324",
 }
 
 // TestSyncKeysGolden takes once with the two-layer store of every counter

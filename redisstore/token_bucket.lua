@@ -2,21 +2,18 @@
 -- integer model there. Per tier a bucket of `level` sub-units, refilled at
 -- `rate` sub-units per microsecond up to `cap`; a unit is `scale` sub-units.
 --
--- KEYS[1]  state: "<t> <level_1> ... <level_n>": the latest instant seen
---          (µs) and the level per tier (see load_state)
+-- KEYS[1]  state: "<t> <level_1> <rate_1> <scale_1> <cap_1> ...": the
+--          latest instant seen (µs), then per tier the level and the
+--          constants it was saved under (see load_params)
 -- ARGV[8..] per tier: rate, scale, cap, burst, window_us (from
 --           algorithms.BucketParams, so both twins use the same constants)
 local refused = blocked()
 if refused then return refused end
 local key = KEYS[1]
 local P = tier_params({'rate', 'scale', 'cap', 'burst', 'window'})
+local SAVED = {'rate', 'scale', 'cap'}
 
-local st, exists = load_state(key)
-local last = st[1] or 0
-local level = {}
-for i = 1, N do
-  level[i] = st[i + 1] or P[i].cap
-end
+local last, level, old, exists = load_params(key, P, SAVED, function(p) return p.cap end)
 
 local function fill(lv, dt, p)
   local deficit = p.cap - lv
@@ -25,19 +22,25 @@ local function fill(lv, dt, p)
   return lv + dt * p.rate
 end
 
--- advance: clamp now to the latest instant seen and refill to it.
+-- advance: clamp now to the latest instant seen and refill to it, under
+-- the constants each tier was saved under; then convert what it has
+-- spent (cap - level) to the constants of this call.
 local t = NOW
 if t <= last then
   t = last
 else
   local dt = t - last
   last = t
-  for i = 1, N do level[i] = fill(level[i], dt, P[i]) end
+  for i = 1, N do level[i] = fill(level[i], dt, old[i]) end
+end
+for i = 1, N do
+  local o = old[i]
+  level[i] = P[i].cap - bucket_convert(o.cap - level[i], o.scale, o.cap, P[i])
 end
 
 -- save: the state lives until every bucket is full again.
 local function save()
-  save_tiers(key, {last, unpack(level)}, function(i) return cdiv(P[i].cap - level[i], P[i].rate) end)
+  save_params(key, last, level, P, SAVED, function(i) return cdiv(P[i].cap - level[i], P[i].rate) end)
 end
 
 if MODE == '1' then

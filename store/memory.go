@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"fmt"
 	"runtime"
 	"sync"
 	"time"
@@ -128,42 +129,98 @@ func NewMemory(l algorithms.Limiter, opts MemoryOptions) *Memory {
 }
 
 // Take decides whether key may consume cost units at now (the store's clock
-// when now is zero). It never fails. A blocked key is refused without
-// counting; with BlockFor, a denial blocks the key.
+// when now is zero), under the Limiter the store was made with. It never
+// fails. A blocked key is refused without counting; with BlockFor, a
+// denial blocks the key.
 func (m *Memory) Take(_ context.Context, key string, now time.Time, cost int64) (algorithms.Decision, error) {
+	return m.take(m.limiter, key, now, cost), nil
+}
+
+func (m *Memory) take(l algorithms.Limiter, key string, now time.Time, cost int64) algorithms.Decision {
 	if now.IsZero() {
 		now = m.now()
 	}
 	if d, blocked := m.blocks.refuse(key, now); blocked {
-		return d, nil
+		return d
 	}
 	s := m.keys.Shard(key)
 	s.mu.Lock()
 	e := s.Use(key)
 	if e == nil {
 		e = s.Add(key, nil)
-		e.Value = m.limiter.NewState()
+		e.Value = l.NewState()
+	} else {
+		relimit(e.Value, now, l)
 	}
 	d := e.Value.Take(now, cost)
 	s.mu.Unlock()
 	if !d.Allowed {
 		m.blocks.penalize(key, now, &d)
 	}
-	return d, nil
+	return d
+}
+
+// relimit makes st decide under l, if it can (see algorithms.Relimiter).
+func relimit(st algorithms.State, now time.Time, l algorithms.Limiter) {
+	if r, ok := st.(algorithms.Relimiter); ok {
+		r.Relimit(now, l)
+	}
 }
 
 // Undo gives back what an admitted Take of cost, which returned d, consumed.
 // A key that is no longer held (swept or evicted) has nothing to give back.
 func (m *Memory) Undo(_ context.Context, key string, now time.Time, cost int64, d algorithms.Decision) error {
+	m.undo(m.limiter, key, now, cost, d)
+	return nil
+}
+
+func (m *Memory) undo(l algorithms.Limiter, key string, now time.Time, cost int64, d algorithms.Decision) {
 	if now.IsZero() {
 		now = m.now()
 	}
 	s := m.keys.Shard(key)
 	s.mu.Lock()
 	if e := s.Get(key); e != nil {
+		// An Undo that has nothing to give back leaves the state as it
+		// is, under the limits it was last decided under, as the Redis
+		// store, which does not call its script then: a bucket converted
+		// later has drained under its old rate meanwhile.
+		if d.Allowed && cost > 0 {
+			relimit(e.Value, now, l)
+		}
 		e.Value.Undo(now, cost, d)
 	}
 	s.mu.Unlock()
+}
+
+// Under returns the store deciding under l, another Limiter of the
+// store's algorithm, over the same keys: what a key has used carries over
+// between them (see algorithms.Relimiter), so that a zone keeps its counts
+// when a config reload changes its limits, and a key may be held to limits
+// that vary per request.
+func (m *Memory) Under(l algorithms.Limiter) (Store, error) {
+	if l.Name() != m.limiter.Name() {
+		return nil, fmt.Errorf("memory store of algorithm %s: cannot decide under %s", m.limiter.Name(), l.Name())
+	}
+	if l == m.limiter || l.Config().Equal(m.limiter.Config()) {
+		return m, nil // the store itself: no state to convert
+	}
+	return &memoryUnder{Memory: m, l: l}, nil
+}
+
+// memoryUnder is a Memory deciding under another Limiter (Memory.Under);
+// its other methods are the Memory's.
+type memoryUnder struct {
+	*Memory
+	l algorithms.Limiter
+}
+
+func (u *memoryUnder) Take(_ context.Context, key string, now time.Time, cost int64) (algorithms.Decision, error) {
+	return u.take(u.l, key, now, cost), nil
+}
+
+func (u *memoryUnder) Undo(_ context.Context, key string, now time.Time, cost int64, d algorithms.Decision) error {
+	u.undo(u.l, key, now, cost, d)
 	return nil
 }
 

@@ -22,3 +22,13 @@ type Store interface {
 	// concurrency request ends.
 	Undo(ctx context.Context, key string, now time.Time, cost int64, d algorithms.Decision) error
 }
+
+// Relimitable is a Store whose keys can be decided under other limits of
+// its algorithm: a zone's limits after a config reload that kept the store,
+// or limits that vary per request.
+type Relimitable interface {
+	// Under returns a Store deciding under l, a Limiter of the store's
+	// algorithm, over the same keys: what a key has used under one
+	// Limiter counts under the other (see algorithms.Relimiter).
+	Under(l algorithms.Limiter) (Store, error)
+}
