@@ -19,11 +19,12 @@
 # collection falls where it falls: repeat a run to see the spread (about
 # 10 % here).
 #
-# lua: one redis-server under callgrind; for each algorithm's script (lib.lua
-# then the algorithm's file, as the store sends it) N EVALSHAs (default
-# 2000, one connection, 1,000 keys) with one tier whose limit is never
-# reached, counters zeroed before and dumped after. Exact to a few
-# instructions from run to run.
+# lua: one redis-server under callgrind; for each algorithm, N decisions
+# (default 2000, one connection, 1,000 keys) made by the Redis store itself
+# (bench/luacalls: the script as sent, with the lib.lua functions it uses,
+# its keys and arguments), one tier whose limit is never reached, counters
+# zeroed before and dumped after. Exact to a few instructions from run to
+# run.
 #
 # Results are written to bench/results/ (gitignored).
 set -euo pipefail
@@ -112,34 +113,26 @@ run_caddy() {
 
 run_lua() {
 	need redis-server redis-server
-	need redis-benchmark redis-tools
 	local port out pid
 	port=$(free_port)
 	out="$workdir/redis.cg"
+	go build -o "$workdir/luacalls" ./bench/luacalls
 	taskset -c "$REDIS_CPU" valgrind --tool=callgrind --callgrind-out-file="$out" redis-server --bind 127.0.0.1 \
 		--port "$port" --save "" --appendonly no --dir "$workdir" >"$workdir/redis.log" 2>&1 &
 	pid=$!
 	on_exit "kill $pid 2>/dev/null; wait $pid 2>/dev/null"
 	wait_port "$port" 60 || { tail -20 "$workdir/redis.log" >&2; die "redis-server did not start"; }
-	echo "instructions: redis-server under callgrind (pid $pid); $N EVALSHAs per script"
+	echo "instructions: redis-server under callgrind (pid $pid); $N script calls per algorithm"
 	printf '%-16s %14s\n' script instr/call | tee -a "$result"
-	local alg keys tier sha ir
+	local alg ir
 	for alg in sliding_log sliding_window fixed_window token_bucket leaky_bucket gcra concurrency; do
-		# One tier whose limit is never reached; the per-tier constants
-		# are those redisstore.NewStore passes (see its algorithm table).
-		case $alg in
-		gcra) tier="1 1000000 1000000 1000000" ;;
-		token_bucket | leaky_bucket) tier="1 1 1000000 1000000 1000000" ;;
-		*) tier="1000000000 60000000" ;;
-		esac
-		keys=(1 "rl:$alg:{__rand_int__}:s")
-		case $alg in sliding_log | concurrency) keys=(2 "rl:$alg:{__rand_int__}:s" "rl:$alg:{__rand_int__}:l") ;; esac
-		sha=$( (cat redisstore/lib.lua; echo; cat "redisstore/$alg.lua") | redis-cli -p "$port" -x SCRIPT LOAD)
-		# shellcheck disable=SC2086
-		redis-benchmark -p "$port" -n 200 -c 1 -r 1000 -q evalsha "$sha" "${keys[@]}" 0 "" 1 0 "m-__rand_int__" 1000 1 $tier >/dev/null 2>&1
+		# The store's own calls (bench/luacalls): the script as sent,
+		# its keys and arguments. A warm-up loads the script and the
+		# keys; the measured run's connection set-up (HELLO, CLIENT
+		# SETINFO) adds a few instructions per call.
+		taskset -c "$WRK_CPU" "$workdir/luacalls" -addr "127.0.0.1:$port" -alg "$alg" -n 1000
 		callgrind_control -z "$pid" >/dev/null 2>&1
-		# shellcheck disable=SC2086
-		redis-benchmark -p "$port" -n "$N" -c 1 -r 1000 -q evalsha "$sha" "${keys[@]}" 0 "" 1 0 "m-__rand_int__" 1000 1 $tier >/dev/null 2>&1
+		taskset -c "$WRK_CPU" "$workdir/luacalls" -addr "127.0.0.1:$port" -alg "$alg" -n "$N"
 		ir=$(dump_total "$out" "$pid")
 		printf '%-16s %14d\n' "$alg" "$((ir / N))" | tee -a "$result"
 	done
