@@ -61,7 +61,7 @@ func NewClient(opts *redis.UniversalOptions, o ClientOptions) *Client {
 		probeTimeout:    opts.DialTimeout + opts.ReadTimeout,
 		probePrefix:     o.KeyPrefix,
 	}
-	c.pipe = NewPipeliner(c.UniversalClient, opts.WriteTimeout+opts.ReadTimeout)
+	c.pipe = NewDirectPipeliner(c.UniversalClient, opts.WriteTimeout+opts.ReadTimeout)
 	c.breaker = breaker.New(breaker.Options{
 		Failures:      BreakerFailures,
 		Window:        breakerWindow,

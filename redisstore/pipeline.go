@@ -3,6 +3,8 @@ package redisstore
 import (
 	"context"
 	"errors"
+	"fmt"
+	"runtime"
 	"sync"
 	"time"
 
@@ -17,6 +19,11 @@ import (
 // instance cost as much as serving the request itself. Under light load a
 // call goes out alone, at once.
 //
+// On a single node or a Sentinel's master, one worker writes the calls on
+// a connection of its own and reads the replies itself (see directConn);
+// on a Cluster, workers send them as go-redis pipelines, which route each
+// call to its slot's master.
+//
 // A Pipeliner belongs to one client; the Stores built with it (Options) and
 // the client share its workers. It is safe for concurrent use.
 type Pipeliner struct {
@@ -28,8 +35,9 @@ type Pipeliner struct {
 	once  sync.Once
 }
 
-// Pipeliner sizing: pipelineWorkers pipelines in flight at once (so a slow
-// reply does not hold up every request), at most maxPipeline calls each.
+// Pipeliner sizing: pipelineWorkers go-redis pipelines in flight at once
+// (so a slow reply does not hold up every request), at most maxPipeline
+// calls each.
 const (
 	pipelineWorkers = 4
 	maxPipeline     = 128
@@ -43,12 +51,52 @@ type evalCall struct {
 	args   []any
 }
 
+// replyLen is the most integers a script's reply holds.
+const replyLen = 16
+
+// reply is a script's answer as a store reads it: the integers of its
+// array (or its one integer), or the error it failed with (redis.Nil for
+// a nil reply).
+type reply struct {
+	vals [replyLen]int64
+	n    int
+	err  error
+}
+
+// ints returns the integers of r.
+func (r *reply) ints() []int64 { return r.vals[:r.n] }
+
+// replyOf reads a script's reply from go-redis's cmd.
+func replyOf(cmd *redis.Cmd) reply {
+	var r reply
+	switch v := cmd.Val().(type) {
+	case nil:
+		r.err = cmd.Err()
+		if r.err == nil {
+			r.err = redis.Nil
+		}
+	case int64:
+		r.vals[0], r.n = v, 1
+	default:
+		vs, err := cmd.Int64Slice()
+		if err != nil {
+			r.err = err
+		} else if len(vs) > replyLen {
+			r.err = fmt.Errorf("redis: script answered %d values, more than the %d expected", len(vs), replyLen)
+		}
+		r.n = copy(r.vals[:], vs)
+	}
+	if r.err == nil {
+		r.err = cmd.Err()
+	}
+	return r
+}
+
 // scriptCall is one script call waiting for a pipeline.
 type scriptCall struct {
 	evalCall
-	cmd  *redis.Cmd // the reply; nil with err set when never sent
-	err  error
-	done chan struct{}
+	reply reply // with err set when never sent
+	done  chan struct{}
 
 	// deadline is when the caller stops waiting (Pipeliner.wait after it
 	// queued the call), timed by timer (kept with the pooled call): a call
@@ -65,12 +113,40 @@ var callPool = sync.Pool{New: func() any { return &scriptCall{done: make(chan st
 // is one round trip's timeouts (the client's write and read timeouts), so a
 // failing Redis costs a call one timeout, not one per pipeline ahead of
 // it. Zero: no bound but the client's timeouts. Close stops the workers.
+//
+// The Pipeliner uses go-redis's pipelines. NewDirectPipeliner writes on
+// connections of its own where it can.
 func NewPipeliner(c redis.UniversalClient, wait time.Duration) *Pipeliner {
-	p := &Pipeliner{c: c, wait: wait, calls: make(chan *scriptCall, callQueue), stop: make(chan struct{})}
-	p.wg.Add(pipelineWorkers)
+	p := newPipeliner(c, wait, pipelineWorkers)
 	for i := 0; i < pipelineWorkers; i++ {
-		go p.work()
+		go p.work(nil)
 	}
+	return p
+}
+
+// NewDirectPipeliner is NewPipeliner with one worker writing the calls on
+// a connection of its own, dialed with c's options (see directConn), when
+// c is a single node or a Sentinel's master with a plain username and
+// password; with go-redis's pipelines otherwise (a Cluster), and once a
+// hook is added to c (its process hooks see every command then). One
+// connection and a batch in flight at a time: a call waits at most for
+// the batch ahead of it, and the calls that queued meanwhile go out
+// together, which costs a request the least CPU.
+func NewDirectPipeliner(c redis.UniversalClient, wait time.Duration) *Pipeliner {
+	o := directOptions(c)
+	if o == nil {
+		return NewPipeliner(c, wait)
+	}
+	h := &dialHook{}
+	c.AddHook(h)
+	p := newPipeliner(c, wait, 1)
+	go p.work(&directConn{opts: o, hook: h})
+	return p
+}
+
+func newPipeliner(c redis.UniversalClient, wait time.Duration, workers int) *Pipeliner {
+	p := &Pipeliner{c: c, wait: wait, calls: make(chan *scriptCall, callQueue), stop: make(chan struct{})}
+	p.wg.Add(workers)
 	return p
 }
 
@@ -83,7 +159,7 @@ func (p *Pipeliner) Close() {
 		for {
 			select {
 			case c := <-p.calls:
-				c.err = redis.ErrClosed
+				c.reply.err = redis.ErrClosed
 				c.done <- struct{}{}
 			default:
 				return
@@ -95,7 +171,7 @@ func (p *Pipeliner) Close() {
 // run calls script with keys and args in the next pipeline and returns its
 // reply. A ctx done before the reply returns ctx's error (the call may still
 // be applied in Redis).
-func (p *Pipeliner) run(ctx context.Context, script *redis.Script, keys []string, args []any) (*redis.Cmd, error) {
+func (p *Pipeliner) run(ctx context.Context, script *redis.Script, keys []string, args []any) reply {
 	c := callPool.Get().(*scriptCall)
 	c.evalCall = evalCall{script, keys, args}
 	var expired <-chan time.Time
@@ -111,94 +187,115 @@ func (p *Pipeliner) run(ctx context.Context, script *redis.Script, keys []string
 	select {
 	case p.calls <- c:
 	case <-p.stop:
-		return nil, redis.ErrClosed
+		return reply{err: redis.ErrClosed}
 	case <-ctx.Done():
-		return nil, ctx.Err()
+		return reply{err: ctx.Err()}
 	case <-expired:
-		return nil, errQueueTimeout
+		return reply{err: errQueueTimeout}
 	}
 	select {
 	case <-c.done:
 	case <-ctx.Done():
 		// The worker still owns c: it is not put back.
-		return nil, ctx.Err()
+		return reply{err: ctx.Err()}
 	case <-expired:
 		// Likewise; the worker does not send it if it has not yet.
-		return nil, errQueueTimeout
+		return reply{err: errQueueTimeout}
 	case <-p.stop:
-		return nil, redis.ErrClosed
+		return reply{err: redis.ErrClosed}
 	}
 	if c.timer != nil {
 		c.timer.Stop()
 	}
-	cmd, err := c.cmd, c.err
+	r := c.reply
 	*c = scriptCall{done: c.done, timer: c.timer}
 	callPool.Put(c)
-	if err != nil {
-		return nil, err
-	}
-	return cmd, cmd.Err()
+	return r
 }
 
 // errQueueTimeout fails a call whose reply did not come within the
 // Pipeliner's wait (a Redis that hangs, holding every worker).
 var errQueueTimeout = errors.New("redis: no reply within the read and write timeouts (calls queued behind pipelines that did not return)")
 
-func (p *Pipeliner) work() {
+// next waits for a call, then takes those queued behind it, up to
+// maxPipeline, into batch; it returns nil once the Pipeliner stops. A call
+// whose caller stopped waiting while it queued is answered at once and not
+// taken: a hung Redis would only hold the worker for another timeout.
+func (p *Pipeliner) next(batch []*scriptCall) []*scriptCall {
+	select {
+	case c := <-p.calls:
+		batch = append(batch, c)
+	case <-p.stop:
+		return nil
+	}
+	// The requests that are about to call run get the core first, so
+	// that a batch forms instead of a pipeline per call.
+	runtime.Gosched()
+fill:
+	for len(batch) < maxPipeline {
+		select {
+		case c := <-p.calls:
+			batch = append(batch, c)
+		default:
+			break fill
+		}
+	}
+	now := time.Now()
+	sent := batch[:0]
+	for _, c := range batch {
+		if !c.deadline.IsZero() && !now.Before(c.deadline) {
+			c.reply.err = errQueueTimeout
+			c.done <- struct{}{}
+			continue
+		}
+		sent = append(sent, c)
+	}
+	clear(batch[len(sent):])
+	return sent
+}
+
+// work is a worker: with d, it sends its batches on d (see directConn)
+// while no hook is added to the client, else as go-redis pipelines.
+func (p *Pipeliner) work(d *directConn) {
 	defer p.wg.Done()
+	if d != nil {
+		defer d.close()
+	}
 	batch := make([]*scriptCall, 0, maxPipeline)
 	evals := make([]*evalCall, 0, maxPipeline)
 	cmds := make([]*redis.Cmd, 0, maxPipeline)
 	for {
-		batch = batch[:0]
-		select {
-		case c := <-p.calls:
-			batch = append(batch, c)
-		case <-p.stop:
+		batch = p.next(batch[:0])
+		if batch == nil {
 			return
 		}
-	fill:
-		for len(batch) < maxPipeline {
-			select {
-			case c := <-p.calls:
-				batch = append(batch, c)
-			default:
-				break fill
+		switch {
+		case len(batch) == 0:
+		case d != nil && !d.hook.hooked():
+			d.evalAll(p.c, batch)
+		default:
+			for _, c := range batch {
+				evals = append(evals, &c.evalCall)
 			}
-		}
-		// A call whose caller stopped waiting while it queued is not
-		// sent: a hung Redis would only hold this worker for another
-		// timeout.
-		now := time.Now()
-		sent := batch[:0]
-		for _, c := range batch {
-			if !c.deadline.IsZero() && !now.Before(c.deadline) {
-				c.err = errQueueTimeout
-				c.done <- struct{}{}
-				continue
-			}
-			sent = append(sent, c)
-			evals = append(evals, &c.evalCall)
-		}
-		batch = sent
-		if len(batch) > 0 {
 			// The client's timeouts bound the pipeline; a caller
 			// whose ctx ends or whose wait passes stops waiting for
 			// it (see run).
 			cmds = evalAll(context.Background(), p.c, evals, cmds[:0])
+			for i, c := range batch {
+				c.reply = replyOf(cmds[i])
+			}
+			clear(cmds)
+			clear(evals)
+			evals = evals[:0]
 		}
-		for i, c := range batch {
-			c.cmd = cmds[i]
+		for _, c := range batch {
 			c.done <- struct{}{}
 		}
-		clear(cmds)
-		clear(evals)
-		evals = evals[:0]
 	}
 }
 
-// evalAll is how every script call of the package reaches Redis: calls
-// go as one pipeline of EVALSHA, then those whose script Redis did not have
+// evalAll is how the package's script calls reach Redis through go-redis:
+// calls go as one pipeline of EVALSHA, then those whose script Redis did not have
 // (NOSCRIPT: a restart, a failover) as one of EVAL, which caches it again.
 // It appends the reply of every call to cmds, in order. Only a NOSCRIPT
 // reply is sent again: a timeout or a refused connection fails the calls at
@@ -211,21 +308,32 @@ func evalAll(ctx context.Context, c redis.UniversalClient, calls []*evalCall, cm
 	}
 	_, err := pipe.Exec(ctx)
 	unanswered(cmds[first:], err)
-	var retry redis.Pipeliner
-	var retried []*redis.Cmd
+	var again []*evalCall
+	var at []int
 	for i, e := range calls {
 		if err := cmds[first+i].Err(); err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
-			if retry == nil {
-				retry = c.Pipeline()
-			}
-			cmds[first+i] = e.script.Eval(ctx, retry, e.keys, e.args...)
-			retried = append(retried, cmds[first+i])
+			again = append(again, e)
+			at = append(at, first+i)
 		}
 	}
-	if retry != nil {
-		_, err := retry.Exec(ctx)
-		unanswered(retried, err)
+	if len(again) > 0 {
+		for i, cmd := range evalSource(ctx, c, again, nil) {
+			cmds[at[i]] = cmd
+		}
 	}
+	return cmds
+}
+
+// evalSource sends the calls as one pipeline of EVAL, with the scripts'
+// source, and appends their replies to cmds.
+func evalSource(ctx context.Context, c redis.UniversalClient, calls []*evalCall, cmds []*redis.Cmd) []*redis.Cmd {
+	first := len(cmds)
+	pipe := c.Pipeline()
+	for _, e := range calls {
+		cmds = append(cmds, e.script.Eval(ctx, pipe, e.keys, e.args...))
+	}
+	_, err := pipe.Exec(ctx)
+	unanswered(cmds[first:], err)
 	return cmds
 }
 
