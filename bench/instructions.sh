@@ -107,6 +107,8 @@ run_caddy() {
 		callgrind_control -z "$pid" >/dev/null 2>&1
 		n=$(taskset -c "$WRK_CPU" wrk -t1 -c"$CONNS" -d"$DURATION" "http://127.0.0.1:${port[$s]}/" | awk '/requests in/ { print $1 }')
 		ir=$(dump_total "$out" "$pid")
+		# PROFILES=1 keeps each site's dump, for callgrind_annotate.
+		[ -n "${PROFILES:-}" ] && cp "$(ls -t "$out".* | head -1)" "bench/results/callgrind-$s.out"
 		per=$((ir / n))
 		[ "$s" = plain ] && plain=$per
 		printf '%-22s %10d %14d %8s\n' "$s" "$n" "$per" "$(awk -v p="$plain" -v x="$per" 'BEGIN { printf "%.3f", p / x }')" | tee -a "$result"

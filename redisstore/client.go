@@ -83,6 +83,14 @@ func (c *Client) Breaker() *breaker.Breaker { return c.breaker }
 // Pipeliner returns the client's Pipeliner, for the Options of its Stores.
 func (c *Client) Pipeliner() *Pipeliner { return c.pipe }
 
+// AddHook adds a go-redis hook to the client. Its process hooks see every
+// command from then on: the Pipeliner sends its calls through go-redis
+// instead of its own connection.
+func (c *Client) AddHook(h redis.Hook) {
+	c.pipe.hooked.Store(true)
+	c.UniversalClient.AddHook(h)
+}
+
 // Destruct stops the breaker's prober and the pipeliner's workers, and
 // closes the client.
 func (c *Client) Destruct() error {

@@ -8,7 +8,6 @@ import (
 	"net"
 	"strconv"
 	"strings"
-	"sync/atomic"
 	"syscall"
 	"time"
 	"unsafe"
@@ -26,11 +25,17 @@ import (
 // probe, Cluster) goes through go-redis.
 type directConn struct {
 	opts *redis.Options
-	hook *dialHook
 	nc   net.Conn
 	r    *bufio.Reader
 	w    *bufio.Writer
 	num  []byte // decimal numbers being written
+	size []byte // the length of a bulk string being written
+
+	// raw peeks at nc's socket (see alive): nil when nc is not one;
+	// peek is its callback, which sets open, built once.
+	raw  syscall.RawConn
+	peek func(fd uintptr) bool
+	open bool
 }
 
 // directOptions returns c's options when a Pipeliner can talk to its node
@@ -74,11 +79,15 @@ func (d *directConn) dial() error {
 		ctx, cancel = context.WithTimeout(ctx, d.opts.DialTimeout)
 		defer cancel()
 	}
-	nc, err := d.hook.dial(ctx, d.opts)
+	nc, err := d.opts.Dialer(ctx, d.opts.Network, d.opts.Addr)
 	if err != nil {
 		return err
 	}
 	d.nc = nc
+	d.raw = nil
+	if sc, ok := nc.(syscall.Conn); ok {
+		d.raw, _ = sc.SyscallConn()
+	}
 	if d.r == nil {
 		d.r = bufio.NewReaderSize(nc, 32<<10)
 		d.w = bufio.NewWriterSize(nc, 32<<10)
@@ -131,7 +140,7 @@ func (d *directConn) dial() error {
 func (d *directConn) close() {
 	if d.nc != nil {
 		d.nc.Close()
-		d.nc = nil
+		d.nc, d.raw = nil, nil
 	}
 }
 
@@ -141,7 +150,7 @@ func (d *directConn) close() {
 // it. A failure of the connection fails the calls not yet answered with
 // its error, once: the next batch dials again.
 func (d *directConn) evalAll(c redis.UniversalClient, calls []*scriptCall) {
-	if d.nc != nil && !alive(d.nc) {
+	if d.nc != nil && !d.alive() {
 		// Closed by Redis while idle (a restart, CLIENT KILL, a
 		// timeout): the calls go on a new connection, as go-redis's
 		// pool would send them.
@@ -245,9 +254,9 @@ func (d *directConn) bulk(s string) {
 
 // bulkBytes writes b, which may be d.num, as a bulk string.
 func (d *directConn) bulkBytes(b []byte) {
-	var n [20]byte
+	d.size = strconv.AppendInt(d.size[:0], int64(len(b)), 10)
 	d.w.WriteByte('$')
-	d.w.Write(strconv.AppendInt(n[:0], int64(len(b)), 10))
+	d.w.Write(d.size)
 	d.w.WriteString("\r\n")
 	d.w.Write(b)
 	d.w.WriteString("\r\n")
@@ -349,62 +358,23 @@ func (d *directConn) line() (string, error) {
 // valid until b's buffer is read into again.
 func bytesString(b []byte) string { return unsafe.String(unsafe.SliceData(b), len(b)) }
 
-// dialHook is a go-redis hook that keeps the client's chain of dial hooks,
-// so that a Pipeliner dials through the hooks added to the client after it,
-// as go-redis does for its own connections, and tells whether there are
-// any: the calls of a direct Pipeliner would not pass through their
-// process hooks (instrumentation, tracing), so it then sends them through
-// go-redis.
-type dialHook struct {
-	next   atomic.Pointer[redis.DialHook]
-	chains atomic.Int32 // how many times the client built its chain of hooks
-}
-
-func (h *dialHook) DialHook(next redis.DialHook) redis.DialHook {
-	h.next.Store(&next)
-	h.chains.Add(1)
-	return next
-}
-
-// hooked reports whether a hook was added to the client after h: the
-// client then built its chain again.
-func (h *dialHook) hooked() bool { return h.chains.Load() > 1 }
-
-func (h *dialHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook { return next }
-
-func (h *dialHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return next
-}
-
-// dial dials o's address through the hooks, or with o's Dialer alone.
-func (h *dialHook) dial(ctx context.Context, o *redis.Options) (net.Conn, error) {
-	if h != nil {
-		if next := h.next.Load(); next != nil {
-			return (*next)(ctx, o.Network, o.Addr)
-		}
-	}
-	return o.Dialer(ctx, o.Network, o.Addr)
-}
-
-// alive reports whether nc, with no reply outstanding, is still open: a
+// alive reports whether d.nc, with no reply outstanding, is still open: a
 // non-blocking peek that finds neither end of file nor data, which only a
 // connection Redis closed would have. A connection that is not a socket
 // (TLS: the peek would read its records) counts as open.
-func alive(nc net.Conn) bool {
-	sc, ok := nc.(syscall.Conn)
-	if !ok {
+func (d *directConn) alive() bool {
+	if d.raw == nil {
 		return true
 	}
-	rc, err := sc.SyscallConn()
-	if err != nil {
-		return false
+	if d.peek == nil {
+		d.peek = func(fd uintptr) bool {
+			var b [1]byte
+			n, _, err := syscall.Recvfrom(int(fd), b[:], syscall.MSG_PEEK|syscall.MSG_DONTWAIT)
+			d.open = n < 0 && (err == syscall.EAGAIN || err == syscall.EWOULDBLOCK)
+			return true
+		}
 	}
-	ok = true
-	err = rc.Read(func(fd uintptr) bool {
-		var b [1]byte
-		n, _, err := syscall.Recvfrom(int(fd), b[:], syscall.MSG_PEEK|syscall.MSG_DONTWAIT)
-		ok = n < 0 && (err == syscall.EAGAIN || err == syscall.EWOULDBLOCK)
-		return true
-	})
-	return ok && err == nil
+	d.open = false
+	err := d.raw.Read(d.peek)
+	return err == nil && d.open
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"runtime"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -33,6 +34,10 @@ type Pipeliner struct {
 	stop  chan struct{}
 	wg    sync.WaitGroup
 	once  sync.Once
+
+	// hooked makes a direct Pipeliner send through go-redis, whose hooks
+	// see every command (see Client.AddHook).
+	hooked atomic.Bool
 }
 
 // Pipeliner sizing: pipelineWorkers go-redis pipelines in flight at once
@@ -128,7 +133,7 @@ func NewPipeliner(c redis.UniversalClient, wait time.Duration) *Pipeliner {
 // a connection of its own, dialed with c's options (see directConn), when
 // c is a single node or a Sentinel's master with a plain username and
 // password; with go-redis's pipelines otherwise (a Cluster), and once a
-// hook is added to c (its process hooks see every command then). One
+// hook is added through Client.AddHook. One
 // connection and a batch in flight at a time: a call waits at most for
 // the batch ahead of it, and the calls that queued meanwhile go out
 // together, which costs a request the least CPU.
@@ -137,10 +142,8 @@ func NewDirectPipeliner(c redis.UniversalClient, wait time.Duration) *Pipeliner 
 	if o == nil {
 		return NewPipeliner(c, wait)
 	}
-	h := &dialHook{}
-	c.AddHook(h)
 	p := newPipeliner(c, wait, 1)
-	go p.work(&directConn{opts: o, hook: h})
+	go p.work(&directConn{opts: o})
 	return p
 }
 
@@ -255,7 +258,7 @@ fill:
 }
 
 // work is a worker: with d, it sends its batches on d (see directConn)
-// while no hook is added to the client, else as go-redis pipelines.
+// unless hooked, else as go-redis pipelines.
 func (p *Pipeliner) work(d *directConn) {
 	defer p.wg.Done()
 	if d != nil {
@@ -271,7 +274,7 @@ func (p *Pipeliner) work(d *directConn) {
 		}
 		switch {
 		case len(batch) == 0:
-		case d != nil && !d.hook.hooked():
+		case d != nil && !p.hooked.Load():
 			d.evalAll(p.c, batch)
 		default:
 			for _, c := range batch {

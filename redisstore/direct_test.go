@@ -1,0 +1,303 @@
+package redisstore
+
+import (
+	"context"
+	"errors"
+	"net"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/zonelimit/caddy-ratelimit/algorithms"
+	"github.com/zonelimit/caddy-ratelimit/internal/redistest"
+)
+
+// directPipeliner returns a client of srv with opts and a direct Pipeliner
+// on it, closed when the test ends.
+func directPipeliner(t testing.TB, opts *redis.Options, wait time.Duration) (*redis.Client, *Pipeliner) {
+	t.Helper()
+	c := redis.NewClient(opts)
+	p := NewDirectPipeliner(c, wait)
+	t.Cleanup(func() {
+		p.Close()
+		c.Close()
+	})
+	return c, p
+}
+
+// pooledUses is how many times c took a connection from go-redis's pools:
+// never for the calls of a direct Pipeliner.
+func pooledUses(c *redis.Client) uint32 {
+	st := c.PoolStats()
+	n := st.Hits + st.Misses
+	if p := st.PipelineStats; p != nil {
+		n += p.Hits + p.Misses
+	}
+	return n
+}
+
+// Concurrent Takes through a direct Pipeliner: on its own connection (go-redis
+// opens none), exact (every algorithm admits exactly its limit), one
+// EVALSHA each.
+func TestDirectPipelinerExact(t *testing.T) {
+	srv := redistest.Start(t)
+	c, p := directPipeliner(t, &redis.Options{Addr: srv.Addr}, time.Second)
+	for _, name := range []string{algorithms.SlidingLog, algorithms.FixedWindow, algorithms.TokenBucket, algorithms.GCRA, algorithms.Concurrency} {
+		s := pipelinedStore(t, c, p, name, oneTier(100, time.Hour), "direct")
+		// The script's first call (NOSCRIPT, then EVAL through go-redis).
+		if _, err := s.Take(context.Background(), "warm", time.Time{}, 1); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := redistest.Do(srv.Addr, "CONFIG", "RESETSTAT"); err != nil {
+			t.Fatal(err)
+		}
+		before := pooledUses(c)
+		admitted := takeConcurrently(t, 64, 5, func(int, int) (algorithms.Decision, error) {
+			return s.Take(context.Background(), "k", time.Time{}, 1)
+		})
+		if admitted != 100 {
+			t.Errorf("%s: admitted %d of 320, want 100", name, admitted)
+		}
+		if n := pooledUses(c) - before; n != 0 {
+			t.Fatalf("%s: go-redis's pool gave %d connections, want none (the Pipeliner's own)", name, n)
+		}
+		if n := commandStats(t, c)["evalsha"]; n != 320 {
+			t.Errorf("%s: %d EVALSHA for 320 Takes", name, n)
+		}
+	}
+}
+
+// A Take and an Undo through a direct Pipeliner answer what the
+// unpipelined ones do, for every algorithm, on the same timeline.
+func TestDirectPipelinerSameDecisions(t *testing.T) {
+	srv := redistest.Start(t)
+	c, p := directPipeliner(t, &redis.Options{Addr: srv.Addr}, 0)
+	cfg := algorithms.Config{Tiers: []algorithms.Tier{{Events: 3, Window: time.Second}, {Events: 5, Window: time.Minute}}}
+	ctx := context.Background()
+	for _, name := range algorithms.Names {
+		if name == algorithms.Concurrency {
+			cfg = oneTier(3, time.Minute)
+		}
+		plain := mustStore(t, c, mustLimiter(t, name, cfg), "same-a")
+		direct := pipelinedStore(t, c, p, name, cfg, "same-b")
+		for i := 0; i < 8; i++ {
+			now := t0.Add(time.Duration(i) * 150 * time.Millisecond)
+			a, err1 := plain.Take(ctx, "k", now, 1)
+			b, err2 := direct.Take(ctx, "k", now, 1)
+			if err1 != nil || err2 != nil {
+				t.Fatal(err1, err2)
+			}
+			if i%3 == 1 { // give one back now and then
+				err1 = plain.Undo(ctx, "k", now, 1, a)
+				err2 = direct.Undo(ctx, "k", now, 1, b)
+				if err1 != nil || err2 != nil {
+					t.Fatalf("%s step %d: undo: %v, %v", name, i, err1, err2)
+				}
+			}
+			a.Token, b.Token = 0, 0 // concurrency tokens are per store
+			if a != b {
+				t.Fatalf("%s step %d: plain %+v, direct %+v", name, i, a, b)
+			}
+		}
+	}
+}
+
+// After a restart Redis has no scripts: the EVALSHA gets NOSCRIPT and the
+// call is sent again with EVAL. Close fails later calls.
+func TestDirectPipelinerNoScriptAndClose(t *testing.T) {
+	srv := redistest.Start(t)
+	c, p := directPipeliner(t, &redis.Options{Addr: srv.Addr}, 0)
+	s := pipelinedStore(t, c, p, algorithms.GCRA, oneTier(10, time.Minute), "noscript")
+	ctx := context.Background()
+	if _, err := s.Take(ctx, "k", time.Time{}, 1); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := redistest.Do(srv.Addr, "SCRIPT", "FLUSH"); err != nil {
+		t.Fatal(err)
+	}
+	d, err := s.Take(ctx, "k", time.Time{}, 1)
+	if err != nil || !d.Allowed || d.Remaining != 8 {
+		t.Fatalf("after SCRIPT FLUSH: %+v, %v", d, err)
+	}
+	if d, err := s.Take(ctx, "k", time.Time{}, 1); err != nil || d.Remaining != 7 {
+		t.Fatalf("once the script is cached again: %+v, %v", d, err)
+	}
+	p.Close()
+	if _, err := s.Take(ctx, "k", time.Time{}, 1); !errors.Is(err, redis.ErrClosed) {
+		t.Fatalf("after Close: %v", err)
+	}
+}
+
+// A connection Redis closed while it was idle (CLIENT KILL here; a
+// restart, a timeout) is replaced before the next call, which succeeds.
+func TestDirectPipelinerConnectionClosedWhileIdle(t *testing.T) {
+	srv := redistest.Start(t)
+	c, p := directPipeliner(t, &redis.Options{Addr: srv.Addr}, time.Second)
+	s := pipelinedStore(t, c, p, algorithms.GCRA, oneTier(10, time.Minute), "killed")
+	ctx := context.Background()
+	for i := 0; i < 3; i++ {
+		if _, err := s.Take(ctx, "k", time.Time{}, 1); err != nil {
+			t.Fatalf("take %d: %v", i, err)
+		}
+		if _, err := redistest.Do(srv.Addr, "CLIENT", "KILL", "TYPE", "normal"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if d, err := s.Take(ctx, "k", time.Time{}, 1); err != nil || d.Remaining != 6 {
+		t.Fatalf("after the kills: %+v, %v", d, err)
+	}
+}
+
+// A call that times out fails with the timeout; the connection is
+// dropped, so that the late reply is not read as the next call's: the
+// calls after it get their own decisions.
+func TestDirectPipelinerTimeout(t *testing.T) {
+	srv := redistest.Start(t)
+	c, p := directPipeliner(t, &redis.Options{Addr: srv.Addr, ReadTimeout: 100 * time.Millisecond, MaxRetries: -1}, time.Minute)
+	s := pipelinedStore(t, c, p, algorithms.GCRA, oneTier(10, time.Minute), "timeout")
+	ctx := context.Background()
+	if d, err := s.Take(ctx, "a", time.Time{}, 1); err != nil || d.Remaining != 9 {
+		t.Fatalf("before: %+v, %v", d, err)
+	}
+	srv.Pause()
+	_, err := s.Take(ctx, "a", time.Time{}, 1)
+	srv.Resume()
+	var ne net.Error
+	if !errors.As(err, &ne) || !ne.Timeout() {
+		t.Fatalf("with Redis paused: %v, want a timeout", err)
+	}
+	// The paused call was applied once Redis resumed (a: 8 left), and
+	// is not the answer of b's first call.
+	d, err := s.Take(ctx, "b", time.Time{}, 5)
+	if err != nil || d.Remaining != 5 {
+		t.Fatalf("b after the timeout: %+v, %v", d, err)
+	}
+	if d, err := s.Take(ctx, "a", time.Time{}, 1); err != nil || d.Remaining != 7 {
+		t.Fatalf("a after the timeout: %+v, %v", d, err)
+	}
+}
+
+// The connection authenticates as the client's ACL user and selects its
+// database; a wrong password fails the calls with Redis's answer.
+func TestDirectPipelinerAuthAndDB(t *testing.T) {
+	srv := redistest.StartArgs(t, "--requirepass", "s3cret")
+	admin := redis.NewClient(&redis.Options{Addr: srv.Addr, Password: "s3cret"})
+	defer admin.Close()
+	if err := admin.Do(context.Background(), "ACL", "SETUSER", "limiter", "on", ">pw", "~rltest:*", "+@all").Err(); err != nil {
+		t.Fatal(err)
+	}
+	c, p := directPipeliner(t, &redis.Options{Addr: srv.Addr, Username: "limiter", Password: "pw", DB: 3}, time.Second)
+	s := pipelinedStore(t, c, p, algorithms.GCRA, oneTier(10, time.Minute), "auth")
+	ctx := context.Background()
+	// The script's first call (NOSCRIPT, then EVAL through go-redis).
+	if _, err := s.Take(ctx, "warm", time.Time{}, 1); err != nil {
+		t.Fatal(err)
+	}
+	before := pooledUses(c)
+	if d, err := s.Take(ctx, "k", time.Time{}, 1); err != nil || d.Remaining != 9 {
+		t.Fatalf("as limiter in db 3: %+v, %v", d, err)
+	}
+	key := s.Keys("k")[0]
+	for db, want := range map[int]int64{0: 0, 3: 1} {
+		dc := redis.NewClient(&redis.Options{Addr: srv.Addr, Password: "s3cret", DB: db})
+		n, err := dc.Exists(ctx, key).Result()
+		dc.Close()
+		if err != nil || n != want {
+			t.Errorf("db %d holds the key %d times (%v), want %d", db, n, err, want)
+		}
+	}
+	if n := pooledUses(c) - before; n != 0 {
+		t.Errorf("go-redis's pool gave %d connections, want none", n)
+	}
+
+	wc, wp := directPipeliner(t, &redis.Options{Addr: srv.Addr, Password: "wrong"}, time.Second)
+	ws := pipelinedStore(t, wc, wp, algorithms.GCRA, oneTier(10, time.Minute), "auth")
+	for i := 0; i < 2; i++ {
+		if _, err := ws.Take(ctx, "k", time.Time{}, 1); err == nil || !strings.Contains(err.Error(), "WRONGPASS") {
+			t.Fatalf("take %d with a wrong password: %v, want WRONGPASS", i+1, err)
+		}
+	}
+	if err := ws.Undo(ctx, "k", time.Time{}, 1, algorithms.Decision{Allowed: true}); err == nil || !strings.Contains(err.Error(), "WRONGPASS") {
+		t.Fatalf("undo with a wrong password: %v, want WRONGPASS", err)
+	}
+}
+
+// Once a hook is added to the Client, its calls go through go-redis, so
+// that the hook sees them.
+func TestDirectPipelinerHooked(t *testing.T) {
+	srv := redistest.Start(t)
+	c := NewClient(&redis.UniversalOptions{Addrs: []string{srv.Addr}}, ClientOptions{})
+	defer c.Destruct()
+	s := pipelinedStore(t, c, c.Pipeliner(), algorithms.GCRA, oneTier(10, time.Minute), "hooked")
+	ctx := context.Background()
+	if _, err := s.Take(ctx, "k", time.Time{}, 1); err != nil {
+		t.Fatal(err)
+	}
+	counter := &pipelineCounter{}
+	c.AddHook(counter)
+	if d, err := s.Take(ctx, "k", time.Time{}, 1); err != nil || d.Remaining != 8 {
+		t.Fatalf("hooked: %+v, %v", d, err)
+	}
+	if n := counter.n.Load(); n != 1 {
+		t.Errorf("the hook saw %d calls, want 1", n)
+	}
+}
+
+// With Redis hung, the worker waits for a read timeout; calls queued
+// behind it fail once their caller's wait has passed, and are never sent
+// (counted by Redis once it resumes), as with go-redis's pipelines (see
+// TestPipelinerQueuedCallsNotSentAfterWait).
+func TestDirectPipelinerQueuedCallsNotSentAfterWait(t *testing.T) {
+	srv := redistest.Start(t)
+	c, p := directPipeliner(t, &redis.Options{Addr: srv.Addr, ReadTimeout: 3 * time.Second, MaxRetries: -1}, 100*time.Millisecond)
+	s := pipelinedStore(t, c, p, algorithms.GCRA, oneTier(10, time.Minute), "queued")
+	ctx := context.Background()
+	if _, err := s.Take(ctx, "warm", time.Time{}, 1); err != nil {
+		t.Fatalf("Take before the pause: %v", err)
+	}
+	if _, err := redistest.Do(srv.Addr, "CONFIG", "RESETSTAT"); err != nil {
+		t.Fatal(err)
+	}
+	srv.Pause()
+	t.Cleanup(srv.Resume)
+	// The first call goes out (its caller gives up after the wait; the
+	// worker waits for Redis for the read timeout).
+	if _, err := s.Take(ctx, "first", time.Time{}, 1); !errors.Is(err, errQueueTimeout) {
+		t.Fatalf("first call with Redis paused: %v, want the queue timeout", err)
+	}
+	const queued = 20
+	errs := make([]error, queued)
+	var wave sync.WaitGroup
+	for i := range errs {
+		wave.Add(1)
+		go func() {
+			defer wave.Done()
+			_, errs[i] = s.Take(ctx, "second", time.Time{}, 1)
+		}()
+	}
+	wave.Wait()
+	for i, err := range errs {
+		if !errors.Is(err, errQueueTimeout) {
+			t.Errorf("queued call %d: %v, want the queue timeout", i+1, err)
+		}
+	}
+	srv.Resume()
+	tries := 0
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		tries++
+		if _, err := s.Take(ctx, "after", time.Time{}, 1); err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("no decision 10s after Redis resumed")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if n := commandStats(t, c)["evalsha"]; n > int64(1+tries) {
+		t.Errorf("Redis ran %d EVALSHA since the pause, want at most %d (the first call and those after the resume; the %d queued ones were sent too?)", n, 1+tries, queued)
+	}
+}
