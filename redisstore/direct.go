@@ -27,9 +27,7 @@ type directConn struct {
 	opts *redis.Options
 	nc   net.Conn
 	r    *bufio.Reader
-	w    *bufio.Writer
-	num  []byte // decimal numbers being written
-	size []byte // the length of a bulk string being written
+	out  []byte // the commands being written, sent in one write
 
 	// raw peeks at nc's socket (see alive): nil when nc is not one;
 	// peek is its callback, which sets open, built once.
@@ -90,10 +88,8 @@ func (d *directConn) dial() error {
 	}
 	if d.r == nil {
 		d.r = bufio.NewReaderSize(nc, 32<<10)
-		d.w = bufio.NewWriterSize(nc, 32<<10)
 	} else {
 		d.r.Reset(nc)
-		d.w.Reset(nc)
 	}
 	var cmds [][]string
 	if d.opts.Password != "" {
@@ -111,13 +107,14 @@ func (d *directConn) dial() error {
 	}
 	err = d.deadline(false)
 	if err == nil {
+		d.out = d.out[:0]
 		for _, c := range cmds {
-			d.array(len(c))
+			d.out = appendArray(d.out, len(c))
 			for _, a := range c {
-				d.bulk(a)
+				d.out = appendBulk(d.out, a)
 			}
 		}
-		err = d.w.Flush()
+		err = d.flush()
 	}
 	if err == nil {
 		err = d.deadline(true)
@@ -166,10 +163,11 @@ func (d *directConn) evalAll(c redis.UniversalClient, calls []*scriptCall) {
 	}
 	err := d.deadline(false)
 	if err == nil {
+		d.out = d.out[:0]
 		for _, sc := range calls {
-			d.evalSha(&sc.evalCall)
+			d.out = appendEvalSha(d.out, &sc.evalCall)
 		}
-		err = d.w.Flush()
+		err = d.flush()
 	}
 	if err == nil {
 		err = d.deadline(true)
@@ -209,57 +207,58 @@ func (d *directConn) evalAll(c redis.UniversalClient, calls []*scriptCall) {
 	}
 }
 
-// evalSha writes e as an EVALSHA.
-func (d *directConn) evalSha(e *evalCall) {
-	d.array(3 + len(e.keys) + len(e.args))
-	d.bulk("evalsha")
-	d.bulk(e.script.Hash())
-	d.num = strconv.AppendInt(d.num[:0], int64(len(e.keys)), 10)
-	d.bulkBytes(d.num)
+// flush writes out what was appended to d.out.
+func (d *directConn) flush() error {
+	_, err := d.nc.Write(d.out)
+	if cap(d.out) > 64<<10 {
+		d.out = nil // a burst's buffer is not kept
+	}
+	return err
+}
+
+// appendEvalSha appends e to b as an EVALSHA.
+func appendEvalSha(b []byte, e *evalCall) []byte {
+	var n [20]byte
+	b = appendArray(b, 3+len(e.keys)+len(e.args))
+	b = appendBulk(b, "evalsha")
+	b = appendBulk(b, e.script.Hash())
+	b = appendBulkBytes(b, strconv.AppendInt(n[:0], int64(len(e.keys)), 10))
 	for _, k := range e.keys {
-		d.bulk(k)
+		b = appendBulk(b, k)
 	}
 	for _, a := range e.args {
 		switch v := a.(type) {
 		case string:
-			d.bulk(v)
+			b = appendBulk(b, v)
 		case int64:
-			d.num = strconv.AppendInt(d.num[:0], v, 10)
-			d.bulkBytes(d.num)
+			b = appendBulkBytes(b, strconv.AppendInt(n[:0], v, 10))
 		case int:
-			d.num = strconv.AppendInt(d.num[:0], int64(v), 10)
-			d.bulkBytes(d.num)
+			b = appendBulkBytes(b, strconv.AppendInt(n[:0], int64(v), 10))
 		case uint64:
-			d.num = strconv.AppendUint(d.num[:0], v, 10)
-			d.bulkBytes(d.num)
+			b = appendBulkBytes(b, strconv.AppendUint(n[:0], v, 10))
 		default:
-			d.bulk(fmt.Sprint(v))
+			b = appendBulk(b, fmt.Sprint(v))
 		}
 	}
+	return b
 }
 
-func (d *directConn) array(n int) {
-	d.w.WriteByte('*')
-	d.w.Write(strconv.AppendInt(d.num[:0], int64(n), 10))
-	d.w.WriteString("\r\n")
+func appendArray(b []byte, n int) []byte {
+	b = append(b, '*')
+	b = strconv.AppendInt(b, int64(n), 10)
+	return append(b, '\r', '\n')
 }
 
-func (d *directConn) bulk(s string) {
-	d.w.WriteByte('$')
-	d.w.Write(strconv.AppendInt(d.num[:0], int64(len(s)), 10))
-	d.w.WriteString("\r\n")
-	d.w.WriteString(s)
-	d.w.WriteString("\r\n")
+func appendBulk(b []byte, s string) []byte {
+	b = append(b, '$')
+	b = strconv.AppendInt(b, int64(len(s)), 10)
+	b = append(b, '\r', '\n')
+	b = append(b, s...)
+	return append(b, '\r', '\n')
 }
 
-// bulkBytes writes b, which may be d.num, as a bulk string.
-func (d *directConn) bulkBytes(b []byte) {
-	d.size = strconv.AppendInt(d.size[:0], int64(len(b)), 10)
-	d.w.WriteByte('$')
-	d.w.Write(d.size)
-	d.w.WriteString("\r\n")
-	d.w.Write(b)
-	d.w.WriteString("\r\n")
+func appendBulkBytes(b, s []byte) []byte {
+	return appendBulk(b, bytesString(s))
 }
 
 // redisError is an error reply of Redis, told apart from a failure of the
@@ -292,17 +291,18 @@ func (d *directConn) read(r *reply) error {
 		r.err = redisError(strings.Clone(line[1:]))
 		return nil
 	case ':':
-		v, err := strconv.ParseInt(string(line[1:]), 10, 64)
-		if err != nil {
+		v, ok := parseInt(line[1:])
+		if !ok {
 			return errProtocol
 		}
 		r.vals[0], r.n = v, 1
 		return nil
 	case '$', '*':
-		n, err := strconv.Atoi(string(line[1:]))
-		if err != nil {
+		n64, ok := parseInt(line[1:])
+		if !ok {
 			return errProtocol
 		}
+		n := int(n64)
 		if n < 0 {
 			r.err = redis.Nil
 			return nil
@@ -318,8 +318,8 @@ func (d *directConn) read(r *reply) error {
 			if line[0] != ':' {
 				return errProtocol
 			}
-			v, err := strconv.ParseInt(string(line[1:]), 10, 64)
-			if err != nil {
+			v, ok := parseInt(line[1:])
+			if !ok {
 				return errProtocol
 			}
 			if i < len(r.vals) {
@@ -333,6 +333,40 @@ func (d *directConn) read(r *reply) error {
 		return nil
 	}
 	return errProtocol
+}
+
+// parseInt parses a RESP integer: an optional minus sign and decimal
+// digits, which fit in an int64.
+func parseInt(s string) (int64, bool) {
+	neg := len(s) > 0 && s[0] == '-'
+	if neg {
+		s = s[1:]
+	}
+	if len(s) == 0 || len(s) > 19 {
+		return 0, false
+	}
+	var v uint64
+	for i := 0; i < len(s); i++ {
+		c := s[i] - '0'
+		if c > 9 {
+			return 0, false
+		}
+		v = v*10 + uint64(c)
+	}
+	if v > 1<<63-1+uint64(b2i(neg)) {
+		return 0, false
+	}
+	if neg {
+		return -int64(v), true
+	}
+	return int64(v), true
+}
+
+func b2i(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
 }
 
 // line returns the next line without its CRLF, valid until the next read.

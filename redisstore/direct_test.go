@@ -301,3 +301,20 @@ func TestDirectPipelinerQueuedCallsNotSentAfterWait(t *testing.T) {
 		t.Errorf("Redis ran %d EVALSHA since the pause, want at most %d (the first call and those after the resume; the %d queued ones were sent too?)", n, 1+tries, queued)
 	}
 }
+
+func TestParseInt(t *testing.T) {
+	for _, tc := range []struct {
+		s  string
+		v  int64
+		ok bool
+	}{
+		{"0", 0, true}, {"42", 42, true}, {"-1", -1, true},
+		{"9223372036854775807", 1<<63 - 1, true}, {"-9223372036854775808", -1 << 63, true},
+		{"9223372036854775808", 0, false}, {"-9223372036854775809", 0, false}, {"99999999999999999999", 0, false},
+		{"", 0, false}, {"-", 0, false}, {"1a", 0, false}, {"+1", 0, false},
+	} {
+		if v, ok := parseInt(tc.s); v != tc.v || ok != tc.ok {
+			t.Errorf("parseInt(%q) = %d, %v; want %d, %v", tc.s, v, ok, tc.v, tc.ok)
+		}
+	}
+}

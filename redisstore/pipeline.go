@@ -188,13 +188,17 @@ func (p *Pipeliner) run(ctx context.Context, script *redis.Script, keys []string
 		expired = c.timer.C
 	}
 	select {
-	case p.calls <- c:
-	case <-p.stop:
-		return reply{err: redis.ErrClosed}
-	case <-ctx.Done():
-		return reply{err: ctx.Err()}
-	case <-expired:
-		return reply{err: errQueueTimeout}
+	case p.calls <- c: // the queue has room: most calls
+	default:
+		select {
+		case p.calls <- c:
+		case <-p.stop:
+			return reply{err: redis.ErrClosed}
+		case <-ctx.Done():
+			return reply{err: ctx.Err()}
+		case <-expired:
+			return reply{err: errQueueTimeout}
+		}
 	}
 	select {
 	case <-c.done:
