@@ -1,10 +1,11 @@
 package redisstore
 
 import (
-	"bufio"
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"strconv"
 	"strings"
@@ -26,7 +27,8 @@ import (
 type directConn struct {
 	opts *redis.Options
 	nc   net.Conn
-	r    *bufio.Reader
+	in   []byte // read from nc; in[pos:] is not parsed yet
+	pos  int
 	out  []byte // the commands being written, sent in one write
 
 	// raw peeks at nc's socket (see alive): nil when nc is not one;
@@ -86,11 +88,10 @@ func (d *directConn) dial() error {
 	if sc, ok := nc.(syscall.Conn); ok {
 		d.raw, _ = sc.SyscallConn()
 	}
-	if d.r == nil {
-		d.r = bufio.NewReaderSize(nc, 32<<10)
-	} else {
-		d.r.Reset(nc)
+	if d.in == nil {
+		d.in = make([]byte, 0, 16<<10)
 	}
+	d.in, d.pos = d.in[:0], 0
 	var cmds [][]string
 	if d.opts.Password != "" {
 		if d.opts.Username != "" {
@@ -245,16 +246,28 @@ func appendEvalSha(b []byte, e *evalCall) []byte {
 
 func appendArray(b []byte, n int) []byte {
 	b = append(b, '*')
-	b = strconv.AppendInt(b, int64(n), 10)
+	b = appendLen(b, n)
 	return append(b, '\r', '\n')
 }
 
 func appendBulk(b []byte, s string) []byte {
 	b = append(b, '$')
-	b = strconv.AppendInt(b, int64(len(s)), 10)
+	b = appendLen(b, len(s))
 	b = append(b, '\r', '\n')
 	b = append(b, s...)
 	return append(b, '\r', '\n')
+}
+
+// appendLen appends n in decimal: most lengths have one or two digits.
+func appendLen(b []byte, n int) []byte {
+	switch {
+	case n < 0:
+	case n < 10:
+		return append(b, byte('0'+n))
+	case n < 100:
+		return append(b, byte('0'+n/10), byte('0'+n%10))
+	}
+	return strconv.AppendInt(b, int64(n), 10)
 }
 
 func appendBulkBytes(b, s []byte) []byte {
@@ -369,23 +382,48 @@ func b2i(b bool) int {
 	return 0
 }
 
+// maxLine bounds a reply's line (an error message; the integers are
+// short).
+const maxLine = 1 << 20
+
 // line returns the next line without its CRLF, valid until the next read.
 func (d *directConn) line() (string, error) {
-	b, err := d.r.ReadSlice('\n')
-	if errors.Is(err, bufio.ErrBufferFull) {
-		// A long error message: rare, so copied.
-		long := append([]byte(nil), b...)
-		var rest []byte
-		rest, err = d.r.ReadBytes('\n')
-		b = append(long, rest...)
+	for {
+		if i := bytes.IndexByte(d.in[d.pos:], '\n'); i >= 0 {
+			b := d.in[d.pos : d.pos+i+1]
+			d.pos += i + 1
+			if len(b) < 3 || b[len(b)-2] != '\r' {
+				return "", errProtocol
+			}
+			return bytesString(b[:len(b)-2]), nil
+		}
+		if err := d.fill(); err != nil {
+			return "", err
+		}
 	}
-	if err != nil {
-		return "", err
+}
+
+// fill reads more of the replies into d.in, after what is not parsed yet.
+func (d *directConn) fill() error {
+	if d.pos > 0 {
+		d.in = d.in[:copy(d.in, d.in[d.pos:])]
+		d.pos = 0
 	}
-	if len(b) < 3 || b[len(b)-2] != '\r' {
-		return "", errProtocol
+	if len(d.in) == cap(d.in) {
+		if len(d.in) >= maxLine {
+			return errProtocol
+		}
+		d.in = append(d.in, make([]byte, len(d.in))...)[:len(d.in)]
 	}
-	return bytesString(b[:len(b)-2]), nil
+	n, err := d.nc.Read(d.in[len(d.in):cap(d.in)])
+	d.in = d.in[:len(d.in)+n]
+	if n > 0 {
+		return nil
+	}
+	if err == nil {
+		err = io.ErrNoProgress
+	}
+	return err
 }
 
 // bytesString returns b as a string without copying it: the string is

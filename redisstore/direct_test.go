@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"net"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -315,6 +316,42 @@ func TestParseInt(t *testing.T) {
 	} {
 		if v, ok := parseInt(tc.s); v != tc.v || ok != tc.ok {
 			t.Errorf("parseInt(%q) = %d, %v; want %d, %v", tc.s, v, ok, tc.v, tc.ok)
+		}
+	}
+}
+
+// Each kind of reply a script can give reads as go-redis would read it
+// for a store, on one connection that stays in step: a reply the store
+// cannot use fails its call only.
+func TestDirectPipelinerReplies(t *testing.T) {
+	srv := redistest.Start(t)
+	_, p := directPipeliner(t, &redis.Options{Addr: srv.Addr}, time.Second)
+	ctx := context.Background()
+	long := strings.Repeat("x", 100_000)
+	for _, tc := range []struct {
+		src  string
+		args []any
+		vals []int64
+		err  string
+	}{
+		{src: `return {1, -2, tonumber(ARGV[1])}`, args: []any{int64(-1 << 62)}, vals: []int64{1, -2, -1 << 62}},
+		{src: `return 7`, vals: []int64{7}},
+		{src: `return nil`, err: redis.Nil.Error()},
+		{src: `return redis.status_reply('OK')`},
+		{src: `return redis.error_reply('LONG ' .. ARGV[1])`, args: []any{long}, err: "LONG " + long},
+		{src: `local t = {} for i = 1, 20 do t[i] = i end return t`, err: "script answered 20 values"},
+		{src: `return {1, 'two'}`, err: "*"}, // any error
+		{src: `return {ARGV[1], ARGV[2], ARGV[3]}`, args: []any{int64(3), 4, uint64(5)}, vals: []int64{3, 4, 5}},
+	} {
+		// Each twice: the second call finds the script cached (EVALSHA).
+		for i := 0; i < 2; i++ {
+			r := p.run(ctx, redis.NewScript(tc.src), nil, tc.args)
+			if tc.err == "" && r.err != nil || tc.err != "" && (r.err == nil || tc.err != "*" && !strings.Contains(r.err.Error(), tc.err)) {
+				t.Fatalf("%s: error %v, want %q", tc.src, r.err, tc.err)
+			}
+			if r.err == nil && !slices.Equal(r.ints(), tc.vals) {
+				t.Fatalf("%s: %v, want %v", tc.src, r.ints(), tc.vals)
+			}
 		}
 	}
 }

@@ -82,6 +82,7 @@ func replyOf(cmd *redis.Cmd) reply {
 		}
 	case int64:
 		r.vals[0], r.n = v, 1
+	case string: // a status (OK): no value, as directConn reads it
 	default:
 		vs, err := cmd.Int64Slice()
 		if err != nil {
