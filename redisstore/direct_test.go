@@ -341,7 +341,7 @@ func TestDirectPipelinerReplies(t *testing.T) {
 		{src: `return redis.error_reply('LONG ' .. ARGV[1])`, args: []any{long}, err: "LONG " + long},
 		{src: `local t = {} for i = 1, 20 do t[i] = i end return t`, err: "script answered 20 values"},
 		{src: `return {1, 'two'}`, err: "*"}, // any error
-		{src: `return {ARGV[1], ARGV[2], ARGV[3]}`, args: []any{int64(3), 4, uint64(5)}, vals: []int64{3, 4, 5}},
+		{src: `return {tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])}`, args: []any{int64(3), 4, uint64(5)}, vals: []int64{3, 4, 5}},
 	} {
 		// Each twice: the second call finds the script cached (EVALSHA).
 		for i := 0; i < 2; i++ {
