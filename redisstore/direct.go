@@ -146,8 +146,8 @@ func (d *directConn) close() {
 // replies into them. A call whose script Redis lacks (NOSCRIPT: a restart,
 // a failover) is run again through go-redis (c) with EVAL, which caches
 // it. A failure of the connection fails the calls not yet answered with
-// its error, once: the next batch dials again.
-func (d *directConn) evalAll(c redis.UniversalClient, calls []*scriptCall) {
+// its error, which evalAll returns; the next batch dials again.
+func (d *directConn) evalAll(c redis.UniversalClient, calls []*scriptCall) error {
 	if d.nc != nil && !d.alive() {
 		// Closed by Redis while idle (a restart, CLIENT KILL, a
 		// timeout): the calls go on a new connection, as go-redis's
@@ -159,7 +159,7 @@ func (d *directConn) evalAll(c redis.UniversalClient, calls []*scriptCall) {
 			for _, sc := range calls {
 				sc.reply.err = err
 			}
-			return
+			return err
 		}
 	}
 	err := d.deadline(false)
@@ -206,6 +206,7 @@ func (d *directConn) evalAll(c redis.UniversalClient, calls []*scriptCall) {
 			again[i].reply = replyOf(cmd)
 		}
 	}
+	return err
 }
 
 // flush writes out what was appended to d.out.

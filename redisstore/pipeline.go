@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"runtime"
 	"sync"
 	"sync/atomic"
@@ -134,16 +135,18 @@ func NewPipeliner(c redis.UniversalClient, wait time.Duration) *Pipeliner {
 // a connection of its own, dialed with c's options (see directConn), when
 // c is a single node or a Sentinel's master with a plain username and
 // password; with go-redis's pipelines otherwise (a Cluster), and once a
-// hook is added through Client.AddHook. One
-// connection and a batch in flight at a time: a call waits at most for
-// the batch ahead of it, and the calls that queued meanwhile go out
-// together, which costs a request the least CPU.
+// hook is added through Client.AddHook. One connection and a batch in
+// flight at a time: the calls that queue meanwhile go out together, which
+// costs a request the least CPU. A call waits at most for the batch ahead
+// of it and its own: when that batch fails (a timeout, a connection
+// refused), the calls queued behind it fail with its error at once,
+// without a timer per call.
 func NewDirectPipeliner(c redis.UniversalClient, wait time.Duration) *Pipeliner {
 	o := directOptions(c)
 	if o == nil {
 		return NewPipeliner(c, wait)
 	}
-	p := newPipeliner(c, wait, 1)
+	p := newPipeliner(c, 0, 1)
 	go p.work(&directConn{opts: o})
 	return p
 }
@@ -160,15 +163,7 @@ func (p *Pipeliner) Close() {
 	p.once.Do(func() {
 		close(p.stop)
 		p.wg.Wait()
-		for {
-			select {
-			case c := <-p.calls:
-				c.reply.err = redis.ErrClosed
-				c.done <- struct{}{}
-			default:
-				return
-			}
-		}
+		p.fail(redis.ErrClosed)
 	})
 }
 
@@ -277,10 +272,11 @@ func (p *Pipeliner) work(d *directConn) {
 		if batch == nil {
 			return
 		}
+		var failed error
 		switch {
 		case len(batch) == 0:
 		case d != nil && !p.hooked.Load():
-			d.evalAll(p.c, batch)
+			failed = d.evalAll(p.c, batch)
 		default:
 			for _, c := range batch {
 				evals = append(evals, &c.evalCall)
@@ -291,6 +287,10 @@ func (p *Pipeliner) work(d *directConn) {
 			cmds = evalAll(context.Background(), p.c, evals, cmds[:0])
 			for i, c := range batch {
 				c.reply = replyOf(cmds[i])
+				var ne net.Error
+				if failed == nil && errors.As(c.reply.err, &ne) {
+					failed = c.reply.err
+				}
 			}
 			clear(cmds)
 			clear(evals)
@@ -298,6 +298,24 @@ func (p *Pipeliner) work(d *directConn) {
 		}
 		for _, c := range batch {
 			c.done <- struct{}{}
+		}
+		if d != nil && failed != nil {
+			p.fail(failed)
+		}
+	}
+}
+
+// fail answers the calls queued with err, without sending them: those of
+// a direct Pipeliner that queued behind a batch that failed, which would
+// otherwise wait for a timeout of their own.
+func (p *Pipeliner) fail(err error) {
+	for {
+		select {
+		case c := <-p.calls:
+			c.reply.err = err
+			c.done <- struct{}{}
+		default:
+			return
 		}
 	}
 }
