@@ -2,6 +2,7 @@ package redisstore
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -290,90 +291,103 @@ var errProtocol = errors.New("redis: unexpected reply to a script call")
 
 // read reads one reply into r: an array of integers (a decision), an
 // integer, a nil (redis.Nil), a status (OK: no value) or an error reply
-// (r.err). The error it
-// returns is the connection's: nothing more can be read from it.
+// (r.err). The error it returns is the connection's: nothing more can be
+// read from it.
 func (d *directConn) read(r *reply) error {
 	r.n, r.err = 0, nil
-	line, err := d.line()
+	t, err := d.kind()
 	if err != nil {
 		return err
 	}
-	switch line[0] {
-	case '+': // OK
-		return nil
-	case '-':
-		r.err = redisError(strings.Clone(line[1:]))
+	switch t {
+	case '+', '-':
+		line, err := d.line()
+		if err != nil {
+			return err
+		}
+		if t == '-' {
+			r.err = redisError(strings.Clone(line))
+		}
 		return nil
 	case ':':
-		v, ok := parseInt(line[1:])
-		if !ok {
-			return errProtocol
-		}
+		v, err := d.number()
 		r.vals[0], r.n = v, 1
-		return nil
+		return err
 	case '$', '*':
-		n64, ok := parseInt(line[1:])
-		if !ok {
-			return errProtocol
+		n, err := d.number()
+		if err != nil {
+			return err
 		}
-		n := int(n64)
 		if n < 0 {
 			r.err = redis.Nil
 			return nil
 		}
-		if line[0] == '$' {
+		if t == '$' {
 			return errProtocol
 		}
-		for i := 0; i < n; i++ {
-			line, err := d.line()
+		for i := int64(0); i < n; i++ {
+			if t, err := d.kind(); err != nil || t != ':' {
+				return cmp.Or(err, errProtocol)
+			}
+			v, err := d.number()
 			if err != nil {
 				return err
 			}
-			if line[0] != ':' {
-				return errProtocol
-			}
-			v, ok := parseInt(line[1:])
-			if !ok {
-				return errProtocol
-			}
-			if i < len(r.vals) {
+			if i < replyLen {
 				r.vals[i] = v
 			}
 		}
-		r.n = min(n, len(r.vals))
-		if n > len(r.vals) {
-			r.err = fmt.Errorf("redis: script answered %d values, more than the %d expected", n, len(r.vals))
+		r.n = int(min(n, replyLen))
+		if n > replyLen {
+			r.err = fmt.Errorf("redis: script answered %d values, more than the %d expected", n, replyLen)
 		}
 		return nil
 	}
 	return errProtocol
 }
 
-// parseInt parses a RESP integer: an optional minus sign and decimal
-// digits, which fit in an int64.
-func parseInt(s string) (int64, bool) {
-	neg := len(s) > 0 && s[0] == '-'
-	if neg {
-		s = s[1:]
-	}
-	if len(s) == 0 || len(s) > 19 {
-		return 0, false
-	}
-	var v uint64
-	for i := 0; i < len(s); i++ {
-		c := s[i] - '0'
-		if c > 9 {
-			return 0, false
+// kind reads the type byte of the next reply or array element.
+func (d *directConn) kind() (byte, error) {
+	if d.pos == len(d.in) {
+		if err := d.fill(); err != nil {
+			return 0, err
 		}
-		v = v*10 + uint64(c)
 	}
-	if v > 1<<63-1+uint64(b2i(neg)) {
-		return 0, false
+	d.pos++
+	return d.in[d.pos-1], nil
+}
+
+// number reads the integer and CRLF that follow a type byte (a RESP
+// integer, or the length of an array or a bulk string): an optional minus
+// sign, then at most 19 digits that fit in an int64.
+func (d *directConn) number() (int64, error) {
+	for {
+		b := d.in[d.pos:]
+		i := 0
+		neg := len(b) > 0 && b[0] == '-'
+		if neg {
+			i = 1
+		}
+		var v uint64
+		for ; i < len(b) && b[i]-'0' <= 9; i++ {
+			v = v*10 + uint64(b[i]-'0')
+		}
+		if i+1 < len(b) {
+			digits := i - b2i(neg)
+			// (19 digits fit in a uint64.)
+			if b[i] != '\r' || b[i+1] != '\n' || digits == 0 || digits > 19 || v > 1<<63-1+uint64(b2i(neg)) {
+				return 0, errProtocol
+			}
+			d.pos += i + 2
+			if neg {
+				return -int64(v), nil
+			}
+			return int64(v), nil
+		}
+		if err := d.fill(); err != nil {
+			return 0, err
+		}
 	}
-	if neg {
-		return -int64(v), true
-	}
-	return int64(v), true
 }
 
 func b2i(b bool) int {
@@ -393,7 +407,7 @@ func (d *directConn) line() (string, error) {
 		if i := bytes.IndexByte(d.in[d.pos:], '\n'); i >= 0 {
 			b := d.in[d.pos : d.pos+i+1]
 			d.pos += i + 1
-			if len(b) < 3 || b[len(b)-2] != '\r' {
+			if len(b) < 2 || b[len(b)-2] != '\r' {
 				return "", errProtocol
 			}
 			return bytesString(b[:len(b)-2]), nil

@@ -330,7 +330,8 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 	}
 }
 
-func TestParseInt(t *testing.T) {
+// The integers of the replies: what fits in an int64, nothing else.
+func TestDirectConnNumber(t *testing.T) {
 	for _, tc := range []struct {
 		s  string
 		v  int64
@@ -339,10 +340,12 @@ func TestParseInt(t *testing.T) {
 		{"0", 0, true}, {"42", 42, true}, {"-1", -1, true},
 		{"9223372036854775807", 1<<63 - 1, true}, {"-9223372036854775808", -1 << 63, true},
 		{"9223372036854775808", 0, false}, {"-9223372036854775809", 0, false}, {"99999999999999999999", 0, false},
-		{"", 0, false}, {"-", 0, false}, {"1a", 0, false}, {"+1", 0, false},
+		{"", 0, false}, {"-", 0, false}, {"1a", 0, false}, {"+1", 0, false}, {"1\n", 0, false},
+		{"00000000000000000001", 0, false}, {"0000000000000000001", 1, true},
 	} {
-		if v, ok := parseInt(tc.s); v != tc.v || ok != tc.ok {
-			t.Errorf("parseInt(%q) = %d, %v; want %d, %v", tc.s, v, ok, tc.v, tc.ok)
+		d := &directConn{in: []byte(tc.s + "\r\n")}
+		if v, err := d.number(); v != tc.v || (err == nil) != tc.ok {
+			t.Errorf("number of %q = %d, %v; want %d, ok %v", tc.s, v, err, tc.v, tc.ok)
 		}
 	}
 }
