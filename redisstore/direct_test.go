@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -383,5 +384,70 @@ func TestDirectPipelinerReplies(t *testing.T) {
 				t.Fatalf("%s: %v, want %v", tc.src, r.ints(), tc.vals)
 			}
 		}
+	}
+}
+
+// A request whose context has ended is not sent; one with a deadline stops
+// waiting at the deadline.
+func TestDirectPipelinerContext(t *testing.T) {
+	srv := redistest.Start(t)
+	c, p := directPipeliner(t, &redis.Options{Addr: srv.Addr}, 0)
+	s := pipelinedStore(t, c, p, algorithms.GCRA, oneTier(10, time.Minute), "ctx")
+	if _, err := s.Take(context.Background(), "k", time.Time{}, 1); err != nil {
+		t.Fatal(err)
+	}
+	canceled, cancel := context.WithCancel(context.Background())
+	cancel()
+	if _, err := s.Take(canceled, "k", time.Time{}, 1); !errors.Is(err, context.Canceled) {
+		t.Fatalf("canceled: %v", err)
+	}
+	if d, err := s.Take(context.Background(), "k", time.Time{}, 1); err != nil || d.Remaining != 8 {
+		t.Fatalf("after the canceled call: %+v, %v (it was sent?)", d, err)
+	}
+	srv.Pause()
+	defer srv.Resume()
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
+	if _, err := s.Take(ctx, "k", time.Time{}, 1); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("paused Redis: %v, want the context's deadline", err)
+	}
+}
+
+// Close while calls are being made: every call returns (a decision or
+// redis.ErrClosed), none waits forever for a reply.
+func TestDirectPipelinerCloseWhileCalling(t *testing.T) {
+	srv := redistest.Start(t)
+	c, p := directPipeliner(t, &redis.Options{Addr: srv.Addr}, 0)
+	s := pipelinedStore(t, c, p, algorithms.GCRA, oneTier(1<<40, time.Minute), "close")
+	var wg sync.WaitGroup
+	var calls atomic.Int64
+	for g := 0; g < 16; g++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				calls.Add(1)
+				_, err := s.Take(context.Background(), "k", time.Time{}, 1)
+				if errors.Is(err, redis.ErrClosed) {
+					return
+				}
+				if err != nil {
+					t.Errorf("Take: %v", err)
+					return
+				}
+			}
+		}()
+	}
+	waitFor(t, "calls", func() bool { return calls.Load() > 100 })
+	p.Close()
+	done := make(chan struct{})
+	go func() {
+		wg.Wait()
+		close(done)
+	}()
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		t.Fatal("a call still waits 10s after Close")
 	}
 }

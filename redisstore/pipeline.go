@@ -39,6 +39,9 @@ type Pipeliner struct {
 	// hooked makes a direct Pipeliner send through go-redis, whose hooks
 	// see every command (see Client.AddHook).
 	hooked atomic.Bool
+
+	closed  atomic.Bool  // set by Close
+	senders atomic.Int64 // callers in enqueue
 }
 
 // Pipeliner sizing: pipelineWorkers go-redis pipelines in flight at once
@@ -161,6 +164,12 @@ func newPipeliner(c redis.UniversalClient, wait time.Duration, workers int) *Pip
 // It may be called more than once.
 func (p *Pipeliner) Close() {
 	p.once.Do(func() {
+		// No call is queued from now on; those being queued get room
+		// from the workers, still running.
+		p.closed.Store(true)
+		for p.senders.Load() > 0 {
+			runtime.Gosched()
+		}
 		close(p.stop)
 		p.wg.Wait()
 		p.fail(redis.ErrClosed)
@@ -168,9 +177,17 @@ func (p *Pipeliner) Close() {
 }
 
 // run calls script with keys and args in the next pipeline and returns its
-// reply. A ctx done before the reply returns ctx's error (the call may still
-// be applied in Redis).
+// reply. A ctx done before the call is queued fails it unsent. A
+// Pipeliner with no wait of its own (a direct one) then waits for the
+// reply alone, unless ctx has a deadline: its batch ends within the
+// client's timeouts whatever happens, and watching ctx (a channel made
+// for each request) costs more than the rest of the call. Otherwise a ctx
+// done before the reply returns ctx's error (the call may still be applied
+// in Redis).
 func (p *Pipeliner) run(ctx context.Context, script *redis.Script, keys []string, args []any) reply {
+	if err := ctx.Err(); err != nil {
+		return reply{err: err}
+	}
 	c := callPool.Get().(*scriptCall)
 	c.evalCall = evalCall{script, keys, args}
 	var expired <-chan time.Time
@@ -183,29 +200,23 @@ func (p *Pipeliner) run(ctx context.Context, script *redis.Script, keys []string
 		}
 		expired = c.timer.C
 	}
-	select {
-	case p.calls <- c: // the queue has room: most calls
-	default:
+	if err := p.enqueue(ctx, c, expired); err != nil {
+		return reply{err: err}
+	}
+	if _, ok := ctx.Deadline(); p.wait == 0 && !ok {
+		<-c.done // Close answers the calls it finds queued (see enqueue)
+	} else {
 		select {
-		case p.calls <- c:
-		case <-p.stop:
-			return reply{err: redis.ErrClosed}
+		case <-c.done:
 		case <-ctx.Done():
+			// The worker still owns c: it is not put back.
 			return reply{err: ctx.Err()}
 		case <-expired:
+			// Likewise; the worker does not send it if it has not yet.
 			return reply{err: errQueueTimeout}
+		case <-p.stop:
+			return reply{err: redis.ErrClosed}
 		}
-	}
-	select {
-	case <-c.done:
-	case <-ctx.Done():
-		// The worker still owns c: it is not put back.
-		return reply{err: ctx.Err()}
-	case <-expired:
-		// Likewise; the worker does not send it if it has not yet.
-		return reply{err: errQueueTimeout}
-	case <-p.stop:
-		return reply{err: redis.ErrClosed}
 	}
 	if c.timer != nil {
 		c.timer.Stop()
@@ -214,6 +225,29 @@ func (p *Pipeliner) run(ctx context.Context, script *redis.Script, keys []string
 	*c = scriptCall{done: c.done, timer: c.timer}
 	callPool.Put(c)
 	return r
+}
+
+// enqueue queues c for the workers. Close waits for the callers in
+// enqueue to leave it, so that it finds every call queued before it.
+func (p *Pipeliner) enqueue(ctx context.Context, c *scriptCall, expired <-chan time.Time) error {
+	p.senders.Add(1)
+	defer p.senders.Add(-1)
+	if p.closed.Load() {
+		return redis.ErrClosed
+	}
+	select {
+	case p.calls <- c: // the queue has room: most calls
+		return nil
+	default:
+	}
+	select {
+	case p.calls <- c:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-expired:
+		return errQueueTimeout
+	}
 }
 
 // errQueueTimeout fails a call whose reply did not come within the
