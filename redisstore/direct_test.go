@@ -451,3 +451,14 @@ func TestDirectPipelinerCloseWhileCalling(t *testing.T) {
 		t.Fatal("a call still waits 10s after Close")
 	}
 }
+
+// Through a Sentinel client, the direct Pipeliner follows a failover: it
+// dials the master the Sentinels name once the old one is gone.
+func TestDirectPipelinerSentinelFailover(t *testing.T) {
+	testSentinelFailover(t, func(c redis.UniversalClient) *Pipeliner {
+		if directOptions(c) == nil {
+			t.Fatal("a Sentinel client is not sent to directly")
+		}
+		return NewDirectPipeliner(c, 0)
+	})
+}
