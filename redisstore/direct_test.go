@@ -72,41 +72,6 @@ func TestDirectPipelinerExact(t *testing.T) {
 	}
 }
 
-// A Take and an Undo through a direct Pipeliner answer what the
-// unpipelined ones do, for every algorithm, on the same timeline.
-func TestDirectPipelinerSameDecisions(t *testing.T) {
-	srv := redistest.Start(t)
-	c, p := directPipeliner(t, &redis.Options{Addr: srv.Addr}, 0)
-	cfg := algorithms.Config{Tiers: []algorithms.Tier{{Events: 3, Window: time.Second}, {Events: 5, Window: time.Minute}}}
-	ctx := context.Background()
-	for _, name := range algorithms.Names {
-		if name == algorithms.Concurrency {
-			cfg = oneTier(3, time.Minute)
-		}
-		plain := mustStore(t, c, mustLimiter(t, name, cfg), "same-a")
-		direct := pipelinedStore(t, c, p, name, cfg, "same-b")
-		for i := 0; i < 8; i++ {
-			now := t0.Add(time.Duration(i) * 150 * time.Millisecond)
-			a, err1 := plain.Take(ctx, "k", now, 1)
-			b, err2 := direct.Take(ctx, "k", now, 1)
-			if err1 != nil || err2 != nil {
-				t.Fatal(err1, err2)
-			}
-			if i%3 == 1 { // give one back now and then
-				err1 = plain.Undo(ctx, "k", now, 1, a)
-				err2 = direct.Undo(ctx, "k", now, 1, b)
-				if err1 != nil || err2 != nil {
-					t.Fatalf("%s step %d: undo: %v, %v", name, i, err1, err2)
-				}
-			}
-			a.Token, b.Token = 0, 0 // concurrency tokens are per store
-			if a != b {
-				t.Fatalf("%s step %d: plain %+v, direct %+v", name, i, a, b)
-			}
-		}
-	}
-}
-
 // After a restart Redis has no scripts: the EVALSHA gets NOSCRIPT and the
 // call is sent again with EVAL. Close fails later calls.
 func TestDirectPipelinerNoScriptAndClose(t *testing.T) {
@@ -288,17 +253,9 @@ func TestDirectPipelinerQueuedCallsFailWithTheBatchAhead(t *testing.T) {
 	}()
 	waitFor(t, "the first call held by Redis", func() bool { return info("blocked_clients") == "1" })
 	const queued = 20
-	errs := make([]error, queued)
-	var wave sync.WaitGroup
-	for i := range errs {
-		wave.Add(1)
-		go func() {
-			defer wave.Done()
-			_, errs[i] = s.Take(ctx, "second", time.Time{}, 1)
-		}()
-	}
+	wave := takeAll(ctx, s, "second", queued)
 	waitFor(t, "the calls queued", func() bool { return len(p.calls) == queued })
-	wave.Wait()
+	errs := wave()
 	var ne net.Error
 	if err := <-first; !errors.As(err, &ne) || !ne.Timeout() {
 		t.Fatalf("first call: %v, want a timeout", err)
@@ -387,8 +344,8 @@ func TestDirectPipelinerReplies(t *testing.T) {
 	}
 }
 
-// A request whose context has ended is not sent; one with a deadline stops
-// waiting at the deadline.
+// A request whose context has ended is not sent (see TestPipelinerContext
+// for a deadline).
 func TestDirectPipelinerContext(t *testing.T) {
 	srv := redistest.Start(t)
 	c, p := directPipeliner(t, &redis.Options{Addr: srv.Addr}, 0)
@@ -403,13 +360,6 @@ func TestDirectPipelinerContext(t *testing.T) {
 	}
 	if d, err := s.Take(context.Background(), "k", time.Time{}, 1); err != nil || d.Remaining != 8 {
 		t.Fatalf("after the canceled call: %+v, %v (it was sent?)", d, err)
-	}
-	srv.Pause()
-	defer srv.Resume()
-	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
-	defer cancel()
-	if _, err := s.Take(ctx, "k", time.Time{}, 1); !errors.Is(err, context.DeadlineExceeded) {
-		t.Fatalf("paused Redis: %v, want the context's deadline", err)
 	}
 }
 

@@ -362,12 +362,7 @@ func (p *Pipeliner) fail(err error) {
 // once, so a failing Redis costs a call one timeout.
 func evalAll(ctx context.Context, c redis.UniversalClient, calls []*evalCall, cmds []*redis.Cmd) []*redis.Cmd {
 	first := len(cmds)
-	pipe := c.Pipeline()
-	for _, e := range calls {
-		cmds = append(cmds, e.script.EvalSha(ctx, pipe, e.keys, e.args...))
-	}
-	_, err := pipe.Exec(ctx)
-	unanswered(cmds[first:], err)
+	cmds = pipelined(ctx, c, calls, cmds, (*redis.Script).EvalSha)
 	var again []*evalCall
 	var at []int
 	for i, e := range calls {
@@ -387,10 +382,17 @@ func evalAll(ctx context.Context, c redis.UniversalClient, calls []*evalCall, cm
 // evalSource sends the calls as one pipeline of EVAL, with the scripts'
 // source, and appends their replies to cmds.
 func evalSource(ctx context.Context, c redis.UniversalClient, calls []*evalCall, cmds []*redis.Cmd) []*redis.Cmd {
+	return pipelined(ctx, c, calls, cmds, (*redis.Script).Eval)
+}
+
+// pipelined sends the calls as one pipeline, each as send writes it (EVAL
+// or EVALSHA), and appends their replies to cmds.
+func pipelined(ctx context.Context, c redis.UniversalClient, calls []*evalCall, cmds []*redis.Cmd,
+	send func(*redis.Script, context.Context, redis.Scripter, []string, ...any) *redis.Cmd) []*redis.Cmd {
 	first := len(cmds)
 	pipe := c.Pipeline()
 	for _, e := range calls {
-		cmds = append(cmds, e.script.Eval(ctx, pipe, e.keys, e.args...))
+		cmds = append(cmds, send(e.script, ctx, pipe, e.keys, e.args...))
 	}
 	_, err := pipe.Exec(ctx)
 	unanswered(cmds[first:], err)
