@@ -330,11 +330,13 @@ func (p *Pipeliner) work(d *directConn) {
 			clear(evals)
 			evals = evals[:0]
 		}
+		if d != nil && failed != nil {
+			// Before the batch's callers go on: a call they make next
+			// did not queue behind this batch.
+			p.fail(failed)
+		}
 		for _, c := range batch {
 			c.done <- struct{}{}
-		}
-		if d != nil && failed != nil {
-			p.fail(failed)
 		}
 	}
 }
