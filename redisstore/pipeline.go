@@ -21,10 +21,10 @@ import (
 // instance cost as much as serving the request itself. Under light load a
 // call goes out alone, at once.
 //
-// On a single node or a Sentinel's master, one worker writes the calls on
-// a connection of its own and reads the replies itself (see directConn);
-// on a Cluster, workers send them as go-redis pipelines, which route each
-// call to its slot's master.
+// Workers send the calls as go-redis pipelines, which on a Cluster route
+// each call to its slot's master; on a single node or a Sentinel's
+// master, the one worker of a NewDirectPipeliner writes them on a
+// connection of its own and reads the replies itself (see directConn).
 //
 // A Pipeliner belongs to one client; the Stores built with it (Options) and
 // the client share its workers. It is safe for concurrent use.
@@ -143,7 +143,8 @@ func NewPipeliner(c redis.UniversalClient, wait time.Duration) *Pipeliner {
 // costs a request the least CPU. A call waits at most for the batch ahead
 // of it and its own: when that batch fails (a timeout, a connection
 // refused), the calls queued behind it fail with its error at once,
-// without a timer per call.
+// without a timer per call, and wait is not used. A caller's context is
+// watched while it waits only when it has a deadline (see run).
 func NewDirectPipeliner(c redis.UniversalClient, wait time.Duration) *Pipeliner {
 	o := directOptions(c)
 	if o == nil {
