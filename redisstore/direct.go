@@ -42,7 +42,8 @@ type directConn struct {
 // directOptions returns c's options when a Pipeliner can talk to its node
 // directly: a single node or a Sentinel's master (a *redis.Client, whose
 // Dialer finds the master), authenticated by a plain username and
-// password. Nil otherwise.
+// password. Nil otherwise. (The options' OnConnect is not run on the
+// direct connection: a failed AUTH or SELECT fails its dial.)
 func directOptions(c redis.UniversalClient) *redis.Options {
 	rc, ok := c.(*redis.Client)
 	if !ok {
