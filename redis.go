@@ -337,7 +337,10 @@ func (rc *RedisConfig) universalOptions() (*redis.UniversalOptions, error) {
 		// its HELLO on each) instead of one.
 		PipelinePoolSize: -1,
 		// The request's context bounds a decision too: a client that went
-		// away stops waiting on Redis.
+		// away stops waiting on Redis. (On a single node or a Sentinel
+		// master, decisions skip go-redis and watch a context only when
+		// it has a deadline; the timeouts bound them: see
+		// redisstore.NewDirectPipeliner.)
 		ContextTimeoutEnabled: true,
 	}
 	if rc.SentinelMaster != "" {

@@ -14,7 +14,8 @@
 # redis_pass (its redis-server runs natively); for each, a warm-up, then wrk
 # for DURATION (default 8s) with CONNS connections (default 16: enough
 # requests in flight that the Redis store's pipelines batch), with the
-# counters zeroed before and dumped after. User space
+# counters zeroed before and dumped after (SITES="plain pass redis_pass"
+# counts only those). User space
 # only (the kernel's share of a request is not counted), and garbage
 # collection falls where it falls: repeat a run to see the spread (about
 # 10 % here).
@@ -67,8 +68,10 @@ result=bench/results/instructions-$(date -u +%Y%m%dT%H%M%SZ).txt
 
 run_caddy() {
 	need wrk wrk
-	# e2e.sh's sites (bench/lib.sh), and pass with headers off.
-	local sites=(plain headers_reference pass pass_headers_off deny deny_handle_errors error_handle_errors redis_pass)
+	# e2e.sh's sites (bench/lib.sh), and pass with headers off; SITES
+	# picks some ("plain pass redis_pass": plain first, the ratio's base).
+	local sites
+	read -ra sites <<<"${SITES:-plain headers_reference pass pass_headers_off deny deny_handle_errors error_handle_errors redis_pass}"
 	declare -A port=()
 	go build -o "$workdir/caddy" ./cmd/caddy
 	local s
@@ -105,6 +108,8 @@ run_caddy() {
 		callgrind_control -z "$pid" >/dev/null 2>&1
 		n=$(taskset -c "$WRK_CPU" wrk -t1 -c"$CONNS" -d"$DURATION" "http://127.0.0.1:${port[$s]}/" | awk '/requests in/ { print $1 }')
 		ir=$(dump_total "$out" "$pid")
+		# PROFILES=1 keeps each site's dump, for callgrind_annotate.
+		[ -n "${PROFILES:-}" ] && cp "$(ls -t "$out".* | head -1)" "bench/results/callgrind-$s.out"
 		per=$((ir / n))
 		[ "$s" = plain ] && plain=$per
 		printf '%-22s %10d %14d %8s\n' "$s" "$n" "$per" "$(awk -v p="$plain" -v x="$per" 'BEGIN { printf "%.3f", p / x }')" | tee -a "$result"

@@ -61,7 +61,7 @@ func NewClient(opts *redis.UniversalOptions, o ClientOptions) *Client {
 		probeTimeout:    opts.DialTimeout + opts.ReadTimeout,
 		probePrefix:     o.KeyPrefix,
 	}
-	c.pipe = NewPipeliner(c.UniversalClient, opts.WriteTimeout+opts.ReadTimeout)
+	c.pipe = NewDirectPipeliner(c.UniversalClient, opts.WriteTimeout+opts.ReadTimeout)
 	c.breaker = breaker.New(breaker.Options{
 		Failures:      BreakerFailures,
 		Window:        breakerWindow,
@@ -82,6 +82,14 @@ func (c *Client) Breaker() *breaker.Breaker { return c.breaker }
 
 // Pipeliner returns the client's Pipeliner, for the Options of its Stores.
 func (c *Client) Pipeliner() *Pipeliner { return c.pipe }
+
+// AddHook adds a go-redis hook to the client. Its process hooks see every
+// command from then on: the Pipeliner sends its calls through go-redis
+// instead of its own connection.
+func (c *Client) AddHook(h redis.Hook) {
+	c.pipe.hooked.Store(true)
+	c.UniversalClient.AddHook(h)
+}
 
 // Destruct stops the breaker's prober and the pipeliner's workers, and
 // closes the client.

@@ -25,7 +25,9 @@ var modePeek any = "2"
 // Inspect returns key's state at now (Redis TIME when zero) with one
 // script call in peek mode: a Take of cost 0 that writes nothing.
 func (s *Store) Inspect(ctx context.Context, key string, now time.Time) (store.KeyState, error) {
-	res, err := s.call(ctx, s.Keys(key), s.args(modePeek, now, 0, "")).Int64Slice()
+	// Not through the Pipeliner: a peek answers three values per tier,
+	// more than a take's reply holds.
+	res, err := evalOne(ctx, s.c, s.script.run, s.scriptKeys(key), s.args(modePeek, now, 0, "")).Int64Slice()
 	if err != nil {
 		return store.KeyState{}, fmt.Errorf("redis store: %s peek: %w", s.l.Name(), err)
 	}

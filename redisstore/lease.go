@@ -176,16 +176,11 @@ func (s *LeaseStore) args(mode any, now time.Time, cost, want, units, stamp int6
 }
 
 // call runs one script call: in the Pipeliner's next pipeline, or alone.
-func (s *LeaseStore) call(ctx context.Context, keys []string, args []any) *redis.Cmd {
+func (s *LeaseStore) call(ctx context.Context, keys []string, args []any) reply {
 	if s.base.pipe == nil {
-		return evalOne(ctx, s.base.c, leaseScript, keys, args)
+		return replyOf(evalOne(ctx, s.base.c, leaseScript, keys, args))
 	}
-	cmd, err := s.base.pipe.run(ctx, leaseScript, keys, args)
-	if cmd == nil {
-		cmd = redis.NewCmd(ctx)
-		cmd.SetErr(err)
-	}
-	return cmd
+	return s.base.pipe.run(ctx, leaseScript, keys, args)
 }
 
 // reapEvery is how often the goroutine gives back idle leases: a quarter

@@ -117,7 +117,8 @@ func (s *LeaseStore) refill(ctx context.Context, sh *leaseShard, ent *store.Entr
 	e.refill = ch
 	sh.Unlock()
 
-	res, err := s.call(ctx, s.Keys(ent.Key()), s.args(modeTake, now, cost, want, units, stamp)).Int64Slice()
+	r := s.call(ctx, s.Keys(ent.Key()), s.args(modeTake, now, cost, want, units, stamp))
+	res, err := r.ints(), r.err
 	if err == nil && len(res) < 12 {
 		err = fmt.Errorf("script answered %d values, want 12", len(res))
 	}

@@ -3,7 +3,11 @@ package redisstore
 import (
 	"context"
 	"errors"
+	"fmt"
+	"net"
+	"runtime"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -17,6 +21,11 @@ import (
 // instance cost as much as serving the request itself. Under light load a
 // call goes out alone, at once.
 //
+// Workers send the calls as go-redis pipelines, which on a Cluster route
+// each call to its slot's master; on a single node or a Sentinel's
+// master, the one worker of a NewDirectPipeliner writes them on a
+// connection of its own and reads the replies itself (see directConn).
+//
 // A Pipeliner belongs to one client; the Stores built with it (Options) and
 // the client share its workers. It is safe for concurrent use.
 type Pipeliner struct {
@@ -26,10 +35,18 @@ type Pipeliner struct {
 	stop  chan struct{}
 	wg    sync.WaitGroup
 	once  sync.Once
+
+	// hooked makes a direct Pipeliner send through go-redis, whose hooks
+	// see every command (see Client.AddHook).
+	hooked atomic.Bool
+
+	closed  atomic.Bool  // set by Close
+	senders atomic.Int64 // callers in enqueue
 }
 
-// Pipeliner sizing: pipelineWorkers pipelines in flight at once (so a slow
-// reply does not hold up every request), at most maxPipeline calls each.
+// Pipeliner sizing: pipelineWorkers go-redis pipelines in flight at once
+// (so a slow reply does not hold up every request), at most maxPipeline
+// calls each.
 const (
 	pipelineWorkers = 4
 	maxPipeline     = 128
@@ -43,12 +60,53 @@ type evalCall struct {
 	args   []any
 }
 
+// replyLen is the most integers a script's reply holds.
+const replyLen = 16
+
+// reply is a script's answer as a store reads it: the integers of its
+// array (or its one integer), or the error it failed with (redis.Nil for
+// a nil reply).
+type reply struct {
+	vals [replyLen]int64
+	n    int
+	err  error
+}
+
+// ints returns the integers of r.
+func (r *reply) ints() []int64 { return r.vals[:r.n] }
+
+// replyOf reads a script's reply from go-redis's cmd.
+func replyOf(cmd *redis.Cmd) reply {
+	var r reply
+	switch v := cmd.Val().(type) {
+	case nil:
+		r.err = cmd.Err()
+		if r.err == nil {
+			r.err = redis.Nil
+		}
+	case int64:
+		r.vals[0], r.n = v, 1
+	case string: // a status (OK): no value, as directConn reads it
+	default:
+		vs, err := cmd.Int64Slice()
+		if err != nil {
+			r.err = err
+		} else if len(vs) > replyLen {
+			r.err = fmt.Errorf("redis: script answered %d values, more than the %d expected", len(vs), replyLen)
+		}
+		r.n = copy(r.vals[:], vs)
+	}
+	if r.err == nil {
+		r.err = cmd.Err()
+	}
+	return r
+}
+
 // scriptCall is one script call waiting for a pipeline.
 type scriptCall struct {
 	evalCall
-	cmd  *redis.Cmd // the reply; nil with err set when never sent
-	err  error
-	done chan struct{}
+	reply reply // with err set when never sent
+	done  chan struct{}
 
 	// deadline is when the caller stops waiting (Pipeliner.wait after it
 	// queued the call), timed by timer (kept with the pooled call): a call
@@ -65,12 +123,41 @@ var callPool = sync.Pool{New: func() any { return &scriptCall{done: make(chan st
 // is one round trip's timeouts (the client's write and read timeouts), so a
 // failing Redis costs a call one timeout, not one per pipeline ahead of
 // it. Zero: no bound but the client's timeouts. Close stops the workers.
+//
+// The Pipeliner uses go-redis's pipelines. NewDirectPipeliner writes on
+// connections of its own where it can.
 func NewPipeliner(c redis.UniversalClient, wait time.Duration) *Pipeliner {
-	p := &Pipeliner{c: c, wait: wait, calls: make(chan *scriptCall, callQueue), stop: make(chan struct{})}
-	p.wg.Add(pipelineWorkers)
+	p := newPipeliner(c, wait, pipelineWorkers)
 	for i := 0; i < pipelineWorkers; i++ {
-		go p.work()
+		go p.work(nil)
 	}
+	return p
+}
+
+// NewDirectPipeliner is NewPipeliner with one worker writing the calls on
+// a connection of its own, dialed with c's options (see directConn), when
+// c is a single node or a Sentinel's master with a plain username and
+// password; with go-redis's pipelines otherwise (a Cluster), and once a
+// hook is added through Client.AddHook. One connection and a batch in
+// flight at a time: the calls that queue meanwhile go out together, which
+// costs a request the least CPU. A call waits at most for the batch ahead
+// of it and its own: when that batch fails (a timeout, a connection
+// refused), the calls queued behind it fail with its error at once,
+// without a timer per call, and wait is not used. A caller's context is
+// watched while it waits only when it has a deadline (see run).
+func NewDirectPipeliner(c redis.UniversalClient, wait time.Duration) *Pipeliner {
+	o := directOptions(c)
+	if o == nil {
+		return NewPipeliner(c, wait)
+	}
+	p := newPipeliner(c, 0, 1)
+	go p.work(&directConn{opts: o})
+	return p
+}
+
+func newPipeliner(c redis.UniversalClient, wait time.Duration, workers int) *Pipeliner {
+	p := &Pipeliner{c: c, wait: wait, calls: make(chan *scriptCall, callQueue), stop: make(chan struct{})}
+	p.wg.Add(workers)
 	return p
 }
 
@@ -78,24 +165,30 @@ func NewPipeliner(c redis.UniversalClient, wait time.Duration) *Pipeliner {
 // It may be called more than once.
 func (p *Pipeliner) Close() {
 	p.once.Do(func() {
+		// No call is queued from now on; those being queued get room
+		// from the workers, still running.
+		p.closed.Store(true)
+		for p.senders.Load() > 0 {
+			runtime.Gosched()
+		}
 		close(p.stop)
 		p.wg.Wait()
-		for {
-			select {
-			case c := <-p.calls:
-				c.err = redis.ErrClosed
-				c.done <- struct{}{}
-			default:
-				return
-			}
-		}
+		p.fail(redis.ErrClosed)
 	})
 }
 
 // run calls script with keys and args in the next pipeline and returns its
-// reply. A ctx done before the reply returns ctx's error (the call may still
-// be applied in Redis).
-func (p *Pipeliner) run(ctx context.Context, script *redis.Script, keys []string, args []any) (*redis.Cmd, error) {
+// reply. A ctx done before the call is queued fails it unsent. A
+// Pipeliner with no wait of its own (a direct one) then waits for the
+// reply alone, unless ctx has a deadline: its batch ends within the
+// client's timeouts whatever happens, and watching ctx (a channel made
+// for each request) costs more than the rest of the call. Otherwise a ctx
+// done before the reply returns ctx's error (the call may still be applied
+// in Redis).
+func (p *Pipeliner) run(ctx context.Context, script *redis.Script, keys []string, args []any) reply {
+	if err := ctx.Err(); err != nil {
+		return reply{err: err}
+	}
 	c := callPool.Get().(*scriptCall)
 	c.evalCall = evalCall{script, keys, args}
 	var expired <-chan time.Time
@@ -108,124 +201,204 @@ func (p *Pipeliner) run(ctx context.Context, script *redis.Script, keys []string
 		}
 		expired = c.timer.C
 	}
-	select {
-	case p.calls <- c:
-	case <-p.stop:
-		return nil, redis.ErrClosed
-	case <-ctx.Done():
-		return nil, ctx.Err()
-	case <-expired:
-		return nil, errQueueTimeout
+	if err := p.enqueue(ctx, c, expired); err != nil {
+		return reply{err: err}
 	}
-	select {
-	case <-c.done:
-	case <-ctx.Done():
-		// The worker still owns c: it is not put back.
-		return nil, ctx.Err()
-	case <-expired:
-		// Likewise; the worker does not send it if it has not yet.
-		return nil, errQueueTimeout
-	case <-p.stop:
-		return nil, redis.ErrClosed
+	if _, ok := ctx.Deadline(); p.wait == 0 && !ok {
+		<-c.done // Close answers the calls it finds queued (see enqueue)
+	} else {
+		select {
+		case <-c.done:
+		case <-ctx.Done():
+			// The worker still owns c: it is not put back.
+			return reply{err: ctx.Err()}
+		case <-expired:
+			// Likewise; the worker does not send it if it has not yet.
+			return reply{err: errQueueTimeout}
+		case <-p.stop:
+			return reply{err: redis.ErrClosed}
+		}
 	}
 	if c.timer != nil {
 		c.timer.Stop()
 	}
-	cmd, err := c.cmd, c.err
+	r := c.reply
 	*c = scriptCall{done: c.done, timer: c.timer}
 	callPool.Put(c)
-	if err != nil {
-		return nil, err
+	return r
+}
+
+// enqueue queues c for the workers. Close waits for the callers in
+// enqueue to leave it, so that it finds every call queued before it.
+func (p *Pipeliner) enqueue(ctx context.Context, c *scriptCall, expired <-chan time.Time) error {
+	p.senders.Add(1)
+	defer p.senders.Add(-1)
+	if p.closed.Load() {
+		return redis.ErrClosed
 	}
-	return cmd, cmd.Err()
+	select {
+	case p.calls <- c: // the queue has room: most calls
+		return nil
+	default:
+	}
+	select {
+	case p.calls <- c:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-expired:
+		return errQueueTimeout
+	}
 }
 
 // errQueueTimeout fails a call whose reply did not come within the
 // Pipeliner's wait (a Redis that hangs, holding every worker).
 var errQueueTimeout = errors.New("redis: no reply within the read and write timeouts (calls queued behind pipelines that did not return)")
 
-func (p *Pipeliner) work() {
+// next waits for a call, then takes those queued behind it, up to
+// maxPipeline, into batch; it returns nil once the Pipeliner stops. A call
+// whose caller stopped waiting while it queued is answered at once and not
+// taken: a hung Redis would only hold the worker for another timeout.
+func (p *Pipeliner) next(batch []*scriptCall) []*scriptCall {
+	select {
+	case c := <-p.calls:
+		batch = append(batch, c)
+	case <-p.stop:
+		return nil
+	}
+	// The requests that are about to call run get the core first, so
+	// that a batch forms instead of a pipeline per call.
+	runtime.Gosched()
+fill:
+	for len(batch) < maxPipeline {
+		select {
+		case c := <-p.calls:
+			batch = append(batch, c)
+		default:
+			break fill
+		}
+	}
+	now := time.Now()
+	sent := batch[:0]
+	for _, c := range batch {
+		if !c.deadline.IsZero() && !now.Before(c.deadline) {
+			c.reply.err = errQueueTimeout
+			c.done <- struct{}{}
+			continue
+		}
+		sent = append(sent, c)
+	}
+	clear(batch[len(sent):])
+	return sent
+}
+
+// work is a worker: with d, it sends its batches on d (see directConn)
+// unless hooked, else as go-redis pipelines.
+func (p *Pipeliner) work(d *directConn) {
 	defer p.wg.Done()
+	if d != nil {
+		defer d.close()
+	}
 	batch := make([]*scriptCall, 0, maxPipeline)
 	evals := make([]*evalCall, 0, maxPipeline)
 	cmds := make([]*redis.Cmd, 0, maxPipeline)
 	for {
-		batch = batch[:0]
-		select {
-		case c := <-p.calls:
-			batch = append(batch, c)
-		case <-p.stop:
+		batch = p.next(batch[:0])
+		if batch == nil {
 			return
 		}
-	fill:
-		for len(batch) < maxPipeline {
-			select {
-			case c := <-p.calls:
-				batch = append(batch, c)
-			default:
-				break fill
+		var failed error
+		switch {
+		case len(batch) == 0:
+		case d != nil && !p.hooked.Load():
+			failed = d.evalAll(p.c, batch)
+		default:
+			for _, c := range batch {
+				evals = append(evals, &c.evalCall)
 			}
-		}
-		// A call whose caller stopped waiting while it queued is not
-		// sent: a hung Redis would only hold this worker for another
-		// timeout.
-		now := time.Now()
-		sent := batch[:0]
-		for _, c := range batch {
-			if !c.deadline.IsZero() && !now.Before(c.deadline) {
-				c.err = errQueueTimeout
-				c.done <- struct{}{}
-				continue
-			}
-			sent = append(sent, c)
-			evals = append(evals, &c.evalCall)
-		}
-		batch = sent
-		if len(batch) > 0 {
 			// The client's timeouts bound the pipeline; a caller
 			// whose ctx ends or whose wait passes stops waiting for
 			// it (see run).
 			cmds = evalAll(context.Background(), p.c, evals, cmds[:0])
+			for i, c := range batch {
+				c.reply = replyOf(cmds[i])
+				var ne net.Error
+				if failed == nil && errors.As(c.reply.err, &ne) {
+					failed = c.reply.err
+				}
+			}
+			clear(cmds)
+			clear(evals)
+			evals = evals[:0]
 		}
-		for i, c := range batch {
-			c.cmd = cmds[i]
+		if d != nil && failed != nil {
+			// Before the batch's callers go on: a call they make next
+			// did not queue behind this batch.
+			p.fail(failed)
+		}
+		for _, c := range batch {
 			c.done <- struct{}{}
 		}
-		clear(cmds)
-		clear(evals)
-		evals = evals[:0]
 	}
 }
 
-// evalAll is how every script call of the package reaches Redis: calls
-// go as one pipeline of EVALSHA, then those whose script Redis did not have
+// fail answers the calls queued with err, without sending them: those of
+// a direct Pipeliner that queued behind a batch that failed, which would
+// otherwise wait for a timeout of their own.
+func (p *Pipeliner) fail(err error) {
+	for {
+		select {
+		case c := <-p.calls:
+			c.reply.err = err
+			c.done <- struct{}{}
+		default:
+			return
+		}
+	}
+}
+
+// evalAll is how the package's script calls reach Redis through go-redis:
+// calls go as one pipeline of EVALSHA, then those whose script Redis did not have
 // (NOSCRIPT: a restart, a failover) as one of EVAL, which caches it again.
 // It appends the reply of every call to cmds, in order. Only a NOSCRIPT
 // reply is sent again: a timeout or a refused connection fails the calls at
 // once, so a failing Redis costs a call one timeout.
 func evalAll(ctx context.Context, c redis.UniversalClient, calls []*evalCall, cmds []*redis.Cmd) []*redis.Cmd {
 	first := len(cmds)
+	cmds = pipelined(ctx, c, calls, cmds, (*redis.Script).EvalSha)
+	var again []*evalCall
+	var at []int
+	for i, e := range calls {
+		if err := cmds[first+i].Err(); err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
+			again = append(again, e)
+			at = append(at, first+i)
+		}
+	}
+	if len(again) > 0 {
+		for i, cmd := range evalSource(ctx, c, again, nil) {
+			cmds[at[i]] = cmd
+		}
+	}
+	return cmds
+}
+
+// evalSource sends the calls as one pipeline of EVAL, with the scripts'
+// source, and appends their replies to cmds.
+func evalSource(ctx context.Context, c redis.UniversalClient, calls []*evalCall, cmds []*redis.Cmd) []*redis.Cmd {
+	return pipelined(ctx, c, calls, cmds, (*redis.Script).Eval)
+}
+
+// pipelined sends the calls as one pipeline, each as send writes it (EVAL
+// or EVALSHA), and appends their replies to cmds.
+func pipelined(ctx context.Context, c redis.UniversalClient, calls []*evalCall, cmds []*redis.Cmd,
+	send func(*redis.Script, context.Context, redis.Scripter, []string, ...any) *redis.Cmd) []*redis.Cmd {
+	first := len(cmds)
 	pipe := c.Pipeline()
 	for _, e := range calls {
-		cmds = append(cmds, e.script.EvalSha(ctx, pipe, e.keys, e.args...))
+		cmds = append(cmds, send(e.script, ctx, pipe, e.keys, e.args...))
 	}
 	_, err := pipe.Exec(ctx)
 	unanswered(cmds[first:], err)
-	var retry redis.Pipeliner
-	var retried []*redis.Cmd
-	for i, e := range calls {
-		if err := cmds[first+i].Err(); err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
-			if retry == nil {
-				retry = c.Pipeline()
-			}
-			cmds[first+i] = e.script.Eval(ctx, retry, e.keys, e.args...)
-			retried = append(retried, cmds[first+i])
-		}
-	}
-	if retry != nil {
-		_, err := retry.Exec(ctx)
-		unanswered(retried, err)
-	}
 	return cmds
 }
 

@@ -276,10 +276,11 @@ func (s *Store) Take(ctx context.Context, key string, now time.Time, cost int64)
 	if s.script.member {
 		extra = s.idHead + strconv.FormatUint(s.counter.Add(1), 36)
 	}
-	res, err := s.call(ctx, s.scriptKeys(key), s.args(modeTake, now, cost, extra)).Int64Slice()
-	if err != nil {
-		return algorithms.Decision{}, fmt.Errorf("redis store: %s: %w", s.l.Name(), err)
+	r := s.call(ctx, s.scriptKeys(key), s.args(modeTake, now, cost, extra))
+	if r.err != nil {
+		return algorithms.Decision{}, fmt.Errorf("redis store: %s: %w", s.l.Name(), r.err)
 	}
+	res := r.ints()
 	if len(res) < 9 {
 		return algorithms.Decision{}, fmt.Errorf("redis store: %s: script answered %d values, want 9", s.l.Name(), len(res))
 	}
@@ -318,7 +319,7 @@ func (s *Store) Undo(ctx context.Context, key string, now time.Time, cost int64,
 	}
 	cost = min(cost, s.maxCost)
 	extra := strconv.FormatUint(d.Token, 10)
-	err := s.call(ctx, s.scriptKeys(key), s.args(modeUndo, now, cost, extra)).Err()
+	err := s.call(ctx, s.scriptKeys(key), s.args(modeUndo, now, cost, extra)).err
 	if err != nil && !errors.Is(err, redis.Nil) {
 		return fmt.Errorf("redis store: %s undo: %w", s.l.Name(), err)
 	}
@@ -327,14 +328,9 @@ func (s *Store) Undo(ctx context.Context, key string, now time.Time, cost int64,
 
 // call runs the script once: in the Pipeliner's next pipeline, or on its
 // own.
-func (s *Store) call(ctx context.Context, keys []string, args []any) *redis.Cmd {
+func (s *Store) call(ctx context.Context, keys []string, args []any) reply {
 	if s.pipe == nil {
-		return evalOne(ctx, s.c, s.script.run, keys, args)
+		return replyOf(evalOne(ctx, s.c, s.script.run, keys, args))
 	}
-	cmd, err := s.pipe.run(ctx, s.script.run, keys, args)
-	if cmd == nil {
-		cmd = redis.NewCmd(ctx)
-		cmd.SetErr(err)
-	}
-	return cmd
+	return s.pipe.run(ctx, s.script.run, keys, args)
 }

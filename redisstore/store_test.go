@@ -529,7 +529,11 @@ func TestConcurrencyAcrossInstances(t *testing.T) {
 // master dies the sentinel promotes the replica, which holds the replicated
 // state, and the script (not in the new master's script cache: NOSCRIPT)
 // is sent again with EVAL.
-func TestSentinelFailover(t *testing.T) {
+func TestSentinelFailover(t *testing.T) { testSentinelFailover(t, nil) }
+
+// testSentinelFailover is TestSentinelFailover with the store's calls sent
+// through the Pipeliner that pipe returns for the client (none: nil).
+func testSentinelFailover(t *testing.T, pipe func(redis.UniversalClient) *Pipeliner) {
 	if testing.Short() {
 		t.Skip("-short: no failover")
 	}
@@ -543,7 +547,15 @@ func TestSentinelFailover(t *testing.T) {
 	})
 	defer c.Close()
 	ctx := context.Background()
-	s := mustStore(t, c, mustLimiter(t, algorithms.GCRA, oneTier(3, time.Minute)), "failover")
+	o := Options{KeyPrefix: "rltest:", Zone: "failover"}
+	if pipe != nil {
+		o.Pipeliner = pipe(c)
+		defer o.Pipeliner.Close()
+	}
+	s, err := NewStore(c, mustLimiter(t, algorithms.GCRA, oneTier(3, time.Minute)), o)
+	if err != nil {
+		t.Fatal(err)
+	}
 	for i := 0; i < 2; i++ {
 		if d, err := s.Take(ctx, "k", t0, 1); err != nil || !d.Allowed {
 			t.Fatalf("take %d: %+v %v", i, d, err)
@@ -562,7 +574,6 @@ func TestSentinelFailover(t *testing.T) {
 	st.Master.Stop()
 	deadline := time.Now().Add(15 * time.Second)
 	var d algorithms.Decision
-	var err error
 	for {
 		if d, err = s.Take(ctx, "k", t0, 1); err == nil {
 			break

@@ -1,0 +1,414 @@
+package redisstore
+
+import (
+	"context"
+	"errors"
+	"net"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/zonelimit/caddy-ratelimit/algorithms"
+	"github.com/zonelimit/caddy-ratelimit/internal/redistest"
+)
+
+// directPipeliner returns a client of srv with opts and a direct Pipeliner
+// on it, closed when the test ends.
+func directPipeliner(t testing.TB, opts *redis.Options, wait time.Duration) (*redis.Client, *Pipeliner) {
+	t.Helper()
+	c := redis.NewClient(opts)
+	p := NewDirectPipeliner(c, wait)
+	t.Cleanup(func() {
+		p.Close()
+		c.Close()
+	})
+	return c, p
+}
+
+// pooledUses is how many times c took a connection from go-redis's pools:
+// never for the calls of a direct Pipeliner.
+func pooledUses(c *redis.Client) uint32 {
+	st := c.PoolStats()
+	n := st.Hits + st.Misses
+	if p := st.PipelineStats; p != nil {
+		n += p.Hits + p.Misses
+	}
+	return n
+}
+
+// Concurrent Takes through a direct Pipeliner: on its own connection (go-redis
+// opens none), exact (every algorithm admits exactly its limit), one
+// EVALSHA each.
+func TestDirectPipelinerExact(t *testing.T) {
+	srv := redistest.Start(t)
+	c, p := directPipeliner(t, &redis.Options{Addr: srv.Addr}, time.Second)
+	for _, name := range []string{algorithms.SlidingLog, algorithms.FixedWindow, algorithms.TokenBucket, algorithms.GCRA, algorithms.Concurrency} {
+		s := pipelinedStore(t, c, p, name, oneTier(100, time.Hour), "direct")
+		// The script's first call (NOSCRIPT, then EVAL through go-redis).
+		if _, err := s.Take(context.Background(), "warm", time.Time{}, 1); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := redistest.Do(srv.Addr, "CONFIG", "RESETSTAT"); err != nil {
+			t.Fatal(err)
+		}
+		before := pooledUses(c)
+		admitted := takeConcurrently(t, 64, 5, func(int, int) (algorithms.Decision, error) {
+			return s.Take(context.Background(), "k", time.Time{}, 1)
+		})
+		if admitted != 100 {
+			t.Errorf("%s: admitted %d of 320, want 100", name, admitted)
+		}
+		if n := pooledUses(c) - before; n != 0 {
+			t.Fatalf("%s: go-redis's pool gave %d connections, want none (the Pipeliner's own)", name, n)
+		}
+		if n := commandStats(t, c)["evalsha"]; n != 320 {
+			t.Errorf("%s: %d EVALSHA for 320 Takes", name, n)
+		}
+	}
+}
+
+// After a restart Redis has no scripts: the EVALSHA gets NOSCRIPT and the
+// call is sent again with EVAL. Close fails later calls.
+func TestDirectPipelinerNoScriptAndClose(t *testing.T) {
+	srv := redistest.Start(t)
+	c, p := directPipeliner(t, &redis.Options{Addr: srv.Addr}, 0)
+	s := pipelinedStore(t, c, p, algorithms.GCRA, oneTier(10, time.Minute), "noscript")
+	ctx := context.Background()
+	if _, err := s.Take(ctx, "k", time.Time{}, 1); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := redistest.Do(srv.Addr, "SCRIPT", "FLUSH"); err != nil {
+		t.Fatal(err)
+	}
+	d, err := s.Take(ctx, "k", time.Time{}, 1)
+	if err != nil || !d.Allowed || d.Remaining != 8 {
+		t.Fatalf("after SCRIPT FLUSH: %+v, %v", d, err)
+	}
+	if d, err := s.Take(ctx, "k", time.Time{}, 1); err != nil || d.Remaining != 7 {
+		t.Fatalf("once the script is cached again: %+v, %v", d, err)
+	}
+	p.Close()
+	if _, err := s.Take(ctx, "k", time.Time{}, 1); !errors.Is(err, redis.ErrClosed) {
+		t.Fatalf("after Close: %v", err)
+	}
+}
+
+// A connection Redis closed while it was idle (CLIENT KILL here; a
+// restart, a timeout) is replaced before the next call, which succeeds.
+func TestDirectPipelinerConnectionClosedWhileIdle(t *testing.T) {
+	srv := redistest.Start(t)
+	c, p := directPipeliner(t, &redis.Options{Addr: srv.Addr}, time.Second)
+	s := pipelinedStore(t, c, p, algorithms.GCRA, oneTier(10, time.Minute), "killed")
+	ctx := context.Background()
+	for i := 0; i < 3; i++ {
+		if _, err := s.Take(ctx, "k", time.Time{}, 1); err != nil {
+			t.Fatalf("take %d: %v", i, err)
+		}
+		if _, err := redistest.Do(srv.Addr, "CLIENT", "KILL", "TYPE", "normal"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if d, err := s.Take(ctx, "k", time.Time{}, 1); err != nil || d.Remaining != 6 {
+		t.Fatalf("after the kills: %+v, %v", d, err)
+	}
+}
+
+// A call that times out fails with the timeout; the connection is
+// dropped, so that the late reply is not read as the next call's: the
+// calls after it get their own decisions.
+func TestDirectPipelinerTimeout(t *testing.T) {
+	srv := redistest.Start(t)
+	c, p := directPipeliner(t, &redis.Options{Addr: srv.Addr, ReadTimeout: 100 * time.Millisecond, MaxRetries: -1}, time.Minute)
+	s := pipelinedStore(t, c, p, algorithms.GCRA, oneTier(10, time.Minute), "timeout")
+	ctx := context.Background()
+	if d, err := s.Take(ctx, "a", time.Time{}, 1); err != nil || d.Remaining != 9 {
+		t.Fatalf("before: %+v, %v", d, err)
+	}
+	srv.Pause()
+	_, err := s.Take(ctx, "a", time.Time{}, 1)
+	srv.Resume()
+	var ne net.Error
+	if !errors.As(err, &ne) || !ne.Timeout() {
+		t.Fatalf("with Redis paused: %v, want a timeout", err)
+	}
+	// The paused call was applied once Redis resumed (a: 8 left), and
+	// is not the answer of b's first call.
+	d, err := s.Take(ctx, "b", time.Time{}, 5)
+	if err != nil || d.Remaining != 5 {
+		t.Fatalf("b after the timeout: %+v, %v", d, err)
+	}
+	if d, err := s.Take(ctx, "a", time.Time{}, 1); err != nil || d.Remaining != 7 {
+		t.Fatalf("a after the timeout: %+v, %v", d, err)
+	}
+}
+
+// The connection authenticates as the client's ACL user and selects its
+// database; a wrong password fails the calls with Redis's answer.
+func TestDirectPipelinerAuthAndDB(t *testing.T) {
+	srv := redistest.StartArgs(t, "--requirepass", "s3cret")
+	admin := redis.NewClient(&redis.Options{Addr: srv.Addr, Password: "s3cret"})
+	defer admin.Close()
+	if err := admin.Do(context.Background(), "ACL", "SETUSER", "limiter", "on", ">pw", "~rltest:*", "+@all").Err(); err != nil {
+		t.Fatal(err)
+	}
+	c, p := directPipeliner(t, &redis.Options{Addr: srv.Addr, Username: "limiter", Password: "pw", DB: 3}, time.Second)
+	s := pipelinedStore(t, c, p, algorithms.GCRA, oneTier(10, time.Minute), "auth")
+	ctx := context.Background()
+	// The script's first call (NOSCRIPT, then EVAL through go-redis).
+	if _, err := s.Take(ctx, "warm", time.Time{}, 1); err != nil {
+		t.Fatal(err)
+	}
+	before := pooledUses(c)
+	if d, err := s.Take(ctx, "k", time.Time{}, 1); err != nil || d.Remaining != 9 {
+		t.Fatalf("as limiter in db 3: %+v, %v", d, err)
+	}
+	key := s.Keys("k")[0]
+	for db, want := range map[int]int64{0: 0, 3: 1} {
+		dc := redis.NewClient(&redis.Options{Addr: srv.Addr, Password: "s3cret", DB: db})
+		n, err := dc.Exists(ctx, key).Result()
+		dc.Close()
+		if err != nil || n != want {
+			t.Errorf("db %d holds the key %d times (%v), want %d", db, n, err, want)
+		}
+	}
+	if n := pooledUses(c) - before; n != 0 {
+		t.Errorf("go-redis's pool gave %d connections, want none", n)
+	}
+
+	wc, wp := directPipeliner(t, &redis.Options{Addr: srv.Addr, Password: "wrong"}, time.Second)
+	ws := pipelinedStore(t, wc, wp, algorithms.GCRA, oneTier(10, time.Minute), "auth")
+	for i := 0; i < 2; i++ {
+		if _, err := ws.Take(ctx, "k", time.Time{}, 1); err == nil || !strings.Contains(err.Error(), "WRONGPASS") {
+			t.Fatalf("take %d with a wrong password: %v, want WRONGPASS", i+1, err)
+		}
+	}
+	if err := ws.Undo(ctx, "k", time.Time{}, 1, algorithms.Decision{Allowed: true}); err == nil || !strings.Contains(err.Error(), "WRONGPASS") {
+		t.Fatalf("undo with a wrong password: %v, want WRONGPASS", err)
+	}
+}
+
+// Once a hook is added to the Client, its calls go through go-redis, so
+// that the hook sees them.
+func TestDirectPipelinerHooked(t *testing.T) {
+	srv := redistest.Start(t)
+	c := NewClient(&redis.UniversalOptions{Addrs: []string{srv.Addr}}, ClientOptions{})
+	defer c.Destruct()
+	s := pipelinedStore(t, c, c.Pipeliner(), algorithms.GCRA, oneTier(10, time.Minute), "hooked")
+	ctx := context.Background()
+	if _, err := s.Take(ctx, "k", time.Time{}, 1); err != nil {
+		t.Fatal(err)
+	}
+	counter := &countHook{}
+	c.AddHook(counter)
+	if d, err := s.Take(ctx, "k", time.Time{}, 1); err != nil || d.Remaining != 8 {
+		t.Fatalf("hooked: %+v, %v", d, err)
+	}
+	if n := counter.piped.Load(); n != 1 {
+		t.Errorf("the hook saw %d calls, want 1", n)
+	}
+}
+
+// While Redis does not answer (CLIENT PAUSE WRITE holds the scripts, as
+// a hung Redis would), the calls queued behind the batch in flight fail
+// with its timeout when it times out, without being sent: a call costs at
+// most the timeout of the batch ahead of it, not one more of its own.
+func TestDirectPipelinerQueuedCallsFailWithTheBatchAhead(t *testing.T) {
+	srv := redistest.Start(t)
+	c, p := directPipeliner(t, &redis.Options{Addr: srv.Addr, ReadTimeout: 2 * time.Second, MaxRetries: -1}, 0)
+	s := pipelinedStore(t, c, p, algorithms.GCRA, oneTier(10, time.Minute), "queued")
+	ctx := context.Background()
+	if _, err := s.Take(ctx, "warm", time.Time{}, 1); err != nil {
+		t.Fatalf("Take before the pause: %v", err)
+	}
+	admin := redis.NewClient(&redis.Options{Addr: srv.Addr, PoolSize: 1})
+	defer admin.Close()
+	info := func(field string) string {
+		v, err := admin.Info(ctx, "clients", "stats").Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, line := range strings.Split(v, "\r\n") {
+			if val, ok := strings.CutPrefix(line, field+":"); ok {
+				return val
+			}
+		}
+		t.Fatalf("no %s in INFO", field)
+		return ""
+	}
+	dials := info("total_connections_received")
+	if err := admin.Do(ctx, "CLIENT", "PAUSE", 60_000, "WRITE").Err(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { admin.Do(context.Background(), "CLIENT", "UNPAUSE") })
+
+	first := make(chan error, 1)
+	go func() {
+		_, err := s.Take(ctx, "first", time.Time{}, 1)
+		first <- err
+	}()
+	waitFor(t, "the first call held by Redis", func() bool { return info("blocked_clients") == "1" })
+	const queued = 20
+	wave := takeAll(ctx, s, "second", queued)
+	waitFor(t, "the calls queued", func() bool { return len(p.calls) == queued })
+	errs := wave()
+	var ne net.Error
+	if err := <-first; !errors.As(err, &ne) || !ne.Timeout() {
+		t.Fatalf("first call: %v, want a timeout", err)
+	}
+	for i, err := range errs {
+		if !errors.As(err, &ne) || !ne.Timeout() {
+			t.Errorf("queued call %d: %v, want the first call's timeout", i+1, err)
+		}
+	}
+	if now := info("total_connections_received"); now != dials {
+		t.Errorf("connections received went from %s to %s while Redis held the first call: the queued calls were sent", dials, now)
+	}
+	if err := admin.Do(ctx, "CLIENT", "UNPAUSE").Err(); err != nil {
+		t.Fatal(err)
+	}
+	if d, err := s.Take(ctx, "after", time.Time{}, 1); err != nil || d.Remaining != 9 {
+		t.Fatalf("after the pause: %+v, %v", d, err)
+	}
+}
+
+// waitFor polls cond until it holds, for at most 10s (a loaded machine).
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("10s without %s", what)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// The integers of the replies: what fits in an int64, nothing else.
+func TestDirectConnNumber(t *testing.T) {
+	for _, tc := range []struct {
+		s  string
+		v  int64
+		ok bool
+	}{
+		{"0", 0, true}, {"42", 42, true}, {"-1", -1, true},
+		{"9223372036854775807", 1<<63 - 1, true}, {"-9223372036854775808", -1 << 63, true},
+		{"9223372036854775808", 0, false}, {"-9223372036854775809", 0, false}, {"99999999999999999999", 0, false},
+		{"", 0, false}, {"-", 0, false}, {"1a", 0, false}, {"+1", 0, false}, {"1\n", 0, false},
+		{"00000000000000000001", 0, false}, {"0000000000000000001", 1, true},
+	} {
+		d := &directConn{in: []byte(tc.s + "\r\n")}
+		if v, err := d.number(); v != tc.v || (err == nil) != tc.ok {
+			t.Errorf("number of %q = %d, %v; want %d, ok %v", tc.s, v, err, tc.v, tc.ok)
+		}
+	}
+}
+
+// Each kind of reply a script can give reads as go-redis would read it
+// for a store, on one connection that stays in step: a reply the store
+// cannot use fails its call only.
+func TestDirectPipelinerReplies(t *testing.T) {
+	srv := redistest.Start(t)
+	_, p := directPipeliner(t, &redis.Options{Addr: srv.Addr}, time.Second)
+	ctx := context.Background()
+	long := strings.Repeat("x", 100_000)
+	for _, tc := range []struct {
+		src  string
+		args []any
+		vals []int64
+		err  string
+	}{
+		{src: `return {1, -2, tonumber(ARGV[1])}`, args: []any{int64(-1 << 62)}, vals: []int64{1, -2, -1 << 62}},
+		{src: `return 7`, vals: []int64{7}},
+		{src: `return nil`, err: redis.Nil.Error()},
+		{src: `return redis.status_reply('OK')`},
+		{src: `return redis.error_reply('LONG ' .. ARGV[1])`, args: []any{long}, err: "LONG " + long},
+		{src: `local t = {} for i = 1, 20 do t[i] = i end return t`, err: "script answered 20 values"},
+		{src: `return {1, 'two'}`, err: "*"}, // any error
+		{src: `return {tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])}`, args: []any{int64(3), 4, uint64(5)}, vals: []int64{3, 4, 5}},
+	} {
+		// Each twice: the second call finds the script cached (EVALSHA).
+		for i := 0; i < 2; i++ {
+			r := p.run(ctx, redis.NewScript(tc.src), nil, tc.args)
+			if tc.err == "" && r.err != nil || tc.err != "" && (r.err == nil || tc.err != "*" && !strings.Contains(r.err.Error(), tc.err)) {
+				t.Fatalf("%s: error %v, want %q", tc.src, r.err, tc.err)
+			}
+			if r.err == nil && !slices.Equal(r.ints(), tc.vals) {
+				t.Fatalf("%s: %v, want %v", tc.src, r.ints(), tc.vals)
+			}
+		}
+	}
+}
+
+// A request whose context has ended is not sent (see TestPipelinerContext
+// for a deadline).
+func TestDirectPipelinerContext(t *testing.T) {
+	srv := redistest.Start(t)
+	c, p := directPipeliner(t, &redis.Options{Addr: srv.Addr}, 0)
+	s := pipelinedStore(t, c, p, algorithms.GCRA, oneTier(10, time.Minute), "ctx")
+	if _, err := s.Take(context.Background(), "k", time.Time{}, 1); err != nil {
+		t.Fatal(err)
+	}
+	canceled, cancel := context.WithCancel(context.Background())
+	cancel()
+	if _, err := s.Take(canceled, "k", time.Time{}, 1); !errors.Is(err, context.Canceled) {
+		t.Fatalf("canceled: %v", err)
+	}
+	if d, err := s.Take(context.Background(), "k", time.Time{}, 1); err != nil || d.Remaining != 8 {
+		t.Fatalf("after the canceled call: %+v, %v (it was sent?)", d, err)
+	}
+}
+
+// Close while calls are being made: every call returns (a decision or
+// redis.ErrClosed), none waits forever for a reply.
+func TestDirectPipelinerCloseWhileCalling(t *testing.T) {
+	srv := redistest.Start(t)
+	c, p := directPipeliner(t, &redis.Options{Addr: srv.Addr}, 0)
+	s := pipelinedStore(t, c, p, algorithms.GCRA, oneTier(1<<40, time.Minute), "close")
+	var wg sync.WaitGroup
+	var calls atomic.Int64
+	for g := 0; g < 16; g++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				calls.Add(1)
+				_, err := s.Take(context.Background(), "k", time.Time{}, 1)
+				if errors.Is(err, redis.ErrClosed) {
+					return
+				}
+				if err != nil {
+					t.Errorf("Take: %v", err)
+					return
+				}
+			}
+		}()
+	}
+	waitFor(t, "calls", func() bool { return calls.Load() > 100 })
+	p.Close()
+	done := make(chan struct{})
+	go func() {
+		wg.Wait()
+		close(done)
+	}()
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		t.Fatal("a call still waits 10s after Close")
+	}
+}
+
+// Through a Sentinel client, the direct Pipeliner follows a failover: it
+// dials the master the Sentinels name once the old one is gone.
+func TestDirectPipelinerSentinelFailover(t *testing.T) {
+	testSentinelFailover(t, func(c redis.UniversalClient) *Pipeliner {
+		if directOptions(c) == nil {
+			t.Fatal("a Sentinel client is not sent to directly")
+		}
+		return NewDirectPipeliner(c, 0)
+	})
+}
