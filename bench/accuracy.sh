@@ -1,0 +1,78 @@
+#!/usr/bin/env bash
+# Admission accuracy: how closely rate_limit holds its limit under load.
+#
+# Builds ./cmd/caddy and ./bench/accuracy, starts one redis-server and three
+# Caddy instances (all on 127.0.0.1; each serves one route per algorithm and
+# mode, from `accuracy caddyfile`), then `accuracy run` drives them with an
+# open-loop load (requests at fixed instants, whatever the answers) at
+# RATES times the limit, DURATION per run, one run after the other: the
+# memory store on the first instance, the Redis modes spread over all three.
+# It prints a line per run, and writes the table (results.md) and the plots
+# (one SVG per algorithm, modes.svg) to OUT. Everything started is stopped
+# on exit. A full run takes about 6 minutes on 2 cores.
+#
+#   bash bench/accuracy.sh                  # full run, into docs/accuracy
+#   QUICK=1 bash bench/accuracy.sh          # 2 s runs, into bench/results/accuracy
+#   ONLY=gcra,redis bash bench/accuracy.sh  # some algorithms or modes only
+#   LEASED_OPTION='...' bash bench/accuracy.sh  # the handler option of the leased mode, once the store has one
+#
+# Other load on the machine delays the load generator and Redis's replies:
+# the load average at the start and end is recorded with the results.
+set -euo pipefail
+
+EVENTS=${EVENTS:-100}
+WINDOW=${WINDOW:-1s}
+RATES=${RATES:-0.5,1,4}
+SYNC_INTERVAL=${SYNC_INTERVAL:-200ms}
+if [ -n "${QUICK:-}" ]; then
+	DURATION=${DURATION:-2s}
+	OUT=${OUT:-bench/results/accuracy}
+else
+	DURATION=${DURATION:-6s}
+	OUT=${OUT:-docs/accuracy}
+fi
+
+BENCH=accuracy
+# shellcheck source=bench/lib.sh
+. "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+
+need go
+need redis-server redis-server
+workdir=$(mktemp -d "${TMPDIR:-/tmp}/accuracy.XXXXXX")
+on_exit "rm -rf '$workdir'"
+
+echo "accuracy: building ./cmd/caddy and ./bench/accuracy"
+go build -o "$workdir/caddy" ./cmd/caddy
+go build -o "$workdir/accuracy" ./bench/accuracy
+
+start_redis
+flags=(-events "$EVENTS" -window "$WINDOW" -redis "$REDIS_ADDR" -sync-interval "$SYNC_INTERVAL" -leased "${LEASED_OPTION:-}")
+ports=()
+for i in 1 2 3; do
+	port=$(free_port)
+	cf="$workdir/Caddyfile.$i"
+	"$workdir/accuracy" caddyfile -port "$port" "${flags[@]}" >"$cf"
+	"$workdir/caddy" adapt --config "$cf" --adapter caddyfile >/dev/null 2>"$workdir/adapt.log" ||
+		{ cat "$cf" "$workdir/adapt.log" >&2; die "the generated Caddyfile does not adapt"; }
+	"$workdir/caddy" run --config "$cf" --adapter caddyfile >"$workdir/caddy.$i.log" 2>&1 &
+	pid=$!
+	on_exit "kill $pid 2>/dev/null; wait $pid 2>/dev/null"
+	ports+=("$port")
+done
+for i in 0 1 2; do
+	wait_port "${ports[i]}" 30 || { cat "$workdir/caddy.$((i + 1)).log" >&2; die "Caddy $((i + 1)) did not listen on ${ports[i]}"; }
+done
+echo "accuracy: Caddy on ports ${ports[*]}, redis-server on $REDIS_ADDR"
+
+cpu=$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //')
+load_start=$(cut -d' ' -f1-3 /proc/loadavg)
+stamp=$(date -u +%Y%m%dT%H%M%SZ)
+commit=$(git rev-parse --short HEAD 2>/dev/null || echo unknown)
+note="bench/accuracy.sh $stamp, commit $commit, $(nproc) cores ($cpu), $(go version | cut -d' ' -f3), $DURATION per run, sync_interval $SYNC_INTERVAL; load average at the start $load_start (other processes share the machine)."
+echo "accuracy: $note"
+mkdir -p bench/results
+"$workdir/accuracy" run "${flags[@]}" -ports "$(IFS=,; echo "${ports[*]}")" -duration "$DURATION" -rates "$RATES" \
+	-out "$OUT" -note "$note" -only "${ONLY:-}" | tee "bench/results/accuracy-$stamp.txt"
+load_end=$(cut -d' ' -f1-3 /proc/loadavg)
+printf '\nLoad average at the end: %s.\n' "$load_end" >>"$OUT/results.md"
+echo "accuracy: load average at the end $load_end; results in $OUT and bench/results/accuracy-$stamp.txt"
