@@ -47,7 +47,8 @@ func algorithmPlot(alg string, factors []float64, modes []mode, rs []result) str
 			continue
 		}
 		r0 := runs[0]
-		yMax, bins := 0, 0
+		perBin := float64(r0.limit.Events) * float64(r0.bin) / float64(r0.limit.Window)
+		yMax, bins := int(perBin), 0
 		for _, r := range runs {
 			for j := range r.offered {
 				yMax = max(yMax, r.offered[j], r.admitted[j])
@@ -56,7 +57,6 @@ func algorithmPlot(alg string, factors []float64, modes []mode, rs []result) str
 		}
 		fr := frame{left: left, top: 60 + float64(i)*(panelH+gap), width: width - left - 20, height: panelH,
 			xMax: float64(bins) * r0.bin.Seconds(), yMax: float64(yMax) * 1.1}
-		perBin := float64(r0.limit.Events) * float64(r0.bin) / float64(r0.limit.Window)
 		fr.axes(s, fmt.Sprintf("offered %g x the limit (%d per %s)", f, r0.limit.Events, r0.limit.Window),
 			ticks(0, fr.yMax, 4), "%g")
 		for _, t := range ticks(0, fr.xMax, 8) {
@@ -64,9 +64,11 @@ func algorithmPlot(alg string, factors []float64, modes []mode, rs []result) str
 		}
 		xs, ys := steps(fr, r0.bin, r0.offered)
 		s.polyline(xs, ys, "#aaa", 2)
-		for _, r := range runs {
+		for k, r := range runs {
+			// Each mode thinner than the one before, so that where
+			// they admit the same the lines beneath still show.
 			xs, ys := steps(fr, r.bin, r.admitted)
-			s.polyline(xs, ys, modeColors[r.mode], 1.2)
+			s.polyline(xs, ys, modeColors[r.mode], 3-float64(k)*0.8)
 		}
 		s.line(fr.x(0), fr.y(perBin), fr.x(fr.xMax), fr.y(perBin), "black", "4 3")
 	}
@@ -106,7 +108,7 @@ func modesPlot(factors []float64, modes []mode, rs []result) string {
 	for i, m := range modes {
 		fr := frame{left: left, top: 60 + float64(i)*(panelH+gap), width: width - left - 20, height: panelH,
 			xMax: float64(len(algorithms)), yMin: -top, yMax: top}
-		fr.axes(s, m.name, ticks(-top, top, 4), "%g%%")
+		fr.axes(s, m.name, ticks(-top, top, 6), "%g%%")
 		s.line(fr.x(0), fr.y(0), fr.x(fr.xMax), fr.y(0), "#555", "")
 		if m.skip != "" {
 			s.text(fr.x(fr.xMax/2), fr.y(0)-8, "middle", "skipped: "+m.skip)
@@ -115,6 +117,10 @@ func modesPlot(factors []float64, modes []mode, rs []result) string {
 		barW := 0.8 / float64(len(factors))
 		for a, alg := range algorithms {
 			s.text(fr.x(float64(a)+0.5), fr.top+panelH+13, "middle", alg.name)
+			if ok, _ := m.supports(alg.name); !ok {
+				s.text(fr.x(float64(a)+0.5), fr.y(0)-6, "middle", "n/a")
+				continue
+			}
 			for k, f := range factors {
 				for _, r := range rs {
 					if r.alg != alg.name || r.mode != m.name || r.factor != f {
@@ -123,8 +129,16 @@ func modesPlot(factors []float64, modes []mode, rs []result) string {
 					x0 := fr.x(float64(a) + 0.1 + float64(k)*barW)
 					w := fr.x(barW) - fr.x(0)
 					c := factorColors[k%len(factorColors)]
-					s.rect(x0, fr.y(r.acc.OverPct()), w, fr.y(0)-fr.y(r.acc.OverPct()), c)
-					s.rect(x0, fr.y(0), w, fr.y(-r.acc.UnderPct())-fr.y(0), c)
+					over, under := r.acc.OverPct(), r.acc.UnderPct()
+					s.rect(x0, fr.y(over), w, fr.y(0)-fr.y(over), c)
+					s.rect(x0, fr.y(0), w, fr.y(-under)-fr.y(0), c)
+					// Small figures would not show as bars.
+					if over >= 0.1 {
+						s.textSize(x0+w/2, fr.y(over)-3, "middle", 8, fmt.Sprintf("%.1f", over))
+					}
+					if under >= 0.1 {
+						s.textSize(x0+w/2, fr.y(-under)+9, "middle", 8, fmt.Sprintf("%.1f", under))
+					}
 				}
 			}
 		}

@@ -43,8 +43,11 @@ func (s *svg) polyline(xs, ys []float64, stroke string, width float64) {
 }
 
 // text writes str at (x, y); anchor is start, middle or end.
-func (s *svg) text(x, y float64, anchor, str string) {
-	fmt.Fprintf(&s.b, `<text x="%.1f" y="%.1f" text-anchor="%s">%s</text>`+"\n", x, y, anchor, html.EscapeString(str))
+func (s *svg) text(x, y float64, anchor, str string) { s.textSize(x, y, anchor, 11, str) }
+
+func (s *svg) textSize(x, y float64, anchor string, size float64, str string) {
+	fmt.Fprintf(&s.b, `<text x="%.1f" y="%.1f" text-anchor="%s" font-size="%g">%s</text>`+"\n",
+		x, y, anchor, size, html.EscapeString(str))
 }
 
 func (s *svg) String() string { return s.b.String() + "</svg>\n" }
@@ -88,8 +91,8 @@ func ticks(lo, hi float64, n int) []float64 {
 		}
 	}
 	var out []float64
-	for t := math.Ceil(lo/step) * step; t <= hi+step/1e6; t += step {
-		out = append(out, t)
+	for i := math.Ceil(lo / step); i*step <= hi+step/1e6; i++ {
+		out = append(out, i*step+0) // +0: no "-0" label
 	}
 	return out
 }
