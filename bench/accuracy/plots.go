@@ -30,7 +30,8 @@ func algorithmPlot(alg string, factors []float64, modes []mode, rs []result) str
 	s.text(left, 18, "start", alg+": requests per bin, offered (grey) and admitted per mode; dashed: the limit's rate")
 	x := left + 300
 	for _, m := range modes {
-		if c, ok := modeColors[m.name]; ok && m.skip == "" {
+		if ok, _ := m.supports(alg); ok {
+			c := modeColors[m.name]
 			s.line(x, 30, x+18, 30, c, "")
 			s.text(x+22, 34, "start", m.name)
 			x += 80
@@ -62,14 +63,14 @@ func algorithmPlot(alg string, factors []float64, modes []mode, rs []result) str
 		for _, t := range ticks(0, fr.xMax, 8) {
 			s.text(fr.x(t), fr.top+panelH+13, "middle", fmt.Sprintf("%gs", t))
 		}
-		xs, ys := steps(fr, r0.bin, r0.offered)
-		s.polyline(xs, ys, "#aaa", 2)
 		for k, r := range runs {
 			// Each mode thinner than the one before, so that where
 			// they admit the same the lines beneath still show.
 			xs, ys := steps(fr, r.bin, r.admitted)
 			s.polyline(xs, ys, modeColors[r.mode], 3-float64(k)*0.8)
 		}
+		xs, ys := steps(fr, r0.bin, r0.offered)
+		s.polyline(xs, ys, "#888", 1)
 		s.line(fr.x(0), fr.y(perBin), fr.x(fr.xMax), fr.y(perBin), "black", "4 3")
 	}
 	return s.String()
