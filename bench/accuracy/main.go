@@ -119,7 +119,7 @@ func run(c config, urls []string, factors []float64, d, bin time.Duration, filte
 			for _, f := range factors {
 				key := fmt.Sprintf("%s-%s-%g-%d", a.name, m.name, f, time.Now().UnixNano())
 				start, resps, lag := openLoop(ctx, client, targets, key, f*rate, d, c.window)
-				r := result{alg: a.name, mode: m.name, factor: f, bin: bin, lag: lag,
+				r := result{alg: a.name, mode: m.name, factor: f, bin: bin, lag: lag, sent: len(resps),
 					limit: Limit{Events: c.events, Window: c.window, Kind: a.kind}}
 				var first int64
 				first, r.offered, r.admitted = binned(start, d, bin, resps)
@@ -134,7 +134,7 @@ func run(c config, urls []string, factors []float64, d, bin time.Duration, filte
 					}
 				}
 				fmt.Printf("%-15s %-7s %6gx %6d %8d %8d %7d %6d %7.1f %7.1f %6d %6d %7s\n",
-					a.name, m.name, f, len(resps), r.acc.Admitted, r.acc.Allowed, r.acc.MaxWindow, c.events,
+					a.name, m.name, f, r.sent, r.acc.Admitted, r.acc.Allowed, r.acc.MaxWindow, c.events,
 					r.acc.OverPct(), r.acc.UnderPct(), r.denied, r.errors, lag.Round(time.Millisecond))
 				rs = append(rs, r)
 			}
@@ -157,7 +157,7 @@ func write(dir string, c config, factors []float64, rs []result, note string) {
 	if note != "" {
 		fmt.Fprintf(&b, "%s\n\n", note)
 	}
-	writeTable(&b, c, rs)
+	writeTable(&b, c, factors, rs)
 	files["results.md"] = b.String()
 	for name, text := range files {
 		if err := os.WriteFile(filepath.Join(dir, name), []byte(text), 0o644); err != nil {
@@ -167,13 +167,41 @@ func write(dir string, c config, factors []float64, rs []result, note string) {
 	fmt.Printf("accuracy: wrote results.md, modes.svg and one plot per algorithm to %s\n", dir)
 }
 
-func writeTable(w io.Writer, c config, rs []result) {
-	fmt.Fprintf(w, "Limit %d per %s; counts per run; max in window: the most admitted in any %s (at %s resolution).\n\n",
-		c.events, c.window, c.window, rs[0].bin)
-	fmt.Fprintln(w, "| algorithm | mode | offered | admitted | allowed | max in window | over % | under % | errors |")
-	fmt.Fprintln(w, "|---|---|---:|---:|---:|---:|---:|---:|---:|")
-	for _, r := range rs {
-		fmt.Fprintf(w, "| `%s` | %s | %g× | %d | %d | %d | %.1f | %.1f | %d |\n", r.alg, r.mode, r.factor,
-			r.acc.Admitted, r.acc.Allowed, r.acc.MaxWindow, r.acc.OverPct(), r.acc.UnderPct(), r.errors)
+// writeTable writes a row per algorithm and mode with the figures of each
+// offered rate side by side (the README's table), then one row per run.
+func writeTable(w io.Writer, c config, factors []float64, rs []result) {
+	fmt.Fprintf(w, "Limit %d per %s. Max in window: the most admitted in any %s (at %s resolution); over and under: %% of what the limit allowed. Offered %s times the limit.\n\n",
+		c.events, c.window, c.window, rs[0].bin, joinFloats(factors, " / "))
+	fmt.Fprintln(w, "| algorithm | mode | max in window | over % | under % | errors |")
+	fmt.Fprintln(w, "|---|---|---:|---:|---:|---:|")
+	for i := 0; i < len(rs); {
+		j := i
+		var maxes, overs, unders []string
+		errs := 0
+		for ; j < len(rs) && rs[j].alg == rs[i].alg && rs[j].mode == rs[i].mode; j++ {
+			maxes = append(maxes, strconv.Itoa(rs[j].acc.MaxWindow))
+			overs = append(overs, fmt.Sprintf("%.1f", rs[j].acc.OverPct()))
+			unders = append(unders, fmt.Sprintf("%.1f", rs[j].acc.UnderPct()))
+			errs += rs[j].errors
+		}
+		fmt.Fprintf(w, "| `%s` | %s | %s | %s | %s | %d |\n", rs[i].alg, rs[i].mode,
+			strings.Join(maxes, " / "), strings.Join(overs, " / "), strings.Join(unders, " / "), errs)
+		i = j
 	}
+	fmt.Fprint(w, "\nEvery run:\n\n")
+	fmt.Fprintln(w, "| algorithm | mode | offered | sent | admitted | allowed | max in window | over % | under % | 429 | errors | send lag |")
+	fmt.Fprintln(w, "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+	for _, r := range rs {
+		fmt.Fprintf(w, "| `%s` | %s | %g× | %d | %d | %d | %d | %.1f | %.1f | %d | %d | %s |\n", r.alg, r.mode, r.factor,
+			r.sent, r.acc.Admitted, r.acc.Allowed, r.acc.MaxWindow, r.acc.OverPct(), r.acc.UnderPct(), r.denied, r.errors,
+			r.lag.Round(time.Millisecond))
+	}
+}
+
+func joinFloats(v []float64, sep string) string {
+	s := make([]string, len(v))
+	for i, f := range v {
+		s[i] = strconv.FormatFloat(f, 'g', -1, 64)
+	}
+	return strings.Join(s, sep)
 }

@@ -14,9 +14,9 @@ type result struct {
 	bin       time.Duration
 	acc       Accuracy
 	// offered and admitted are counts per bin.
-	offered, admitted []int
-	denied, errors    int // 429s; other statuses and failed requests
-	lag               time.Duration
+	offered, admitted    []int
+	sent, denied, errors int // requests; 429s; other statuses and failed requests
+	lag                  time.Duration
 }
 
 var modeColors = map[string]string{"memory": "#1f77b4", "redis": "#d62728", "sync": "#2ca02c", "leased": "#9467bd"}
