@@ -47,21 +47,34 @@ go build -o "$workdir/accuracy" ./bench/accuracy
 
 start_redis
 flags=(-events "$EVENTS" -window "$WINDOW" -redis "$REDIS_ADDR" -sync-interval "$SYNC_INTERVAL" -leased "${LEASED_OPTION:-}")
+# start_caddy I: starts Caddy instance I on a free port and appends the port
+# to ports. Another process may take the port between free_port and Caddy's
+# bind, so it tries three ports before giving up.
 ports=()
-for i in 1 2 3; do
-	port=$(free_port)
+start_caddy() {
+	local i=$1 port cf pid attempt
 	cf="$workdir/Caddyfile.$i"
-	"$workdir/accuracy" caddyfile -port "$port" "${flags[@]}" >"$cf"
-	"$workdir/caddy" adapt --config "$cf" --adapter caddyfile >/dev/null 2>"$workdir/adapt.log" ||
-		{ cat "$cf" "$workdir/adapt.log" >&2; die "the generated Caddyfile does not adapt"; }
-	"$workdir/caddy" run --config "$cf" --adapter caddyfile >"$workdir/caddy.$i.log" 2>&1 &
-	pid=$!
-	on_exit "kill $pid 2>/dev/null; wait $pid 2>/dev/null"
-	ports+=("$port")
-done
-for i in 0 1 2; do
-	wait_port "${ports[i]}" 30 || { cat "$workdir/caddy.$((i + 1)).log" >&2; die "Caddy $((i + 1)) did not listen on ${ports[i]}"; }
-done
+	for attempt in 1 2 3; do
+		port=$(free_port)
+		"$workdir/accuracy" caddyfile -port "$port" "${flags[@]}" >"$cf"
+		"$workdir/caddy" fmt --overwrite "$cf" >/dev/null 2>&1 || true
+		"$workdir/caddy" adapt --config "$cf" --adapter caddyfile >/dev/null 2>"$workdir/adapt.log" ||
+			{ cat "$cf" "$workdir/adapt.log" >&2; die "the generated Caddyfile does not adapt"; }
+		"$workdir/caddy" run --config "$cf" --adapter caddyfile >"$workdir/caddy.$i.log" 2>&1 &
+		pid=$!
+		on_exit "kill $pid 2>/dev/null; wait $pid 2>/dev/null"
+		# Listening, and still running a second later: the port is
+		# this Caddy's, not a process that took it first.
+		if wait_port "$port" 30 && sleep 1 && kill -0 "$pid" 2>/dev/null; then
+			ports+=("$port")
+			return 0
+		fi
+		echo "accuracy: Caddy $i did not start on port $port (attempt $attempt)" >&2
+		tail -1 "$workdir/caddy.$i.log" >&2
+	done
+	die "Caddy $i did not start"
+}
+for i in 1 2 3; do start_caddy "$i"; done
 echo "accuracy: Caddy on ports ${ports[*]}, redis-server on $REDIS_ADDR"
 
 cpu=$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //')
