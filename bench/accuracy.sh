@@ -9,7 +9,8 @@
 # memory store on the first instance, the Redis modes spread over all three.
 # It prints a line per run, and writes the table (results.md) and the plots
 # (one SVG per algorithm, modes.svg) to OUT. Everything started is stopped
-# on exit. A full run takes about 6 minutes on 2 cores.
+# on exit (Caddy's logs are kept in bench/results/). A full run takes about
+# 5 minutes on 2 cores.
 #
 #   bash bench/accuracy.sh                  # full run, into docs/accuracy
 #   QUICK=1 bash bench/accuracy.sh          # 2 s runs, into bench/results/accuracy
@@ -40,6 +41,9 @@ need go
 need redis-server redis-server
 workdir=$(mktemp -d "${TMPDIR:-/tmp}/accuracy.XXXXXX")
 on_exit "rm -rf '$workdir'"
+# Caddy's logs (Redis failures, for instance) outlive the run.
+mkdir -p bench/results
+on_exit "cp '$workdir'/caddy.*.log bench/results/ 2>/dev/null"
 
 echo "accuracy: building ./cmd/caddy and ./bench/accuracy"
 go build -o "$workdir/caddy" ./cmd/caddy
@@ -83,7 +87,6 @@ stamp=$(date -u +%Y%m%dT%H%M%SZ)
 commit=$(git rev-parse --short HEAD 2>/dev/null || echo unknown)
 note="bench/accuracy.sh $stamp, commit $commit, $(nproc) cores ($cpu), $(go version | cut -d' ' -f3), $DURATION per run, sync_interval $SYNC_INTERVAL; load average at the start $load_start (other processes share the machine)."
 echo "accuracy: $note"
-mkdir -p bench/results
 "$workdir/accuracy" run "${flags[@]}" -ports "$(IFS=,; echo "${ports[*]}")" -duration "$DURATION" -rates "$RATES" \
 	-out "$OUT" -note "$note" -only "${ONLY:-}" | tee "bench/results/accuracy-$stamp.txt"
 load_end=$(cut -d' ' -f1-3 /proc/loadavg)
