@@ -70,6 +70,9 @@ func main() {
 			filter = strings.Split(*only, ",")
 		}
 		rs := run(c, urls, factors, *duration, *bin, filter)
+		if len(rs) == 0 {
+			fail("no algorithm or mode matches -only %q", *only)
+		}
 		if *out != "" {
 			write(*out, c, factors, rs, *note)
 		}
@@ -92,7 +95,6 @@ func run(c config, urls []string, factors []float64, d, bin time.Duration, filte
 		Transport: &http.Transport{MaxIdleConns: 1024, MaxIdleConnsPerHost: 512},
 	}
 	ctx := context.Background()
-	rate := float64(c.events) / c.window.Seconds()
 	fmt.Printf("%-15s %-7s %7s %6s %8s %8s %7s %6s %7s %7s %6s %6s %7s\n",
 		"algorithm", "mode", "offered", "sent", "admitted", "allowed", "max/win", "limit", "over%", "under%", "429", "errors", "lag")
 	var rs []result
@@ -117,30 +119,38 @@ func run(c config, urls []string, factors []float64, d, bin time.Duration, filte
 				}
 			}
 			for _, f := range factors {
-				key := fmt.Sprintf("%s-%s-%g-%d", a.name, m.name, f, time.Now().UnixNano())
-				start, resps, lag := openLoop(ctx, client, targets, key, f*rate, d, c.window)
-				r := result{alg: a.name, mode: m.name, factor: f, bin: bin, lag: lag, sent: len(resps),
-					limit: Limit{Events: c.events, Window: c.window, Kind: a.kind}}
-				var first int64
-				first, r.offered, r.admitted = binned(start, d, bin, resps)
-				r.acc = Measure(r.limit, bin, first, r.offered, r.admitted)
-				for _, x := range resps {
-					switch x.status {
-					case http.StatusOK:
-					case http.StatusTooManyRequests:
-						r.denied++
-					default:
-						r.errors++
-					}
-				}
+				r := runOne(ctx, client, targets, c, a.name, a.kind, m.name, f, d, bin)
 				fmt.Printf("%-15s %-7s %6gx %6d %8d %8d %7d %6d %7.1f %7.1f %6d %6d %7s\n",
 					a.name, m.name, f, r.sent, r.acc.Admitted, r.acc.Allowed, r.acc.MaxWindow, c.events,
-					r.acc.OverPct(), r.acc.UnderPct(), r.denied, r.errors, lag.Round(time.Millisecond))
+					r.acc.OverPct(), r.acc.UnderPct(), r.denied, r.errors, r.lag.Round(time.Millisecond))
 				rs = append(rs, r)
 			}
 		}
 	}
 	return rs
+}
+
+// runOne offers factor times the limit's rate to targets for d, on a key
+// of its own, and measures what was admitted.
+func runOne(ctx context.Context, client *http.Client, targets []string, c config, alg string, kind Kind, mode string, factor float64, d, bin time.Duration) result {
+	rate := factor * float64(c.events) / c.window.Seconds()
+	key := fmt.Sprintf("%s-%s-%g-%d", alg, mode, factor, time.Now().UnixNano())
+	start, resps, lag := openLoop(ctx, client, targets, key, rate, d, c.window)
+	r := result{alg: alg, mode: mode, factor: factor, bin: bin, lag: lag, sent: len(resps),
+		limit: Limit{Events: c.events, Window: c.window, Kind: kind}}
+	var first int64
+	first, r.offered, r.admitted = binned(start, d, bin, resps)
+	r.acc = Measure(r.limit, bin, first, r.offered, r.admitted)
+	for _, x := range resps {
+		switch x.status {
+		case http.StatusOK:
+		case http.StatusTooManyRequests:
+			r.denied++
+		default:
+			r.errors++
+		}
+	}
+	return r
 }
 
 // write puts the plots (one per algorithm and modes.svg) and results.md
