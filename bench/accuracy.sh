@@ -16,7 +16,10 @@
 #   QUICK=1 bash bench/accuracy.sh          # 2 s runs, into bench/results/accuracy
 #                                           # (as any run with other settings)
 #   ONLY=gcra,redis bash bench/accuracy.sh  # some algorithms or modes only
-#   LEASED_OPTION='...' bash bench/accuracy.sh  # the handler option of the leased mode, once the store has one
+#   CADDY=/path/to/caddy bash bench/accuracy.sh  # measure that Caddy instead of building ./cmd/caddy
+#                                           # (CADDY_NOTE: what it is, for the results)
+#   LEASE=200ms bash bench/accuracy.sh      # the leased mode's `lease` (run when Caddy has the option)
+#   LEASED_OPTION='' bash bench/accuracy.sh # no leased mode; or other handler options for it
 #
 # Other load on the machine delays the load generator and Redis's replies:
 # the load average at the start and end is recorded with the results.
@@ -26,13 +29,16 @@ EVENTS=${EVENTS:-100}
 WINDOW=${WINDOW:-1s}
 RATES=${RATES:-0.5,1,4}
 SYNC_INTERVAL=${SYNC_INTERVAL:-200ms}
+# The leased mode's lease: well under what a bucket refills in (burst / rate,
+# 1 s here), since a bucket lends only what a lease cannot outlast.
+LEASE=${LEASE:-100ms}
 if [ -n "${QUICK:-}" ]; then
 	DURATION=${DURATION:-2s}
 else
 	DURATION=${DURATION:-6s}
 fi
 # Only a full run with the defaults replaces the published results.
-if [ -z "${QUICK:-}${ONLY:-}" ] && [ "$RATES,$DURATION,$EVENTS,$WINDOW,$SYNC_INTERVAL" = "0.5,1,4,6s,100,1s,200ms" ]; then
+if [ -z "${QUICK:-}${ONLY:-}${CADDY:-}" ] && [ "$RATES,$DURATION,$EVENTS,$WINDOW,$SYNC_INTERVAL" = "0.5,1,4,6s,100,1s,200ms" ]; then
 	OUT=${OUT:-docs/accuracy}
 else
 	OUT=${OUT:-bench/results/accuracy}
@@ -50,11 +56,26 @@ on_exit "rm -rf '$workdir'"
 mkdir -p bench/results
 on_exit "cp '$workdir'/caddy.*.log bench/results/ 2>/dev/null"
 
-echo "accuracy: building ./cmd/caddy and ./bench/accuracy"
-go build -o "$workdir/caddy" ./cmd/caddy
+if [ -n "${CADDY:-}" ]; then
+	echo "accuracy: building ./bench/accuracy; Caddy is $CADDY"
+	cp "$CADDY" "$workdir/caddy"
+else
+	echo "accuracy: building ./cmd/caddy and ./bench/accuracy"
+	go build -o "$workdir/caddy" ./cmd/caddy
+fi
 go build -o "$workdir/accuracy" ./bench/accuracy
 
 start_redis
+# The leased mode runs when this Caddy has the `lease` option.
+if [ -z "${LEASED_OPTION+set}" ]; then
+	printf '{\n\tadmin off\n}\n:0 {\n\trate_limit {\n\t\tzone z {\n\t\t\tlimit 1 1s\n\t\t}\n\t\tstore redis\n\t\tlease %s\n\t}\n}\n' \
+		"$LEASE" >"$workdir/lease.Caddyfile"
+	if "$workdir/caddy" adapt --config "$workdir/lease.Caddyfile" --adapter caddyfile >/dev/null 2>&1; then
+		LEASED_OPTION="lease $LEASE"
+	else
+		echo "accuracy: this Caddy has no lease option: the leased mode is skipped"
+	fi
+fi
 flags=(-events "$EVENTS" -window "$WINDOW" -redis "$REDIS_ADDR" -sync-interval "$SYNC_INTERVAL" -leased "${LEASED_OPTION:-}")
 # start_caddy I: starts Caddy instance I on a free port and appends the port
 # to ports. Another process may take the port between free_port and Caddy's
@@ -90,7 +111,7 @@ cpu=$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //')
 load_start=$(cut -d' ' -f1-3 /proc/loadavg)
 stamp=$(date -u +%Y%m%dT%H%M%SZ)
 commit=$(git rev-parse --short HEAD 2>/dev/null || echo unknown)
-note="bench/accuracy.sh $stamp, commit $commit, $(nproc) cores ($cpu), $(go version | cut -d' ' -f3), $DURATION per run, sync_interval $SYNC_INTERVAL; load average at the start $load_start (other processes share the machine)."
+note="bench/accuracy.sh $stamp, commit $commit${CADDY:+ (Caddy: ${CADDY_NOTE:-$CADDY})}, $(nproc) cores ($cpu), $(go version | cut -d' ' -f3), $DURATION per run, sync_interval $SYNC_INTERVAL${LEASED_OPTION:+, leased mode: $LEASED_OPTION}; load average at the start $load_start (other processes share the machine)."
 echo "accuracy: $note"
 "$workdir/accuracy" run "${flags[@]}" -ports "$(IFS=,; echo "${ports[*]}")" -duration "$DURATION" -rates "$RATES" \
 	-out "$OUT" -note "$note" -only "${ONLY:-}" | tee "bench/results/accuracy-$stamp.txt"

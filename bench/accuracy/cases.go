@@ -47,9 +47,14 @@ type config struct {
 }
 
 func (c config) modes() []mode {
-	leased := mode{name: "leased", instances: 3, options: c.redisOptions() + "\n" + c.leased}
+	leased := mode{
+		name: "leased", instances: 3, options: c.redisOptions() + "\n" + c.leased,
+		// leaky_bucket spaces admissions in time, which a batch of
+		// units taken ahead cannot.
+		algorithms: []string{"sliding_log", "sliding_window", "fixed_window", "token_bucket", "gcra"},
+	}
 	if c.leased == "" {
-		leased.skip = "the Redis store has no leased mode (set LEASED_OPTION to the handler option that turns it on)"
+		leased.skip = "this build's Redis store has no leased mode (no lease option)"
 	}
 	return []mode{
 		{name: "memory", instances: 1},
@@ -79,7 +84,7 @@ func (m mode) supports(alg string) (bool, string) {
 		return false, m.skip
 	}
 	if m.algorithms != nil && !slices.Contains(m.algorithms, alg) {
-		return false, fmt.Sprintf("%s works with %s only", m.name, strings.Join(m.algorithms, " and "))
+		return false, fmt.Sprintf("%s works with %s only", m.name, strings.Join(m.algorithms, ", "))
 	}
 	return true, ""
 }
