@@ -10,7 +10,7 @@
 # It prints a line per run, and writes the table (results.md) and the plots
 # (one SVG per algorithm, modes.svg) to OUT. Everything started is stopped
 # on exit (Caddy's logs are kept in bench/results/). A full run takes about
-# 5 minutes on 2 cores.
+# 7 minutes on 2 cores.
 #
 #   bash bench/accuracy.sh                  # full run, into docs/accuracy
 #   QUICK=1 bash bench/accuracy.sh          # 2 s runs, into bench/results/accuracy
@@ -44,6 +44,9 @@ else
 	OUT=${OUT:-bench/results/accuracy}
 fi
 
+# redis-server on any core: pinned to one, it waits whenever other work
+# on the machine takes that core, and its replies time out.
+REDIS_CPU=${REDIS_CPU:-0-$(($(nproc) - 1))}
 BENCH=accuracy
 # shellcheck source=bench/lib.sh
 . "$(dirname "${BASH_SOURCE[0]}")/lib.sh"

@@ -47,8 +47,11 @@ type config struct {
 }
 
 func (c config) modes() []mode {
+	// on_error closed: a Redis failure is a 503, counted as an error,
+	// never an admission.
+	strict := c.redisOptions() + "\non_error closed"
 	leased := mode{
-		name: "leased", instances: 3, options: c.redisOptions() + "\n" + c.leased,
+		name: "leased", instances: 3, options: strict + "\n" + c.leased,
 		// leaky_bucket spaces admissions in time, which a batch of
 		// units taken ahead cannot.
 		algorithms: []string{"sliding_log", "sliding_window", "fixed_window", "token_bucket", "gcra"},
@@ -58,9 +61,7 @@ func (c config) modes() []mode {
 	}
 	return []mode{
 		{name: "memory", instances: 1},
-		// on_error closed: a Redis failure is a 503, counted as an
-		// error, never an admission.
-		{name: "redis", instances: 3, options: c.redisOptions() + "\non_error closed"},
+		{name: "redis", instances: 3, options: strict},
 		{
 			name: "sync", instances: 3,
 			options:    fmt.Sprintf("%s\nsync_interval %s", c.redisOptions(), c.syncInterval),
