@@ -67,7 +67,7 @@ func algorithmPlot(alg string, factors []float64, modes []mode, rs []result) str
 			// Each mode thinner than the one before, so that where
 			// they admit the same the lines beneath still show.
 			xs, ys := steps(fr, r.bin, r.admitted)
-			s.polyline(xs, ys, modeColors[r.mode], 3-float64(k)*0.8)
+			s.polyline(xs, ys, modeColors[r.mode], 3.2-float64(k)*0.7)
 		}
 		xs, ys := steps(fr, r0.bin, r0.offered)
 		s.polyline(xs, ys, "#888", 1)
