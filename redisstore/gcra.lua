@@ -43,25 +43,14 @@ if MODE == '1' then
   end, save)
 end
 
-local allowed = true
-for i = 1, N do
-  local p = P[i]
-  if COST > p.burst or t < tat[i] + p.iv * COST - p.tau then
-    allowed = false
-    break
-  end
-end
-if allowed or COUNT_REJECTED then
-  for i = 1, N do
-    local p = P[i]
-    local c = COST
-    if c > 2 * p.burst then c = 2 * p.burst end -- the clamp below gives the same TAT
-    local nt = tat[i] + p.iv * c
-    local limit = t + 2 * p.tau
-    if not allowed and nt > limit then nt = limit end
-    tat[i] = nt
-  end
-end
+local allowed = bucket_take(P, function(i, p)
+  return t >= tat[i] + p.iv * COST - p.tau
+end, function(i, p, c, allowed)
+  local nt = tat[i] + p.iv * c
+  local limit = t + 2 * p.tau
+  if not allowed and nt > limit then nt = limit end
+  tat[i] = nt
+end)
 save()
 
 return blocking(bucket_result(allowed, P, function(i)

@@ -36,9 +36,7 @@ local names = {
 }
 local P = tier_params(names[ALG])
 local key = KEYS[1]
-local st, exists = load_state(key)
-local t = NOW
-if exists and t < st[1] then t = st[1] end
+local st, exists, t = load_at(key)
 
 -- share: the units leased out of `avail` lendable ones: at most WANT and
 -- half of an equal share among the instances that leased within two lease
@@ -76,22 +74,18 @@ end
 
 if ALG == 'fixed_window' or ALG == 'sliding_window' then
   local sliding = ALG == 'sliding_window'
-  local w = 2
-  if sliding then w = 3 end
-  local start, prev, cur = {}, {}, {}
-  for i = 1, N do
-    start[i] = st[w * (i - 1) + 2] or 0
-    if sliding then prev[i] = st[3 * i] or 0 else prev[i] = 0 end
-    cur[i] = st[w * i + 1] or 0
+  local S, start, prev, cur
+  if sliding then
+    S = tier_cols(st, 3)
+    start, prev, cur = S[1], S[2], S[3]
+  else
+    -- A fixed window has no previous count: all 0, and not saved.
+    S = tier_cols(st, 2)
+    start, prev, cur = S[1], {}, S[2]
+    for i = 1, N do prev[i] = 0 end
   end
   local function save()
-    local v = {t}
-    for i = 1, N do
-      v[w * (i - 1) + 2] = start[i]
-      if sliding then v[3 * i] = prev[i] end
-      v[w * i + 1] = cur[i]
-    end
-    save_tiers(key, v, function(i)
+    save_cols(key, t, S, function(i)
       if cur[i] > 0 and sliding then return start[i] + 2 * P[i].W - t end
       if cur[i] > 0 or prev[i] > 0 then return start[i] + P[i].W - t end
       return 0
@@ -146,20 +140,17 @@ if ALG == 'fixed_window' or ALG == 'sliding_window' then
     x = math.min(t + L, ends)
   end
   save()
-  local pick = win_pick(ok)
-  for i = 1, N do
-    local p = P[i]
-    local reset, wait = 0, 0
-    if cur[i] > 0 or prev[i] > 0 then reset = start[i] + p.W - t end
-    if not ok then
-      -- The room a sliding window's previous count leaves grows during
-      -- the window; waiting for its end is the bound that never admits
-      -- early.
-      wait = win_wait(p, p.E - room(i), function() return start[i] + p.W - t end)
-    end
-    pick.offer(i - 1, p.E, room(i), reset, wait)
+  local function ends(i)
+    return start[i] + P[i].W - t
   end
-  return answer(pick.result(function(i) return start[i] + P[i].W - t end), k, x)
+  return answer(win_result(ok, P, function(i)
+    if cur[i] > 0 or prev[i] > 0 then return room(i), ends(i) end
+    return room(i), 0
+  end, function(i, p)
+    -- The room a sliding window's previous count leaves grows during the
+    -- window; waiting for its end is the bound that never admits early.
+    return win_wait(p, p.E - room(i), function() return ends(i) end)
+  end, ends), k, x)
 end
 
 if ALG == 'sliding_log' then

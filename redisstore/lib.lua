@@ -230,6 +230,43 @@ local function save_params(key, last, level, P, names, us)
   return save_tiers(key, v, us)
 end
 
+-- load_at returns load_state(key) and the instant of this call: now, or
+-- the latest instant the state has seen when that is later (time never
+-- goes back).
+local function load_at(key)
+  local st, exists = load_state(key)
+  local t = NOW
+  if exists and t < st[1] then t = st[1] end
+  return st, exists, t
+end
+
+-- tier_cols reads the state of the window counters, "<t> <a_1> <b_1> ...
+-- <a_n> <b_n>" for w = 2: the latest instant seen (µs), then w integers
+-- per tier. It returns w tables indexed by tier (0 for a tier without
+-- state: a new key, an added tier).
+local function tier_cols(st, w)
+  local cols = {}
+  for j = 1, w do
+    local c = {}
+    for i = 1, N do c[i] = st[w * (i - 1) + 1 + j] or 0 end
+    cols[j] = c
+  end
+  return cols
+end
+
+-- save_cols writes what tier_cols reads, with t first, to live the largest
+-- us(i) microseconds (save_tiers).
+local function save_cols(key, t, cols, us)
+  local v, n, w = {t}, 1, #cols
+  for i = 1, N do
+    for j = 1, w do
+      n = n + 1
+      v[n] = cols[j][i]
+    end
+  end
+  return save_tiers(key, v, us)
+end
+
 local function gcd(a, b)
   while b ~= 0 do a, b = b, math.fmod(a, b) end
   return a
@@ -258,6 +295,41 @@ local function bucket_convert(level, oscale, ocap, n)
   end
   if level > n.cap then return n.cap end
   return level
+end
+
+-- bucket_advance moves the buckets of load_params to now: when now is past
+-- last, the latest instant seen, every level becomes f(level, dt, old)
+-- (dt µs later, under the constants it was saved under). It returns the
+-- instant reached, the later of now and last (time never goes back).
+local function bucket_advance(last, level, old, f)
+  if NOW <= last then return last end
+  local dt = NOW - last
+  for i = 1, N do level[i] = f(level[i], dt, old[i]) end
+  return NOW
+end
+
+-- bucket_take decides a take of gcra and the buckets (P[i] with burst):
+-- allowed when every tier can take COST, fits(i, p), and then, or when
+-- denied with count_rejected, charge(i, p, c, allowed) charges each tier c,
+-- COST capped at 2 x burst (beyond it the twins' clamps give the same
+-- level). It returns whether the take is allowed.
+local function bucket_take(P, fits, charge)
+  local allowed = true
+  for i = 1, N do
+    if COST > P[i].burst or not fits(i, P[i]) then
+      allowed = false
+      break
+    end
+  end
+  if allowed or COUNT_REJECTED then
+    for i = 1, N do
+      local p = P[i]
+      local c = COST
+      if c > 2 * p.burst then c = 2 * p.burst end
+      charge(i, p, c, allowed)
+    end
+  end
+  return allowed
 end
 
 -- bucket_result is the answer of gcra and the buckets (P[i] with burst and
@@ -313,6 +385,31 @@ local function win_wait(p, count, free)
   if COST > p.E then return p.W end
   if count > p.E - COST then return free() end
   return 0
+end
+
+-- win_add counts a request in every tier's current count: COST when
+-- allowed, and when denied with count_rejected as much as fits (add_capped).
+local function win_add(allowed, P, count)
+  if allowed then
+    for i = 1, N do count[i] = count[i] + COST end
+  elseif COUNT_REJECTED then
+    for i = 1, N do count[i] = add_capped(count[i], P[i].E) end
+  end
+end
+
+-- win_result is the answer of the window algorithms (win_pick): per tier i
+-- (1-based), tier(i, p) returns its remaining and reset (µs), and when the
+-- request is denied wait(i, p) its wait (µs); more as in p.result.
+local function win_result(allowed, P, tier, wait, more)
+  local pick = win_pick(allowed)
+  for i = 1, N do
+    local p = P[i]
+    local rem, reset = tier(i, p)
+    local w = 0
+    if not allowed then w = wait(i, p) end
+    pick.offer(i - 1, p.E, rem, reset, w)
+  end
+  return pick.result(more)
 end
 
 -- Blocks (block_for, and an operator's block). KEYS[#KEYS],
