@@ -28,23 +28,12 @@ local function save()
   end)
 end
 
-if MODE == '1' then
-  return undo(exists, function(i)
-    if start[i] == win_start(t, P[i].W) then
-      count[i] = count[i] - math.min(COST, count[i])
-    end
-  end, save)
-end
+if MODE == '1' then return win_undo(exists, t, P, start, count, save) end
 
+win_roll(t, P, start, count)
 local ok = true
 for i = 1, N do
-  local p = P[i]
-  local ws = win_start(t, p.W)
-  if ws ~= start[i] then
-    start[i] = ws
-    count[i] = 0
-  end
-  if COST > p.E or count[i] > p.E - COST then ok = false end
+  if COST > P[i].E or count[i] > P[i].E - COST then ok = false end
 end
 win_add(ok, P, count)
 save()

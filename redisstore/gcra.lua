@@ -16,15 +16,17 @@ local last, tat, old, exists = load_params(key, P, SAVED, function() return 0 en
 
 -- advance: clamp now to the latest instant seen, raise every TAT to it;
 -- then convert the debt, TAT - t, to the interval of this call (gcra is a
--- bucket of level TAT - t whose unit is the interval and capacity tau).
+-- bucket of level tau - (TAT - t) whose unit is the interval, capacity
+-- tau, refilled at 1 per µs: rate, scale and cap below).
 local t = NOW
 if t < last then t = last end
 last = t
 for i = 1, N do
   if tat[i] < t then tat[i] = t end
   local p, o = P[i], old[i]
+  p.rate, p.scale, p.cap = 1, p.iv, p.tau
   if o.iv ~= p.iv or o.tau ~= p.tau then
-    tat[i] = t + bucket_convert(tat[i] - t, o.iv, o.tau, {scale = p.iv, cap = p.tau, burst = p.burst})
+    tat[i] = t + bucket_convert(tat[i] - t, o.iv, o.tau, p)
   end
 end
 
@@ -54,10 +56,5 @@ end)
 save()
 
 return blocking(bucket_result(allowed, P, function(i)
-  local p = P[i]
-  local ahead = tat[i] - t
-  local rem, more = 0, 0
-  if ahead < p.tau then rem = idiv(p.tau - ahead, p.iv) end
-  if rem < p.burst then more = ahead - p.tau + p.iv * (rem + 1) end
-  return rem, ahead, ahead + p.iv * COST - p.tau, more
+  return bucket_tier(P[i].tau - (tat[i] - t), P[i])
 end, 0))

@@ -60,13 +60,7 @@ end, function(i, p, c, allowed)
 end)
 save()
 
+-- A bucket_tier holds what room the water leaves.
 return blocking(bucket_result(allowed, P, function(i)
-  local p, lv = P[i], level[i]
-  local rem, wait = 0, 0
-  if lv < p.cap then rem = idiv(p.cap - lv, p.scale) end
-  local over = lv + COST * p.scale - p.cap
-  if over > 0 then wait = cdiv(over, p.rate) end
-  local more = 0
-  if rem < p.burst then more = cdiv(lv - p.cap + (rem + 1) * p.scale, p.rate) end
-  return rem, cdiv(lv, p.rate), wait, more
+  return bucket_tier(P[i].cap - level[i], P[i])
 end, delay))

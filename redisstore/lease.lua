@@ -92,13 +92,7 @@ if ALG == 'fixed_window' or ALG == 'sliding_window' then
     end)
   end
   -- roll to t: a window that ended becomes the previous one.
-  for i = 1, N do
-    local ws = win_start(t, P[i].W)
-    if ws ~= start[i] then
-      if sliding and ws == start[i] + P[i].W then prev[i] = cur[i] else prev[i] = 0 end
-      cur[i], start[i] = 0, ws
-    end
-  end
+  if sliding then win_roll(t, P, start, cur, prev) else win_roll(t, P, start, cur) end
   -- room: the units tier i admits now, floor(E - estimate).
   local function room(i)
     local p = P[i]
@@ -300,11 +294,5 @@ if ok then
 end
 save()
 return answer(bucket_result(ok, P, function(i)
-  local p, lv = P[i], level[i]
-  local rem, wait, more = 0, 0, 0
-  if lv > 0 then rem = idiv(lv, p.scale) end
-  local need = COST * p.scale - lv
-  if need > 0 then wait = cdiv(need, p.rate) end
-  if rem < p.burst then more = cdiv((rem + 1) * p.scale - lv, p.rate) end
-  return rem, cdiv(p.cap - lv, p.rate), wait, more
+  return bucket_tier(level[i], P[i])
 end, 0), k, x)

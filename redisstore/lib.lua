@@ -332,6 +332,18 @@ local function bucket_take(P, fits, charge)
   return allowed
 end
 
+-- bucket_tier is what bucket_result's tier(i) returns for a bucket holding
+-- lv sub-units (p with rate, scale, cap and burst): remaining, reset, wait
+-- and more, in µs.
+local function bucket_tier(lv, p)
+  local rem, wait, more = 0, 0, 0
+  if lv > 0 then rem = idiv(lv, p.scale) end
+  local need = COST * p.scale - lv
+  if need > 0 then wait = cdiv(need, p.rate) end
+  if rem < p.burst then more = cdiv((rem + 1) * p.scale - lv, p.rate) end
+  return rem, cdiv(p.cap - lv, p.rate), wait, more
+end
+
 -- bucket_result is the answer of gcra and the buckets (P[i] with burst and
 -- window): the tier picked by better_allowed or better_denied, where
 -- tier(i) returns tier i's remaining, reset, wait (denied within its burst)
@@ -385,6 +397,32 @@ local function win_wait(p, count, free)
   if COST > p.E then return p.W end
   if count > p.E - COST then return free() end
   return 0
+end
+
+-- win_roll moves every tier's window to the one holding t. The window that
+-- ended becomes the previous one (prev; nil for fixed windows, which keep
+-- none) when it is the window just before, else the previous count is 0.
+local function win_roll(t, P, start, cur, prev)
+  for i = 1, N do
+    local ws = win_start(t, P[i].W)
+    if ws ~= start[i] then
+      if prev then
+        if ws == start[i] + P[i].W then prev[i] = cur[i] else prev[i] = 0 end
+      end
+      cur[i], start[i] = 0, ws
+    end
+  end
+end
+
+-- win_undo ends the script in undo mode for the window counters (undo):
+-- COST goes back to each tier's current count while its window is still
+-- the current one.
+local function win_undo(exists, t, P, start, cur, save)
+  return undo(exists, function(i)
+    if start[i] == win_start(t, P[i].W) then
+      cur[i] = cur[i] - math.min(COST, cur[i])
+    end
+  end, save)
 end
 
 -- win_add counts a request in every tier's current count: COST when

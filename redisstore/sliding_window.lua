@@ -30,13 +30,7 @@ local function save()
   save_cols(key, t, S, reset)
 end
 
-if MODE == '1' then
-  return undo(exists, function(i)
-    if start[i] == win_start(t, P[i].W) then
-      cur[i] = cur[i] - math.min(COST, cur[i])
-    end
-  end, save)
-end
+if MODE == '1' then return win_undo(exists, t, P, start, cur, save) end
 
 -- weighted: the part of a previous count pc still inside the rolling window
 -- at offset e.
@@ -99,15 +93,10 @@ local function remaining(i)
   return rem
 end
 
+win_roll(t, P, start, cur, prev)
 local ok = true
 for i = 1, N do
   local p = P[i]
-  local ws = win_start(t, p.W)
-  if ws ~= start[i] then
-    if ws == start[i] + p.W then prev[i] = cur[i] else prev[i] = 0 end
-    cur[i] = 0
-    start[i] = ws
-  end
   if COST > p.E or not fits(p, prev[i], cur[i], t - start[i], COST) then ok = false end
 end
 win_add(ok, P, cur)

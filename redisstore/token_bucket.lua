@@ -56,12 +56,5 @@ end)
 save()
 
 return blocking(bucket_result(allowed, P, function(i)
-  local p, lv = P[i], level[i]
-  local rem, wait = 0, 0
-  if lv > 0 then rem = idiv(lv, p.scale) end
-  local need = COST * p.scale - lv
-  if need > 0 then wait = cdiv(need, p.rate) end
-  local more = 0
-  if rem < p.burst then more = cdiv((rem + 1) * p.scale - lv, p.rate) end
-  return rem, cdiv(p.cap - lv, p.rate), wait, more
+  return bucket_tier(level[i], P[i])
 end, 0))
