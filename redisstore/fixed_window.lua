@@ -9,10 +9,7 @@
 local refused = blocked()
 if refused then return refused end
 local key = KEYS[1]
-local P = tier_params({'E', 'W'})
-
-local st, exists, t = load_at(key)
-local S = tier_cols(st, 2)
+local P, t, S, exists = win_load(key, 2)
 local start, count = S[1], S[2]
 
 -- ends: how long until tier i's window ends; nothing comes back before.

@@ -254,6 +254,15 @@ local function tier_cols(st, w)
   return cols
 end
 
+-- win_load reads the state of a window algorithm at key, w integers per
+-- tier (tier_cols), under the constants ARGV holds per tier: events and
+-- window_us. It returns those constants (tier_params), the instant of
+-- this call (load_at), the state's w tables and whether it exists.
+local function win_load(key, w)
+  local st, exists, t = load_at(key)
+  return tier_params({'E', 'W'}), t, tier_cols(st, w), exists
+end
+
 -- save_cols writes what tier_cols reads, with t first, to live the largest
 -- us(i) microseconds (save_tiers).
 local function save_cols(key, t, cols, us)

@@ -12,10 +12,7 @@
 local refused = blocked()
 if refused then return refused end
 local key = KEYS[1]
-local P = tier_params({'E', 'W'})
-
-local st, exists, t = load_at(key)
-local S = tier_cols(st, 3)
+local P, t, S, exists = win_load(key, 3)
 local start, prev, cur = S[1], S[2], S[3]
 
 -- reset: how long until no window of tier i holding units weighs any more.
