@@ -10,6 +10,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/zonelimit/caddy-ratelimit/algorithms"
+	"github.com/zonelimit/caddy-ratelimit/internal/storetest"
 )
 
 // blockStore is a Store of zone with block_for.
@@ -128,15 +129,7 @@ func TestOperatorBlock(t *testing.T) {
 	if d, err := b.Take(ctx, "k", t0.Add(time.Minute), 1); err != nil || !d.Blocked || d.RetryAfter != 59*time.Minute || d.Limit != 5 {
 		t.Fatalf("Take of a blocked key: %+v, %v", d, err)
 	}
-	if until, _ := b.Block(ctx, "k", t0.Add(time.Minute), time.Second); !until.Equal(t0.Add(time.Hour)) {
-		t.Fatalf("a shorter Block moved the end to %v", until)
-	}
-	if until, _ := b.Block(ctx, "k", t0.Add(time.Minute), 2*time.Hour); !until.Equal(t0.Add(2*time.Hour + time.Minute)) {
-		t.Fatalf("a longer Block ends at %v", until)
-	}
-	if err := b.Unblock(ctx, "k"); err != nil {
-		t.Fatal(err)
-	}
+	storetest.BlockKeepsLongest(t, b, "k", t0.Add(time.Minute), t0.Add(time.Hour))
 	if n := c.Exists(ctx, a.BlockKey("k")).Val(); n != 0 {
 		t.Fatal("Unblock left the block key")
 	}
