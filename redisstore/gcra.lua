@@ -17,16 +17,15 @@ local last, tat, old, exists = load_params(key, P, SAVED, function() return 0 en
 -- advance: clamp now to the latest instant seen, raise every TAT to it;
 -- then convert the debt, TAT - t, to the interval of this call (gcra is a
 -- bucket of level tau - (TAT - t) whose unit is the interval, capacity
--- tau, refilled at 1 per µs: rate, scale and cap below).
+-- tau, refilled at 1 per µs).
 local t = NOW
 if t < last then t = last end
 last = t
 for i = 1, N do
   if tat[i] < t then tat[i] = t end
   local p, o = P[i], old[i]
-  p.rate, p.scale, p.cap = 1, p.iv, p.tau
   if o.iv ~= p.iv or o.tau ~= p.tau then
-    tat[i] = t + bucket_convert(tat[i] - t, o.iv, o.tau, p)
+    tat[i] = t + bucket_convert(tat[i] - t, o.iv, o.tau, {scale = p.iv, cap = p.tau, burst = p.burst})
   end
 end
 
@@ -56,5 +55,6 @@ end)
 save()
 
 return blocking(bucket_result(allowed, P, function(i)
-  return bucket_tier(P[i].tau - (tat[i] - t), P[i])
+  local p = P[i]
+  return bucket_tier(p.tau - (tat[i] - t), 1, p.iv, p.tau, p.burst)
 end, 0))

@@ -62,5 +62,6 @@ save()
 
 -- A bucket_tier holds what room the water leaves.
 return blocking(bucket_result(allowed, P, function(i)
-  return bucket_tier(P[i].cap - level[i], P[i])
+  local p = P[i]
+  return bucket_tier(p.cap - level[i], p.rate, p.scale, p.cap, p.burst)
 end, delay))

@@ -294,5 +294,6 @@ if ok then
 end
 save()
 return answer(bucket_result(ok, P, function(i)
-  return bucket_tier(level[i], P[i])
+  local p = P[i]
+  return bucket_tier(level[i], p.rate, p.scale, p.cap, p.burst)
 end, 0), k, x)

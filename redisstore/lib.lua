@@ -342,15 +342,15 @@ local function bucket_take(P, fits, charge)
 end
 
 -- bucket_tier is what bucket_result's tier(i) returns for a bucket holding
--- lv sub-units (p with rate, scale, cap and burst): remaining, reset, wait
--- and more, in µs.
-local function bucket_tier(lv, p)
+-- lv sub-units, refilled at rate sub-units per µs up to cap, whose unit is
+-- scale sub-units, of burst units: remaining, reset, wait and more, in µs.
+local function bucket_tier(lv, rate, scale, cap, burst)
   local rem, wait, more = 0, 0, 0
-  if lv > 0 then rem = idiv(lv, p.scale) end
-  local need = COST * p.scale - lv
-  if need > 0 then wait = cdiv(need, p.rate) end
-  if rem < p.burst then more = cdiv((rem + 1) * p.scale - lv, p.rate) end
-  return rem, cdiv(p.cap - lv, p.rate), wait, more
+  if lv > 0 then rem = idiv(lv, scale) end
+  local need = COST * scale - lv
+  if need > 0 then wait = cdiv(need, rate) end
+  if rem < burst then more = cdiv((rem + 1) * scale - lv, rate) end
+  return rem, cdiv(cap - lv, rate), wait, more
 end
 
 -- bucket_result is the answer of gcra and the buckets (P[i] with burst and

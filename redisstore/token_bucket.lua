@@ -56,5 +56,6 @@ end)
 save()
 
 return blocking(bucket_result(allowed, P, function(i)
-  return bucket_tier(level[i], P[i])
+  local p = P[i]
+  return bucket_tier(level[i], p.rate, p.scale, p.cap, p.burst)
 end, 0))
