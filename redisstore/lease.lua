@@ -202,10 +202,7 @@ if ALG == 'sliding_log' then
     add(x, k)
   end
   save()
-  local pick = win_pick(ok)
-  for i = 1, N do
-    local p, c = P[i], count(i)
-    local reset, wait = 0, 0
+  return answer(win_result(ok, P, function(i, p)
     -- runs are sorted by save: the oldest first.
     local newest, oldest = nil, nil
     for _, r in ipairs(runs) do
@@ -214,23 +211,22 @@ if ALG == 'sliding_log' then
         newest = r[1]
       end
     end
-    if newest then reset = newest + p.W - t end
-    if not ok then
-      wait = win_wait(p, c, function()
-        local need, s = c + COST - p.E, 0
-        for _, r in ipairs(runs) do
-          if r[1] > t - p.W then
-            s = s + r[2]
-            if s >= need then return r[1] + p.W - t end
-          end
+    p.oldest = oldest
+    if newest then return p.E - count(i), newest + p.W - t end
+    return p.E - count(i), 0
+  end, function(i, p)
+    local c = count(i)
+    return win_wait(p, c, function()
+      local need, s = c + COST - p.E, 0
+      for _, r in ipairs(runs) do
+        if r[1] > t - p.W then
+          s = s + r[2]
+          if s >= need then return r[1] + p.W - t end
         end
-        return p.W
-      end)
-    end
-    pick.offer(i - 1, p.E, p.E - c, reset, wait)
-    P[i].oldest = oldest
-  end
-  return answer(pick.result(function(i) return (P[i].oldest or t) + P[i].W - t end), k, x)
+      end
+      return p.W
+    end)
+  end, function(i) return (P[i].oldest or t) + P[i].W - t end), k, x)
 end
 
 -- The buckets: token_bucket in sub-units (a unit is `scale`, refilled at

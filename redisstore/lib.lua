@@ -132,31 +132,6 @@ local function fmod(a, b)
   return m
 end
 
--- win_pick: the tier a Decision of sliding_log, sliding_window or
--- fixed_window describes: allowed, the fewest remaining; denied, the longest
--- wait; ties go to the lowest index. RetryAfter is that wait. result(more)
--- calls more(i) for the MoreAfter (µs) of the tier picked (1-based i) when
--- it is not whole, and only for it (it may cost a Redis call).
-local function win_pick(allowed)
-  local p = {set = false}
-  function p.offer(i, limit, rem, reset, wait)
-    if rem < 0 then rem = 0 end
-    if PEEK then peek_tier(limit, rem, reset) end
-    if p.set then
-      if allowed and rem >= p.rem or (not allowed) and wait <= p.wait then return end
-    end
-    p.set, p.tier, p.limit, p.rem, p.reset, p.wait = true, i, limit, rem, reset, wait
-  end
-  function p.result(more)
-    if PEEK then return peeked end
-    local retry, m = 0, 0
-    if not allowed then retry = p.wait end
-    if p.rem < p.limit then m = more(p.tier + 1) end
-    return {allowed and 1 or 0, p.tier, p.limit, p.rem, p.reset, retry, 0, 0, m}
-  end
-  return p
-end
-
 -- tier_params returns, per tier, a table of the named constants ARGV[8..]
 -- holds for it (names lists them in order; the same number per tier).
 local function tier_params(names)
@@ -257,9 +232,11 @@ end
 -- win_load reads the state of a window algorithm at key, w integers per
 -- tier (tier_cols), under the constants ARGV holds per tier: events and
 -- window_us. It returns those constants (tier_params), the instant of
--- this call (load_at), the state's w tables and whether it exists.
+-- this call (as load_at's), the state's w tables and whether it exists.
 local function win_load(key, w)
-  local st, exists, t = load_at(key)
+  local st, exists = load_state(key)
+  local t = NOW
+  if exists and t < st[1] then t = st[1] end
   return tier_params({'E', 'W'}), t, tier_cols(st, w), exists
 end
 
@@ -444,19 +421,31 @@ local function win_add(allowed, P, count)
   end
 end
 
--- win_result is the answer of the window algorithms (win_pick): per tier i
--- (1-based), tier(i, p) returns its remaining and reset (µs), and when the
--- request is denied wait(i, p) its wait (µs); more as in p.result.
+-- win_result is the answer of sliding_log, sliding_window and fixed_window
+-- (and of lease.lua's windows): per tier i (1-based), tier(i, p) returns
+-- its remaining and reset (µs), and when the request is denied wait(i, p)
+-- its wait (µs). The tier it describes: allowed, the fewest remaining;
+-- denied, the longest wait; ties go to the lowest index. RetryAfter is that
+-- wait. more(i) is the MoreAfter (µs) of the tier picked, asked for only
+-- when that tier is not whole (it may cost a Redis call).
 local function win_result(allowed, P, tier, wait, more)
-  local pick = win_pick(allowed)
+  local b, brem, breset, bwait = 0, 0, 0, 0
   for i = 1, N do
     local p = P[i]
     local rem, reset = tier(i, p)
     local w = 0
     if not allowed then w = wait(i, p) end
-    pick.offer(i - 1, p.E, rem, reset, w)
+    if rem < 0 then rem = 0 end
+    if PEEK then peek_tier(p.E, rem, reset) end
+    if b == 0 or allowed and rem < brem or not allowed and w > bwait then
+      b, brem, breset, bwait = i, rem, reset, w
+    end
   end
-  return pick.result(more)
+  if PEEK then return peeked end
+  local retry, m = 0, 0
+  if not allowed then retry = bwait end
+  if brem < P[b].E then m = more(b) end
+  return {allowed and 1 or 0, b - 1, P[b].E, brem, breset, retry, 0, 0, m}
 end
 
 -- Blocks (block_for, and an operator's block). KEYS[#KEYS],
