@@ -17,10 +17,23 @@ import (
 func adminSetup(t *testing.T, clock *testClock, configs ...string) (*AdminAPI, []*Handler) {
 	t.Helper()
 	ctx := testContext(t)
+	hs := provisionLoad(t, ctx, clock, configs...)
+	a := new(AdminAPI)
+	if err := a.Provision(ctx); err != nil {
+		t.Fatal(err)
+	}
+	return a, hs
+}
+
+// provisionLoad provisions the handlers given as JSON in ctx (one config
+// load), with clock (if not nil) as their clock, and cleans them up at the
+// end of the test.
+func provisionLoad(t *testing.T, ctx caddy.Context, clock *testClock, configs ...string) []*Handler {
+	t.Helper()
 	var hs []*Handler
-	for _, c := range configs {
+	for _, config := range configs {
 		h := new(Handler)
-		if err := json.Unmarshal([]byte(c), h); err != nil {
+		if err := json.Unmarshal([]byte(config), h); err != nil {
 			t.Fatal(err)
 		}
 		if err := provisionOn(ctx, h, clock); err != nil {
@@ -29,11 +42,7 @@ func adminSetup(t *testing.T, clock *testClock, configs ...string) (*AdminAPI, [
 		t.Cleanup(func() { h.Cleanup() })
 		hs = append(hs, h)
 	}
-	a := new(AdminAPI)
-	if err := a.Provision(ctx); err != nil {
-		t.Fatal(err)
-	}
-	return a, hs
+	return hs
 }
 
 // adminCall runs one request through the router as Caddy's admin endpoint

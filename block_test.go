@@ -14,8 +14,7 @@ import (
 // denied address for a minute, with extra zone members (each followed by
 // a comma) and handler members (each followed by a comma).
 func blockZone(zoneExtra, handlerExtra string) string {
-	return `{` + handlerExtra + `"zones":[{"name":"b","key":"{http.request.remote.host}",` + zoneExtra +
-		`"block_for":"1m","limits":[{"events":2,"window":"1s"}]}]}`
+	return addrZone("b", `"block_for":"1m","limits":[{"events":2,"window":"1s"}]`, zoneExtra, handlerExtra)
 }
 
 // zoneBlocker is the Blocker of h's first zone's store.

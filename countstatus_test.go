@@ -21,8 +21,14 @@ import (
 // with extra zone members (each followed by a comma) and handler members
 // (each followed by a comma).
 func loginZone(zoneExtra, handlerExtra string) string {
-	return `{` + handlerExtra + `"zones":[{"name":"login","key":"{http.request.remote.host}",` + zoneExtra +
-		`"count_status":[401],"limits":[{"events":3,"window":"1m"}]}]}`
+	return addrZone("login", `"count_status":[401],"limits":[{"events":3,"window":"1m"}]`, zoneExtra, handlerExtra)
+}
+
+// addrZone is a handler of one zone, name, keyed by the client's address,
+// with the zone's members, extra zone members and handler members (each
+// extra member followed by a comma).
+func addrZone(name, members, zoneExtra, handlerExtra string) string {
+	return `{` + handlerExtra + `"zones":[{"name":"` + name + `","key":"{http.request.remote.host}",` + zoneExtra + members + `}]}`
 }
 
 // login is a next handler that answers 401 unless the request carries the

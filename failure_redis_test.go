@@ -61,32 +61,14 @@ func provisionObserved(t *testing.T, config string) (*Handler, *observer.Observe
 	return provision(t, config, nil), logs
 }
 
-// probeCounter counts the breaker's probes: the calls of the probe script,
+// isProbe reports whether cmd is a call of the breaker's probe script,
 // whose key is named breaker-probe.
-type probeCounter struct{ n atomic.Int64 }
-
-func (p *probeCounter) count(cmd redis.Cmder) {
-	if name := cmd.Name(); (name == "evalsha" || name == "eval") && len(cmd.Args()) > 3 {
-		if s, ok := cmd.Args()[3].(string); ok && strings.Contains(s, "breaker-probe") {
-			p.n.Add(1)
-		}
+func isProbe(cmd redis.Cmder) bool {
+	if len(cmd.Args()) <= 3 {
+		return false
 	}
-}
-
-func (p *probeCounter) DialHook(next redis.DialHook) redis.DialHook { return next }
-func (p *probeCounter) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
-	return func(ctx context.Context, cmd redis.Cmder) error {
-		p.count(cmd)
-		return next(ctx, cmd)
-	}
-}
-func (p *probeCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return func(ctx context.Context, cmds []redis.Cmder) error {
-		for _, cmd := range cmds {
-			p.count(cmd)
-		}
-		return next(ctx, cmds)
-	}
+	s, ok := cmd.Args()[3].(string)
+	return ok && strings.Contains(s, "breaker-probe")
 }
 
 // A Redis that answers PING but refuses the rate limiter's scripts keeps
@@ -131,7 +113,7 @@ func TestBreakerStaysOpenWhileScriptsFail(t *testing.T) {
 			addr, extra, fix := tc.start(t)
 			h, logs := provisionObserved(t, fmt.Sprintf(`{"store":"redis","redis":{%s"addresses":[%q]},
 				"zones":[{"name":"api","key":"{http.request.remote.host}","limits":[{"events":100,"window":"1m"}]}]}`, extra, addr))
-			var probes probeCounter
+			probes := redistest.ScriptCalls{Match: isProbe}
 			h.rt.redis.AddHook(&probes)
 			br := h.rt.redis.Breaker()
 			count := func(msg string) int { return logs.FilterMessage(msg).Len() }
@@ -147,15 +129,15 @@ func TestBreakerStaysOpenWhileScriptsFail(t *testing.T) {
 			// Requests keep coming while the probe runs 8 times: the
 			// breaker never closes.
 			deadline := time.Now().Add(time.Minute)
-			for probes.n.Load() < 8 && count(msgBreakerClosed) == 0 {
+			for probes.Load() < 8 && count(msgBreakerClosed) == 0 {
 				if time.Now().After(deadline) {
-					t.Fatalf("%d probes in a minute", probes.n.Load())
+					t.Fatalf("%d probes in a minute", probes.Load())
 				}
 				serve(h, newReq("192.0.2.1:1"))
 				time.Sleep(5 * time.Millisecond)
 			}
 			if o, c := count(msgBreakerOpen), count(msgBreakerClosed); o != 1 || c != 0 || br.State() != breaker.Open {
-				t.Fatalf("after %d failed probes: breaker %s, %d lines open, %d closed; want open, 1 and 0", probes.n.Load(), br.State(), o, c)
+				t.Fatalf("after %d failed probes: breaker %s, %d lines open, %d closed; want open, 1 and 0", probes.Load(), br.State(), o, c)
 			}
 			e := logs.FilterMessage(msgBreakerOpen).All()[0]
 			if got := entryText(e); !strings.Contains(got, tc.want) || e.ContextMap()["hint"] == nil {

@@ -1,7 +1,6 @@
 package ratelimit
 
 import (
-	"encoding/json"
 	"strings"
 	"testing"
 
@@ -59,19 +58,7 @@ func value(m *dto.Metric) float64 {
 func provisionCtx(t *testing.T, configs ...string) ([]*Handler, *prometheus.Registry) {
 	t.Helper()
 	ctx := testContext(t)
-	var hs []*Handler
-	for _, config := range configs {
-		h := new(Handler)
-		if err := json.Unmarshal([]byte(config), h); err != nil {
-			t.Fatal(err)
-		}
-		if err := h.Provision(ctx); err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { h.Cleanup() })
-		hs = append(hs, h)
-	}
-	return hs, ctx.GetMetricsRegistry()
+	return provisionLoad(t, ctx, nil, configs...), ctx.GetMetricsRegistry()
 }
 
 func TestMetrics(t *testing.T) {

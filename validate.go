@@ -462,13 +462,7 @@ func (l *Limit) checkPlaceholder() error {
 	if err := l.checkWindowPlaceholder(); err != nil {
 		return err
 	}
-	if l.EventsPlaceholder == "" {
-		if l.MaxEvents != 0 {
-			return errors.New("max_events applies only with an events placeholder")
-		}
-		return nil
-	}
-	if err := checkLimitTemplate("events", l.EventsPlaceholder); err != nil {
+	if set, err := checkPlaceholderSet("events", l.EventsPlaceholder, l.MaxEvents != 0, "max_events applies only with an events placeholder"); !set || err != nil {
 		return err
 	}
 	switch {
@@ -480,16 +474,24 @@ func (l *Limit) checkPlaceholder() error {
 	return checkEvents(l.MaxEvents)
 }
 
+// checkPlaceholderSet checks what the events and window placeholders share.
+// Without a placeholder it reports false, and the error unset when the
+// bound is set all the same (boundSet): a bound applies only to a
+// placeholder. With one it reports true and checkLimitTemplate's error.
+func checkPlaceholderSet(what, placeholder string, boundSet bool, unset string) (bool, error) {
+	if placeholder == "" {
+		if boundSet {
+			return false, errors.New(unset)
+		}
+		return false, nil
+	}
+	return true, checkLimitTemplate(what, placeholder)
+}
+
 // checkWindowPlaceholder checks a limit's window placeholder: a template
 // with a placeholder, with a floor no longer than the default (Window).
 func (l *Limit) checkWindowPlaceholder() error {
-	if l.WindowPlaceholder == "" {
-		if l.MinWindow != 0 {
-			return errors.New("min_window applies only with a window placeholder")
-		}
-		return nil
-	}
-	if err := checkLimitTemplate("window", l.WindowPlaceholder); err != nil {
+	if set, err := checkPlaceholderSet("window", l.WindowPlaceholder, l.MinWindow != 0, "min_window applies only with a window placeholder"); !set || err != nil {
 		return err
 	}
 	switch mw := time.Duration(l.MinWindow); {

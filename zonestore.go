@@ -150,18 +150,12 @@ func (h *Handler) zoneStores(z *zone, lim algorithms.Limiter, key storeKey) erro
 			return err
 		}
 		key.config += "\x00lease\x00" + string(redisKey)
-		logger, name := h.rt.logger, z.name
-		var throttle logThrottle
 		st, err := h.pooledStore(z.name, key, func() (caddy.Destructor, error) {
 			return redisstore.NewLeaseStore(h.rt.redis, lim, opts, redisstore.LeaseOptions{
 				Duration: time.Duration(h.Lease),
 				Now:      h.rt.opts.now,
 				MaxKeys:  h.MaxKeys,
-				OnError: func(err error) {
-					if c := logger.Check(throttle.level(), "rate limit lease give-back to Redis failed; the units stay charged until the lease's state expires"); c != nil {
-						c.Write(zap.String("zone", name), zap.Error(err))
-					}
-				},
+				OnError:  h.onStoreError(z.name, "rate limit lease give-back to Redis failed; the units stay charged until the lease's state expires"),
 			})
 		})
 		if err != nil {
@@ -188,21 +182,27 @@ func (h *Handler) zoneStores(z *zone, lim algorithms.Limiter, key storeKey) erro
 	return nil
 }
 
+// onStoreError returns the OnError of a zone's store that works in the
+// background: msg logged with the zone's name, throttled (logThrottle).
+func (h *Handler) onStoreError(name, msg string) func(error) {
+	logger := h.rt.logger
+	var throttle logThrottle
+	return func(err error) {
+		if c := logger.Check(throttle.level(), msg); c != nil {
+			c.Write(zap.String("zone", name), zap.Error(err))
+		}
+	}
+}
+
 // syncStore returns the two-layer store of key: the pooled one of the
 // previous config load if the zone is unchanged (its local counts and
 // pending pushes carry over), else a new one.
 func (h *Handler) syncStore(lim algorithms.Limiter, name string, opts redisstore.Options, key storeKey) (*redisstore.SyncStore, error) {
-	logger := h.rt.logger
-	var throttle logThrottle
 	so := redisstore.SyncOptions{
 		Interval: time.Duration(h.SyncInterval),
 		Now:      h.rt.opts.now,
 		MaxKeys:  h.MaxKeys,
-		OnError: func(err error) {
-			if c := logger.Check(throttle.level(), "rate limit sync to Redis failed; counts kept and pushed at the next interval"); c != nil {
-				c.Write(zap.String("zone", name), zap.Error(err))
-			}
-		},
+		OnError:  h.onStoreError(name, "rate limit sync to Redis failed; counts kept and pushed at the next interval"),
 	}
 	st, err := h.pooledStore(name, key, func() (caddy.Destructor, error) {
 		return redisstore.NewSyncStore(h.rt.redis, lim, opts, so)

@@ -18,29 +18,35 @@ func relimitLimiter(t *testing.T, name string, tiers ...Tier) Limiter {
 	return l
 }
 
+// relimitEach runs f as a subtest per algorithm with its limiters of one
+// tier, a and b, and a new state of a's.
+func relimitEach(t *testing.T, a, b Tier, f func(t *testing.T, name string, la, lb Limiter, s State)) {
+	for _, name := range Names {
+		t.Run(name, func(t *testing.T) {
+			la, lb := relimitLimiter(t, name, a), relimitLimiter(t, name, b)
+			f(t, name, la, lb, la.NewState())
+		})
+	}
+}
+
 // TestRelimitRaise: a key that used 60 of 100 and is then held to 1000
 // has 940 left, whatever the algorithm.
 func TestRelimitRaise(t *testing.T) {
-	for _, name := range Names {
-		t.Run(name, func(t *testing.T) {
-			from := relimitLimiter(t, name, Tier{100, time.Minute})
-			to := relimitLimiter(t, name, Tier{1000, time.Minute})
-			s := from.NewState()
-			if d := s.Take(relimitT0, 60); !d.Allowed || d.Remaining != 40 {
-				t.Fatalf("take 60 of 100: %+v", d)
-			}
-			s.(Relimiter).Relimit(relimitT0, to)
-			if d := s.Take(relimitT0, 0); !d.Allowed || d.Limit != 1000 || d.Remaining != 940 {
-				t.Fatalf("after raising to 1000: %+v, want 940 remaining of 1000", d)
-			}
-			if d := s.Take(relimitT0, 940); !d.Allowed || d.Remaining != 0 {
-				t.Fatalf("take the 940 left: %+v", d)
-			}
-			if d := s.Take(relimitT0, 1); d.Allowed {
-				t.Fatalf("a 1001st unit: %+v", d)
-			}
-		})
-	}
+	relimitEach(t, Tier{100, time.Minute}, Tier{1000, time.Minute}, func(t *testing.T, name string, from, to Limiter, s State) {
+		if d := s.Take(relimitT0, 60); !d.Allowed || d.Remaining != 40 {
+			t.Fatalf("take 60 of 100: %+v", d)
+		}
+		s.(Relimiter).Relimit(relimitT0, to)
+		if d := s.Take(relimitT0, 0); !d.Allowed || d.Limit != 1000 || d.Remaining != 940 {
+			t.Fatalf("after raising to 1000: %+v, want 940 remaining of 1000", d)
+		}
+		if d := s.Take(relimitT0, 940); !d.Allowed || d.Remaining != 0 {
+			t.Fatalf("take the 940 left: %+v", d)
+		}
+		if d := s.Take(relimitT0, 1); d.Allowed {
+			t.Fatalf("a 1001st unit: %+v", d)
+		}
+	})
 }
 
 // TestRelimitLower: a key that used 90 of 100 and is then held to 50 is
@@ -57,35 +63,30 @@ func TestRelimitLower(t *testing.T) {
 		GCRA:        1200 * time.Millisecond,
 		Concurrency: time.Second,
 	}
-	for _, name := range Names {
-		t.Run(name, func(t *testing.T) {
-			from := relimitLimiter(t, name, Tier{100, time.Minute})
-			to := relimitLimiter(t, name, Tier{50, time.Minute})
-			s := from.NewState()
-			if d := s.Take(relimitT0, 90); !d.Allowed {
-				t.Fatalf("take 90 of 100: %+v", d)
+	relimitEach(t, Tier{100, time.Minute}, Tier{50, time.Minute}, func(t *testing.T, name string, from, to Limiter, s State) {
+		if d := s.Take(relimitT0, 90); !d.Allowed {
+			t.Fatalf("take 90 of 100: %+v", d)
+		}
+		at := relimitT0.Add(time.Second)
+		s.(Relimiter).Relimit(at, to)
+		d := s.Take(at, 1)
+		if d.Allowed || d.Limit != 50 || d.Remaining != 0 {
+			t.Fatalf("after lowering to 50: %+v, want denied with 0 of 50 remaining", d)
+		}
+		if w, ok := wantRetry[name]; ok && d.RetryAfter != w {
+			t.Errorf("RetryAfter %v, want %v", d.RetryAfter, w)
+		}
+		if name != Concurrency {
+			if e := s.Take(at.Add(d.RetryAfter-time.Microsecond), 1); e.Allowed {
+				t.Fatalf("admitted 1µs before its RetryAfter %v: %+v", d.RetryAfter, e)
 			}
-			at := relimitT0.Add(time.Second)
-			s.(Relimiter).Relimit(at, to)
-			d := s.Take(at, 1)
-			if d.Allowed || d.Limit != 50 || d.Remaining != 0 {
-				t.Fatalf("after lowering to 50: %+v, want denied with 0 of 50 remaining", d)
+			if e := s.Take(at.Add(d.RetryAfter), 1); !e.Allowed {
+				t.Fatalf("denied at its RetryAfter %v: %+v", d.RetryAfter, e)
 			}
-			if w, ok := wantRetry[name]; ok && d.RetryAfter != w {
-				t.Errorf("RetryAfter %v, want %v", d.RetryAfter, w)
-			}
-			if name != Concurrency {
-				if e := s.Take(at.Add(d.RetryAfter-time.Microsecond), 1); e.Allowed {
-					t.Fatalf("admitted 1µs before its RetryAfter %v: %+v", d.RetryAfter, e)
-				}
-				if e := s.Take(at.Add(d.RetryAfter), 1); !e.Allowed {
-					t.Fatalf("denied at its RetryAfter %v: %+v", d.RetryAfter, e)
-				}
-			} else if e := s.Take(relimitT0.Add(time.Minute), 1); !e.Allowed {
-				t.Fatalf("denied once the leases expired: %+v", e)
-			}
-		})
-	}
+		} else if e := s.Take(relimitT0.Add(time.Minute), 1); !e.Allowed {
+			t.Fatalf("denied once the leases expired: %+v", e)
+		}
+	})
 }
 
 // TestRelimitTiers: tiers are matched by index; an added tier starts
@@ -136,32 +137,27 @@ func TestRelimitTiers(t *testing.T) {
 // under 20; a bucket, capped at 10 units under 10 per minute, forgets what
 // it held beyond, so that 20 per minute then admits 5 more.
 func TestRelimitAlternate(t *testing.T) {
-	for _, name := range Names {
-		t.Run(name, func(t *testing.T) {
-			lo := relimitLimiter(t, name, Tier{10, time.Minute})
-			hi := relimitLimiter(t, name, Tier{20, time.Minute})
-			s := lo.NewState()
-			r := s.(Relimiter)
-			admitted := map[Limiter]int{}
-			for i := range 40 {
-				l := lo
-				if i%2 == 1 {
-					l = hi
-				}
-				r.Relimit(relimitT0, l)
-				if s.Take(relimitT0, 1).Allowed {
-					admitted[l]++
-				}
+	relimitEach(t, Tier{10, time.Minute}, Tier{20, time.Minute}, func(t *testing.T, name string, lo, hi Limiter, s State) {
+		r := s.(Relimiter)
+		admitted := map[Limiter]int{}
+		for i := range 40 {
+			l := lo
+			if i%2 == 1 {
+				l = hi
 			}
-			want := 15
-			if UsesBurst(name) {
-				want = 20
+			r.Relimit(relimitT0, l)
+			if s.Take(relimitT0, 1).Allowed {
+				admitted[l]++
 			}
-			if admitted[lo] != 5 || admitted[hi] != want {
-				t.Fatalf("admitted %d under 10/min and %d under 20/min, want 5 and %d", admitted[lo], admitted[hi], want)
-			}
-		})
-	}
+		}
+		want := 15
+		if UsesBurst(name) {
+			want = 20
+		}
+		if admitted[lo] != 5 || admitted[hi] != want {
+			t.Fatalf("admitted %d under 10/min and %d under 20/min, want 5 and %d", admitted[lo], admitted[hi], want)
+		}
+	})
 }
 
 // TestBucketConvert: a level changes unit exactly while the reduced scales'

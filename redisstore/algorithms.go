@@ -98,18 +98,28 @@ func bucketTier(t algorithms.Tier, burst int64) ([]int64, error) {
 }
 
 func loadScripts(all []*script) map[string]*script {
+	m := make(map[string]*script, len(all))
+	for _, s := range all {
+		s.run = newScript(s.name, true)
+		m[s.name] = s
+	}
+	return m
+}
+
+// newScript is the embedded script name.lua, with the functions of lib.lua
+// it uses in front (withLib) when withLibLua is set. A script that does not
+// read is a broken build: it panics.
+func newScript(name string, withLibLua bool) *redis.Script {
+	src, err := scriptFS.ReadFile(name + ".lua")
+	if err != nil {
+		panic(fmt.Sprintf("redisstore: script %s: %v", name, err))
+	}
+	if !withLibLua {
+		return redis.NewScript(string(src))
+	}
 	lib, err := scriptFS.ReadFile("lib.lua")
 	if err != nil {
 		panic(err)
 	}
-	m := make(map[string]*script, len(all))
-	for _, s := range all {
-		src, err := scriptFS.ReadFile(s.name + ".lua")
-		if err != nil {
-			panic(fmt.Sprintf("redisstore: script of %s: %v", s.name, err))
-		}
-		s.run = redis.NewScript(withLib(string(lib), string(src)))
-		m[s.name] = s
-	}
-	return m
+	return redis.NewScript(withLib(string(lib), string(src)))
 }

@@ -18,13 +18,7 @@ import (
 const blockTail = "}:b"
 
 // blockScript is block.lua, sent on its own (EVALSHA, EVAL on NOSCRIPT).
-var blockScript = func() *redis.Script {
-	src, err := scriptFS.ReadFile("block.lua")
-	if err != nil {
-		panic(err)
-	}
-	return redis.NewScript(string(src))
-}()
+var blockScript = newScript("block", false)
 
 // blockMicros is d in whole microseconds, rounded up (a block never ends
 // early), 0 when d <= 0; an error beyond algorithms.MaxWindow, where the

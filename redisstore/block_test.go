@@ -10,6 +10,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/zonelimit/caddy-ratelimit/algorithms"
+	"github.com/zonelimit/caddy-ratelimit/internal/storetest"
 )
 
 // blockStore is a Store of zone with block_for.
@@ -29,60 +30,56 @@ func blockStore(t testing.TB, c redis.UniversalClient, name string, cfg algorith
 // refused for exactly the time left, counting nothing; then the algorithm
 // decides again.
 func TestBlockFor(t *testing.T) {
-	_, c := newClient(t)
-	ctx := context.Background()
-	for _, name := range algorithms.Names {
-		t.Run(name, func(t *testing.T) {
-			zone := "block-" + name
-			a := blockStore(t, c, name, oneTier(2, time.Second), zone, time.Minute)
-			b := blockStore(t, c, name, oneTier(2, time.Second), zone, time.Minute)
-			other := oneTier(100, time.Hour) // another config digest
-			if name == algorithms.Concurrency {
-				other = oneTier(100, time.Second)
+	perAlgorithm(t, func(t *testing.T, ctx context.Context, c *redis.Client, name string) {
+		zone := "block-" + name
+		a := blockStore(t, c, name, oneTier(2, time.Second), zone, time.Minute)
+		b := blockStore(t, c, name, oneTier(2, time.Second), zone, time.Minute)
+		other := oneTier(100, time.Hour) // another config digest
+		if name == algorithms.Concurrency {
+			other = oneTier(100, time.Second)
+		}
+		changed := blockStore(t, c, name, other, zone, 0)
+		for i := range 2 {
+			if d, err := a.Take(ctx, "k", t0, 1); err != nil || !d.Allowed {
+				t.Fatalf("take %d: %+v, %v", i, d, err)
 			}
-			changed := blockStore(t, c, name, other, zone, 0)
-			for i := range 2 {
-				if d, err := a.Take(ctx, "k", t0, 1); err != nil || !d.Allowed {
-					t.Fatalf("take %d: %+v, %v", i, d, err)
-				}
+		}
+		at := t0.Add(100 * time.Millisecond)
+		d, err := a.Take(ctx, "k", at, 1)
+		if err != nil || d.Allowed || !d.Blocked || d.RetryAfter != time.Minute || d.MoreAfter < time.Minute || d.ResetAfter < time.Minute || d.Limit != 2 {
+			t.Fatalf("the denial that blocks: %+v, %v", d, err)
+		}
+		end := at.Add(time.Minute)
+		if pttl := c.PTTL(ctx, a.BlockKey("k")).Val(); pttl <= 0 || pttl > time.Minute {
+			t.Fatalf("block key's TTL %v, want (0, 1m]", pttl)
+		}
+		for _, s := range []*Store{a, b, changed} {
+			d, err := s.Take(ctx, "k", t0.Add(40*time.Second), 1)
+			if err != nil || d.Allowed || !d.Blocked || d.RetryAfter != 20*time.Second+100*time.Millisecond ||
+				d.MoreAfter != d.RetryAfter || d.ResetAfter != d.RetryAfter || d.Remaining != 0 || d.Limit != s.blockLimit {
+				t.Fatalf("Take during the block: %+v, %v", d, err)
 			}
-			at := t0.Add(100 * time.Millisecond)
-			d, err := a.Take(ctx, "k", at, 1)
-			if err != nil || d.Allowed || !d.Blocked || d.RetryAfter != time.Minute || d.MoreAfter < time.Minute || d.ResetAfter < time.Minute || d.Limit != 2 {
-				t.Fatalf("the denial that blocks: %+v, %v", d, err)
+			if got, err := s.BlockedUntil(ctx, "k", t0.Add(40*time.Second)); err != nil || !got.Equal(end) {
+				t.Fatalf("BlockedUntil = %v, %v; want %v", got, err, end)
 			}
-			end := at.Add(time.Minute)
-			if pttl := c.PTTL(ctx, a.BlockKey("k")).Val(); pttl <= 0 || pttl > time.Minute {
-				t.Fatalf("block key's TTL %v, want (0, 1m]", pttl)
+		}
+		if s := b.blockLimit; s != 2 {
+			t.Fatalf("blocked Limit %d, want the tier's 2", s)
+		}
+		// The refusals neither counted nor moved the end.
+		if d, _ := b.Take(ctx, "k", end.Add(-time.Microsecond), 1); !d.Blocked || d.RetryAfter != time.Microsecond {
+			t.Fatalf("1µs before the end: %+v", d)
+		}
+		if got, _ := a.BlockedUntil(ctx, "k", end); !got.IsZero() {
+			t.Fatalf("BlockedUntil at the end = %v, want zero", got)
+		}
+		for i := range 2 {
+			d, err := b.Take(ctx, "k", end.Add(time.Duration(i)*time.Millisecond), 1)
+			if err != nil || !d.Allowed {
+				t.Fatalf("take %d after the block: %+v, %v", i, d, err)
 			}
-			for _, s := range []*Store{a, b, changed} {
-				d, err := s.Take(ctx, "k", t0.Add(40*time.Second), 1)
-				if err != nil || d.Allowed || !d.Blocked || d.RetryAfter != 20*time.Second+100*time.Millisecond ||
-					d.MoreAfter != d.RetryAfter || d.ResetAfter != d.RetryAfter || d.Remaining != 0 || d.Limit != s.blockLimit {
-					t.Fatalf("Take during the block: %+v, %v", d, err)
-				}
-				if got, err := s.BlockedUntil(ctx, "k", t0.Add(40*time.Second)); err != nil || !got.Equal(end) {
-					t.Fatalf("BlockedUntil = %v, %v; want %v", got, err, end)
-				}
-			}
-			if s := b.blockLimit; s != 2 {
-				t.Fatalf("blocked Limit %d, want the tier's 2", s)
-			}
-			// The refusals neither counted nor moved the end.
-			if d, _ := b.Take(ctx, "k", end.Add(-time.Microsecond), 1); !d.Blocked || d.RetryAfter != time.Microsecond {
-				t.Fatalf("1µs before the end: %+v", d)
-			}
-			if got, _ := a.BlockedUntil(ctx, "k", end); !got.IsZero() {
-				t.Fatalf("BlockedUntil at the end = %v, want zero", got)
-			}
-			for i := range 2 {
-				d, err := b.Take(ctx, "k", end.Add(time.Duration(i)*time.Millisecond), 1)
-				if err != nil || !d.Allowed {
-					t.Fatalf("take %d after the block: %+v, %v", i, d, err)
-				}
-			}
-		})
-	}
+		}
+	})
 }
 
 // TestBlockRedisTime: with Redis TIME, the blocked Take waits the time left
@@ -132,15 +129,7 @@ func TestOperatorBlock(t *testing.T) {
 	if d, err := b.Take(ctx, "k", t0.Add(time.Minute), 1); err != nil || !d.Blocked || d.RetryAfter != 59*time.Minute || d.Limit != 5 {
 		t.Fatalf("Take of a blocked key: %+v, %v", d, err)
 	}
-	if until, _ := b.Block(ctx, "k", t0.Add(time.Minute), time.Second); !until.Equal(t0.Add(time.Hour)) {
-		t.Fatalf("a shorter Block moved the end to %v", until)
-	}
-	if until, _ := b.Block(ctx, "k", t0.Add(time.Minute), 2*time.Hour); !until.Equal(t0.Add(2*time.Hour + time.Minute)) {
-		t.Fatalf("a longer Block ends at %v", until)
-	}
-	if err := b.Unblock(ctx, "k"); err != nil {
-		t.Fatal(err)
-	}
+	storetest.BlockKeepsLongest(t, b, "k", t0.Add(time.Minute), t0.Add(time.Hour))
 	if n := c.Exists(ctx, a.BlockKey("k")).Val(); n != 0 {
 		t.Fatal("Unblock left the block key")
 	}

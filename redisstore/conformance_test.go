@@ -200,28 +200,18 @@ func playConformance(t *testing.T, c redis.UniversalClient, steps int) {
 						// not the wall clock).
 						ref := store.NewMemory(l, store.MemoryOptions{SweepInterval: time.Hour})
 						defer ref.Destruct()
-						decs := make([]algorithms.Decision, len(ops))
-						undone := make([]bool, len(ops))
-						inexact, allowed, denied, undos := 0, 0, 0, 0
-						for i, o := range ops {
-							want, got, step, err := playStep(ctx, ref, rs, ops, decs, undone, i)
+						p := newPlayer(ops)
+						inexact := 0
+						for i := range ops {
+							want, got, taken, err := p.play(ctx, ref, rs, i)
 							if err != nil {
 								t.Fatalf("seed %d step %d: %v", seed, i, err)
 							}
-							if step == stepUndone {
-								undos++
-							}
-							if step != stepTaken {
+							if !taken {
 								continue
 							}
-							if want.Allowed {
-								allowed++
-							} else {
-								denied++
-							}
 							if d := diffDecision(want, got, false); d != "" {
-								t.Fatalf("seed %d step %d (at t0%+v key %q cost %d): decisions differ:%s\n%s",
-									seed, i, o.at, o.key, o.cost, d, history(ops[:i+1], decs))
+								t.Fatalf("seed %d %s", seed, p.differ(i, "", d))
 							}
 							if diffDecision(want, got, true) != "" {
 								inexact++
@@ -232,11 +222,11 @@ func playConformance(t *testing.T, c redis.UniversalClient, steps int) {
 						}
 						// A timeline that never admits, never denies or never
 						// undoes tests less than it seems to.
-						if allowed == 0 || denied == 0 {
-							t.Errorf("seed %d: a weak timeline: %d allowed, %d denied", seed, allowed, denied)
+						if p.allowed == 0 || p.denied == 0 {
+							t.Errorf("seed %d: a weak timeline: %d allowed, %d denied", seed, p.allowed, p.denied)
 						}
-						caseUndos += undos
-						totals.Add(int64(allowed+denied), int64(undos))
+						caseUndos += p.undos
+						totals.Add(int64(p.allowed+p.denied), int64(p.undos))
 					}
 				})
 			}
@@ -281,6 +271,45 @@ func playStep(ctx context.Context, ref, rs store.Store, ops []op, decs []algorit
 		return want, got, stepTaken, fmt.Errorf("Take: %w", err)
 	}
 	return want, got, stepTaken, nil
+}
+
+// player plays a timeline of ops step by step (playStep) and counts what
+// its steps did: a timeline that never admits, never denies or never
+// undoes tests less than it seems to.
+type player struct {
+	ops                    []op
+	decs                   []algorithms.Decision
+	undone                 []bool
+	allowed, denied, undos int
+}
+
+func newPlayer(ops []op) *player {
+	return &player{ops: ops, decs: make([]algorithms.Decision, len(ops)), undone: make([]bool, len(ops))}
+}
+
+// play plays step i on the memory store ref and the Redis store rs, and
+// returns their decisions and whether the step was a Take.
+func (p *player) play(ctx context.Context, ref, rs store.Store, i int) (want, got algorithms.Decision, taken bool, err error) {
+	want, got, step, err := playStep(ctx, ref, rs, p.ops, p.decs, p.undone, i)
+	if err != nil {
+		return want, got, false, err
+	}
+	switch {
+	case step == stepUndone:
+		p.undos++
+	case step == stepTaken && want.Allowed:
+		p.allowed++
+	case step == stepTaken:
+		p.denied++
+	}
+	return want, got, step == stepTaken, nil
+}
+
+// differ is the failure message of step i, whose decisions differ by d
+// (diffDecision), with more said about the step, and the last steps.
+func (p *player) differ(i int, more, d string) string {
+	o := p.ops[i]
+	return fmt.Sprintf("step %d (at t0%+v key %q cost %d%s): decisions differ:%s\n%s", i, o.at, o.key, o.cost, more, d, history(p.ops[:i+1], p.decs))
 }
 
 // history renders the last steps of a timeline for a failure message.

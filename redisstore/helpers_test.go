@@ -31,6 +31,16 @@ func newClient(t testing.TB) (*redistest.Server, *redis.Client) {
 	return srv, c
 }
 
+// perAlgorithm starts a Redis and runs f with a client of it as a subtest
+// per algorithm, named after it.
+func perAlgorithm(t *testing.T, f func(t *testing.T, ctx context.Context, c *redis.Client, alg string)) {
+	_, c := newClient(t)
+	ctx := context.Background()
+	for _, alg := range algorithms.Names {
+		t.Run(alg, func(t *testing.T) { f(t, ctx, c, alg) })
+	}
+}
+
 // newClusterClient starts a Redis Cluster of 3 masters with replicas
 // replicas each and returns a client that sees every master.
 func newClusterClient(t testing.TB, replicas int) (*redistest.Cluster, *redis.ClusterClient) {

@@ -45,76 +45,72 @@ func inspectLimiter(t *testing.T, name string) (algorithms.Config, algorithms.Li
 // as the Go twin's Peek does and writes nothing; a reset through one store
 // (instance) makes the key whole for another on the same Redis.
 func TestStoreInspectReset(t *testing.T) {
-	_, c := newClient(t)
-	ctx := context.Background()
-	for _, name := range algorithms.Names {
-		t.Run(name, func(t *testing.T) {
-			cfg, l := inspectLimiter(t, name)
-			a, b := mustStore(t, c, l, "inspect"), mustStore(t, c, l, "inspect")
-			a.setMargin(time.Hour) // real time must not expire the timeline's keys
-			b.setMargin(time.Hour)
-			twin := l.NewState()
-			keys := a.Keys("k")
+	perAlgorithm(t, func(t *testing.T, ctx context.Context, c *redis.Client, name string) {
+		cfg, l := inspectLimiter(t, name)
+		a, b := mustStore(t, c, l, "inspect"), mustStore(t, c, l, "inspect")
+		a.setMargin(time.Hour) // real time must not expire the timeline's keys
+		b.setMargin(time.Hour)
+		twin := l.NewState()
+		keys := a.Keys("k")
 
-			ks, err := a.Inspect(ctx, "k", t0)
+		ks, err := a.Inspect(ctx, "k", t0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(ks.Tiers) != len(cfg.Tiers) || ks.Tiers[0].Used != 0 || ks.Tiers[0].Remaining != 3 || ks.Tiers[0].Window != 10*time.Second {
+			t.Fatalf("unseen key: %+v", ks)
+		}
+		if n := c.Exists(ctx, keys...).Val(); n != 0 {
+			t.Fatalf("peek of an unseen key created %d keys", n)
+		}
+
+		for k, off := range []time.Duration{0, time.Second, 2 * time.Second, 4 * time.Second} {
+			at := t0.Add(off)
+			d, err := a.Take(ctx, "k", at, 1)
 			if err != nil {
 				t.Fatal(err)
 			}
-			if len(ks.Tiers) != len(cfg.Tiers) || ks.Tiers[0].Used != 0 || ks.Tiers[0].Remaining != 3 || ks.Tiers[0].Window != 10*time.Second {
-				t.Fatalf("unseen key: %+v", ks)
+			if want := twin.Take(at, 1); d.Allowed != want.Allowed {
+				t.Fatalf("step %d: Redis %+v, Go %+v", k, d, want)
 			}
-			if n := c.Exists(ctx, keys...).Val(); n != 0 {
-				t.Fatalf("peek of an unseen key created %d keys", n)
-			}
-
-			for k, off := range []time.Duration{0, time.Second, 2 * time.Second, 4 * time.Second} {
-				at := t0.Add(off)
-				d, err := a.Take(ctx, "k", at, 1)
-				if err != nil {
-					t.Fatal(err)
-				}
-				if want := twin.Take(at, 1); d.Allowed != want.Allowed {
-					t.Fatalf("step %d: Redis %+v, Go %+v", k, d, want)
-				}
-				before := dumps(t, c, keys)
-				peekAt := at.Add(500 * time.Millisecond)
-				ks, err := b.Inspect(ctx, "k", peekAt)
-				if err != nil {
-					t.Fatal(err)
-				}
-				want := store.NewKeyState(cfg, twin.(algorithms.Peeker).Peek(peekAt))
-				for i := range want.Tiers {
-					if ks.Tiers[i] != want.Tiers[i] {
-						t.Fatalf("step %d tier %d: Redis %+v, Go %+v", k, i, ks.Tiers[i], want.Tiers[i])
-					}
-				}
-				if after := dumps(t, c, keys); len(after) != len(before) || func() bool {
-					for i := range after {
-						if after[i] != before[i] {
-							return true
-						}
-					}
-					return false
-				}() {
-					t.Fatalf("step %d: the peek changed the keys", k)
-				}
-			}
-			if ks, _ := b.Inspect(ctx, "k", t0.Add(4*time.Second)); ks.Tiers[len(ks.Tiers)-1].Used < 3 {
-				t.Fatalf("after 4 requests: %+v", ks.Tiers)
-			}
-
-			if err := a.Reset(ctx, "k"); err != nil {
+			before := dumps(t, c, keys)
+			peekAt := at.Add(500 * time.Millisecond)
+			ks, err := b.Inspect(ctx, "k", peekAt)
+			if err != nil {
 				t.Fatal(err)
 			}
-			if n := c.Exists(ctx, keys...).Val(); n != 0 {
-				t.Fatalf("%d keys left after Reset", n)
+			want := store.NewKeyState(cfg, twin.(algorithms.Peeker).Peek(peekAt))
+			for i := range want.Tiers {
+				if ks.Tiers[i] != want.Tiers[i] {
+					t.Fatalf("step %d tier %d: Redis %+v, Go %+v", k, i, ks.Tiers[i], want.Tiers[i])
+				}
 			}
-			at := t0.Add(5 * time.Second)
-			if d, err := b.Take(ctx, "k", at, 1); err != nil || !d.Allowed || d.Remaining != 2 {
-				t.Fatalf("the other store after Reset: %+v %v, want admitted with 2 remaining", d, err)
+			if after := dumps(t, c, keys); len(after) != len(before) || func() bool {
+				for i := range after {
+					if after[i] != before[i] {
+						return true
+					}
+				}
+				return false
+			}() {
+				t.Fatalf("step %d: the peek changed the keys", k)
 			}
-		})
-	}
+		}
+		if ks, _ := b.Inspect(ctx, "k", t0.Add(4*time.Second)); ks.Tiers[len(ks.Tiers)-1].Used < 3 {
+			t.Fatalf("after 4 requests: %+v", ks.Tiers)
+		}
+
+		if err := a.Reset(ctx, "k"); err != nil {
+			t.Fatal(err)
+		}
+		if n := c.Exists(ctx, keys...).Val(); n != 0 {
+			t.Fatalf("%d keys left after Reset", n)
+		}
+		at := t0.Add(5 * time.Second)
+		if d, err := b.Take(ctx, "k", at, 1); err != nil || !d.Allowed || d.Remaining != 2 {
+			t.Fatalf("the other store after Reset: %+v %v, want admitted with 2 remaining", d, err)
+		}
+	})
 }
 
 // TestStoreResetCluster: Reset deletes every part of a key (sliding_log's

@@ -20,18 +20,9 @@ import (
 // This file holds the store, its goroutine and the give-backs;
 // lease_take.go decides.
 
-// leaseScript is lib.lua followed by lease.lua, like the algorithms'.
-var leaseScript = func() *redis.Script {
-	lib, err := scriptFS.ReadFile("lib.lua")
-	if err != nil {
-		panic(err)
-	}
-	src, err := scriptFS.ReadFile("lease.lua")
-	if err != nil {
-		panic(err)
-	}
-	return redis.NewScript(string(lib) + "\n" + string(src))
-}()
+// leaseScript is lease.lua after the functions of lib.lua it uses, like
+// the algorithms' scripts.
+var leaseScript = newScript("lease", true)
 
 // leaseKind is what the digest of a lease's keys names: the algorithm, the
 // burst and the tiers. A lease's state is not converted when the limits
@@ -205,27 +196,21 @@ func (s *LeaseStore) Reap(ctx context.Context, all bool) error {
 	nowT := s.now()
 	t := nowT.UnixMicro()
 	var calls []*evalCall
-	shards := s.keys.Shards()
-	for si := range shards {
-		sh := &shards[si]
-		sh.Lock()
-		sh.Walk(func(ent *store.Entry[leaseEntry]) {
-			e := &ent.Value
-			if e.refill != nil {
-				return
+	walkKeys(s.keys, func(sh *leaseShard, ent *store.Entry[leaseEntry]) {
+		e := &ent.Value
+		if e.refill != nil {
+			return
+		}
+		if e.left > 0 && (all || t >= e.ends || t-e.used >= s.dur/2) {
+			if !s.bucket || t < e.ends {
+				calls = append(calls, &evalCall{leaseScript, s.Keys(ent.Key()), s.args(modeUndo, nowT, 0, 0, e.left, e.stamp)})
 			}
-			if e.left > 0 && (all || t >= e.ends || t-e.used >= s.dur/2) {
-				if !s.bucket || t < e.ends {
-					calls = append(calls, &evalCall{leaseScript, s.Keys(ent.Key()), s.args(modeUndo, nowT, 0, 0, e.left, e.stamp)})
-				}
-				e.left = 0
-			}
-			if e.left == 0 && t-e.last >= 2*s.dur && t >= e.deny {
-				sh.Remove(ent)
-			}
-		})
-		sh.Unlock()
-	}
+			e.left = 0
+		}
+		if e.left == 0 && t-e.last >= 2*s.dur && t >= e.deny {
+			sh.Remove(ent)
+		}
+	})
 	var first error
 	failed := 0
 	for lo := 0; lo < len(calls); lo += syncBatch {

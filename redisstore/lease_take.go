@@ -187,17 +187,10 @@ func (s *LeaseStore) Undo(_ context.Context, key string, now time.Time, cost int
 	if !d.Allowed || d.Token == 0 || cost <= 0 {
 		return nil
 	}
-	if now.IsZero() {
-		now = s.now()
-	}
-	sh := s.keys.Shard(key)
-	sh.Lock()
-	if ent := sh.Get(key); ent != nil {
-		e := &ent.Value
+	undoEntry(s.keys, key, now, s.now, func(e *leaseEntry, now time.Time) {
 		if t := e.clamp(now); e.gen == d.Token && t < e.ends {
 			e.left = min(e.left+cost, e.size)
 		}
-	}
-	sh.Unlock()
+	})
 	return nil
 }

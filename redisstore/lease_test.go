@@ -40,34 +40,6 @@ func newSynthClock(at time.Time) *synthClock {
 
 func (c *synthClock) Now() time.Time { return time.UnixMicro(c.us.Load()) }
 
-// callCounter counts the script calls a client sends (EVALSHA and EVAL),
-// alone or in pipelines.
-type callCounter struct{ n atomic.Int64 }
-
-func (h *callCounter) DialHook(next redis.DialHook) redis.DialHook { return next }
-
-func (h *callCounter) count(cmd redis.Cmder) {
-	if n := cmd.Name(); n == "evalsha" || n == "eval" {
-		h.n.Add(1)
-	}
-}
-
-func (h *callCounter) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
-	return func(ctx context.Context, cmd redis.Cmder) error {
-		h.count(cmd)
-		return next(ctx, cmd)
-	}
-}
-
-func (h *callCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return func(ctx context.Context, cmds []redis.Cmder) error {
-		for _, cmd := range cmds {
-			h.count(cmd)
-		}
-		return next(ctx, cmds)
-	}
-}
-
 // leaseStores returns n leasing stores of l on c, as n Caddy instances
 // would have, without their goroutines (the test reaps), closed at the end.
 func leaseStores(t testing.TB, c redis.UniversalClient, l algorithms.Limiter, zone string, n int, dur time.Duration, clk *synthClock) []*LeaseStore {
@@ -176,7 +148,7 @@ func TestLeaseConcurrent(t *testing.T) {
 	srv := redistestStart(t)
 	for name, cfg := range leaseConfigs(events, time.Hour) {
 		t.Run(name, func(t *testing.T) {
-			var calls callCounter
+			var calls redistest.ScriptCalls
 			c := redis.NewClient(&redis.Options{Addr: srv, PoolSize: 64})
 			defer c.Close()
 			ctx := context.Background()
@@ -196,8 +168,8 @@ func TestLeaseConcurrent(t *testing.T) {
 			if name == algorithms.TokenBucket || name == algorithms.GCRA {
 				limit += 2
 			}
-			perReq := float64(calls.n.Load()) / requests
-			t.Logf("admitted %d of %d (limit %d), %d script calls: %.4f per request", got, requests, limit, calls.n.Load(), perReq)
+			perReq := float64(calls.Load()) / requests
+			t.Logf("admitted %d of %d (limit %d), %d script calls: %.4f per request", got, requests, limit, calls.Load(), perReq)
 			if got > limit {
 				t.Fatalf("admitted %d > limit %d", got, limit)
 			}
@@ -233,7 +205,7 @@ func TestLeaseCold(t *testing.T) {
 	ctx := context.Background()
 	for name, cfg := range leaseConfigs(5, 10*time.Second) {
 		t.Run(name, func(t *testing.T) {
-			var calls callCounter
+			var calls redistest.ScriptCalls
 			c := redis.NewClient(&redis.Options{Addr: srv})
 			defer c.Close()
 			loadLease(t, c)
@@ -253,7 +225,7 @@ func TestLeaseCold(t *testing.T) {
 				if got.Allowed != want.Allowed || got.Remaining != want.Remaining {
 					t.Fatalf("take %d: allowed %v remaining %d, memory: %v %d", i, got.Allowed, got.Remaining, want.Allowed, want.Remaining)
 				}
-				if n := calls.n.Load(); n != int64(i+1) {
+				if n := calls.Load(); n != int64(i+1) {
 					t.Fatalf("take %d: %d script calls so far, want one per request", i, n)
 				}
 			}

@@ -81,35 +81,28 @@ func TestConformanceRelimit(t *testing.T) {
 					}
 					rng := rand.New(rand.NewSource(int64(si) + 7))
 					ops := timeline(rng, alg, merged, 600)
-					decs := make([]algorithms.Decision, len(ops))
-					undone := make([]bool, len(ops))
-					cur, switches, allowed, denied := 0, 0, 0, 0
-					for i, o := range ops {
+					p := newPlayer(ops)
+					cur, switches := 0, 0
+					for i := range ops {
 						if ser.alternate {
 							cur = i % len(mems)
 						} else if rng.Float64() < 0.15 {
 							cur = rng.Intn(len(mems))
 							switches++
 						}
-						want, got, step, err := playStep(ctx, mems[cur], reds[cur], ops, decs, undone, i)
+						want, got, taken, err := p.play(ctx, mems[cur], reds[cur], i)
 						if err != nil {
 							t.Fatalf("step %d: %v", i, err)
 						}
-						if step != stepTaken {
+						if !taken {
 							continue
 						}
-						if want.Allowed {
-							allowed++
-						} else {
-							denied++
-						}
 						if d := diffDecision(want, got, false); d != "" {
-							t.Fatalf("step %d (at t0%+v key %q cost %d, limits %d %+v): decisions differ:%s\n%s",
-								i, o.at, o.key, o.cost, cur, ser.cfgs[cur], d, history(ops[:i+1], decs))
+							t.Fatal(p.differ(i, fmt.Sprintf(", limits %d %+v", cur, ser.cfgs[cur]), d))
 						}
 					}
-					if allowed == 0 || denied == 0 || !ser.alternate && switches < 10 {
-						t.Errorf("a weak timeline: %d allowed, %d denied, %d switches", allowed, denied, switches)
+					if p.allowed == 0 || p.denied == 0 || !ser.alternate && switches < 10 {
+						t.Errorf("a weak timeline: %d allowed, %d denied, %d switches", p.allowed, p.denied, switches)
 					}
 				})
 			}

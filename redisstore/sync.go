@@ -21,13 +21,7 @@ import (
 // sync_take.go decides, sync_push.go pushes to Redis.
 
 // syncScript is sync.lua, sent on its own (EVALSHA, EVAL on NOSCRIPT).
-var syncScript = func() *redis.Script {
-	src, err := scriptFS.ReadFile("sync.lua")
-	if err != nil {
-		panic(err)
-	}
-	return redis.NewScript(string(src))
-}()
+var syncScript = newScript("sync", false)
 
 // SyncOptions tunes a SyncStore.
 type SyncOptions struct {
@@ -157,6 +151,33 @@ type syncEntry struct {
 
 // clamp returns now in µs, never before e.last, and advances e.last.
 func (e *syncEntry) clamp(now time.Time) int64 { return clampMicros(&e.last, now) }
+
+// walkKeys calls f on every entry of keys with its shard locked (f may
+// remove the entry from sh).
+func walkKeys[V any](keys *store.LRU[V], f func(sh *store.Shard[V], ent *store.Entry[V])) {
+	shards := keys.Shards()
+	for si := range shards {
+		sh := &shards[si]
+		sh.Lock()
+		sh.Walk(func(ent *store.Entry[V]) { f(sh, ent) })
+		sh.Unlock()
+	}
+}
+
+// undoEntry calls undo on key's entry, if keys holds it, with its shard
+// locked, and now (clock() when zero): the Undo of the stores that keep
+// keys locally.
+func undoEntry[V any](keys *store.LRU[V], key string, now time.Time, clock func() time.Time, undo func(e *V, now time.Time)) {
+	if now.IsZero() {
+		now = clock()
+	}
+	sh := keys.Shard(key)
+	sh.Lock()
+	defer sh.Unlock()
+	if ent := sh.Get(key); ent != nil {
+		undo(&ent.Value, now)
+	}
+}
 
 // clampMicros returns now in µs, never before *last (the latest instant a
 // key saw: its time never goes back), and advances *last.

@@ -75,63 +75,57 @@ func (s *SyncStore) snapshot(now int64) []*syncCall {
 	if s.sliding {
 		kpt = 2
 	}
-	shards := s.keys.Shards()
-	for si := range shards {
-		sh := &shards[si]
-		sh.Lock()
-		sh.Walk(func(ent *store.Entry[syncEntry]) {
-			e := &ent.Value
-			if !s.needsSync(e) {
-				if !e.inFlight && s.idle(e, now) {
-					sh.Remove(ent)
+	walkKeys(s.keys, func(sh *syncShard, ent *store.Entry[syncEntry]) {
+		e := &ent.Value
+		if !s.needsSync(e) {
+			if !e.inFlight && s.idle(e, now) {
+				sh.Remove(ent)
+			}
+			return
+		}
+		if e.esc == "" {
+			e.esc = EscapeKey(ent.Key())
+		}
+		n := len(e.tiers)*kpt + 1 // the counters, then the block
+		c := &syncCall{
+			evalCall: evalCall{
+				script: syncScript,
+				keys:   make([]string, 0, n),
+				args:   make([]any, 0, 2*n),
+			},
+			sh:   sh,
+			ent:  ent,
+			wins: make([]int64, 0, n),
+		}
+		for i := range e.tiers {
+			p, tr := &s.tiers[i], &e.tiers[i]
+			for k, sl := range [2]*syncSlot{&tr.cur, &tr.prev} {
+				if k == 1 && !s.sliding {
+					break
 				}
-				return
+				sl.fly += sl.pend
+				sl.pend = 0
+				c.keys = append(c.keys, s.head+e.esc+p.tail+strconv.FormatInt(sl.idx, 10))
+				c.args = append(c.args, sl.fly, p.ttl)
+				c.wins = append(c.wins, sl.idx)
 			}
-			if e.esc == "" {
-				e.esc = EscapeKey(ent.Key())
-			}
-			n := len(e.tiers)*kpt + 1 // the counters, then the block
-			c := &syncCall{
-				evalCall: evalCall{
-					script: syncScript,
-					keys:   make([]string, 0, n),
-					args:   make([]any, 0, 2*n),
-				},
-				sh:   sh,
-				ent:  ent,
-				wins: make([]int64, 0, n),
-			}
-			for i := range e.tiers {
-				p, tr := &s.tiers[i], &e.tiers[i]
-				for k, sl := range [2]*syncSlot{&tr.cur, &tr.prev} {
-					if k == 1 && !s.sliding {
-						break
-					}
-					sl.fly += sl.pend
-					sl.pend = 0
-					c.keys = append(c.keys, s.head+e.esc+p.tail+strconv.FormatInt(sl.idx, 10))
-					c.args = append(c.args, sl.fly, p.ttl)
-					c.wins = append(c.wins, sl.idx)
-				}
-			}
-			// The key's block: one this instance set, to write (with
-			// its TTL), and in any case read back.
-			var set, ttl int64
-			if e.blockSend > now {
-				set, ttl = e.blockSend, (e.blockSend-now+999)/1000
-			}
-			e.blockFly, e.blockSend = set, 0
-			c.keys = append(c.keys, s.head+e.esc+blockTail)
-			c.args = append(c.args, set, ttl)
-			e.usedSnap = e.used
-			if e.touched > 0 {
-				e.touched--
-			}
-			e.inFlight = true
-			calls = append(calls, c)
-		})
-		sh.Unlock()
-	}
+		}
+		// The key's block: one this instance set, to write (with
+		// its TTL), and in any case read back.
+		var set, ttl int64
+		if e.blockSend > now {
+			set, ttl = e.blockSend, (e.blockSend-now+999)/1000
+		}
+		e.blockFly, e.blockSend = set, 0
+		c.keys = append(c.keys, s.head+e.esc+blockTail)
+		c.args = append(c.args, set, ttl)
+		e.usedSnap = e.used
+		if e.touched > 0 {
+			e.touched--
+		}
+		e.inFlight = true
+		calls = append(calls, c)
+	})
 	return calls
 }
 

@@ -165,13 +165,7 @@ func (s *SyncStore) Undo(_ context.Context, key string, now time.Time, cost int6
 	if !d.Allowed || cost <= 0 {
 		return nil
 	}
-	if now.IsZero() {
-		now = s.now()
-	}
-	sh := s.keys.Shard(key)
-	sh.Lock()
-	if ent := sh.Get(key); ent != nil {
-		e := &ent.Value
+	undoEntry(s.keys, key, now, s.now, func(e *syncEntry, now time.Time) {
 		t := e.clamp(now)
 		for i := range e.tiers {
 			tr := &e.tiers[i]
@@ -182,8 +176,7 @@ func (s *SyncStore) Undo(_ context.Context, key string, now time.Time, cost int6
 			}
 		}
 		e.used -= min(e.used, cost)
-	}
-	sh.Unlock()
+	})
 	return nil
 }
 

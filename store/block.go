@@ -105,16 +105,14 @@ func (b *blockSet) penalize(key string, now time.Time, d *algorithms.Decision) {
 
 // until returns when key's block ends, or 0 when it is not blocked at ns.
 func (b *blockSet) until(key string, ns int64) int64 {
-	s := b.lru.Shard(key)
-	s.mu.Lock()
+	s := b.lock(key)
 	defer s.mu.Unlock()
 	e := s.Get(key)
 	if e == nil {
 		return 0
 	}
 	if e.Value <= ns {
-		s.Remove(e)
-		b.held.Add(-1)
+		b.drop(s, e)
 		return 0
 	}
 	return e.Value
@@ -123,8 +121,7 @@ func (b *blockSet) until(key string, ns int64) int64 {
 // set blocks key until until (Unix ns), unless a longer block is in place,
 // and returns when the block ends.
 func (b *blockSet) set(key string, until int64) int64 {
-	s := b.lru.Shard(key)
-	s.mu.Lock()
+	s := b.lock(key)
 	defer s.mu.Unlock()
 	e := s.Use(key)
 	if e == nil {
@@ -140,13 +137,24 @@ func (b *blockSet) set(key string, until int64) int64 {
 
 // remove lifts key's block.
 func (b *blockSet) remove(key string) {
-	s := b.lru.Shard(key)
-	s.mu.Lock()
+	s := b.lock(key)
 	if e := s.Get(key); e != nil {
-		s.Remove(e)
-		b.held.Add(-1)
+		b.drop(s, e)
 	}
 	s.mu.Unlock()
+}
+
+// lock returns key's shard, locked.
+func (b *blockSet) lock(key string) *Shard[int64] {
+	s := b.lru.Shard(key)
+	s.mu.Lock()
+	return s
+}
+
+// drop removes the block e from its shard s, locked.
+func (b *blockSet) drop(s *Shard[int64], e *Entry[int64]) {
+	s.Remove(e)
+	b.held.Add(-1)
 }
 
 // sweep drops the blocks that have ended at now.

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"testing"
 	"time"
+
+	"github.com/zonelimit/caddy-ratelimit/internal/storetest"
 )
 
 // TestMemoryBlockFor: with BlockFor, the denial blocks the key; until the
@@ -75,17 +77,7 @@ func TestMemoryOperatorBlock(t *testing.T) {
 	if d := take(t, m, "k", t0.Add(time.Minute)); d.Allowed || !d.Blocked || d.RetryAfter != 59*time.Minute || d.Limit != 5 {
 		t.Fatalf("Take of a blocked key: %+v", d)
 	}
-	// A shorter block keeps the longer one.
-	if until, _ := m.Block(ctx, "k", t0.Add(time.Minute), time.Second); !until.Equal(t0.Add(time.Hour)) {
-		t.Fatalf("a shorter Block moved the end to %v", until)
-	}
-	// A longer one extends it.
-	if until, _ := m.Block(ctx, "k", t0.Add(time.Minute), 2*time.Hour); !until.Equal(t0.Add(2*time.Hour + time.Minute)) {
-		t.Fatalf("a longer Block ends at %v", until)
-	}
-	if err := m.Unblock(ctx, "k"); err != nil {
-		t.Fatal(err)
-	}
+	storetest.BlockKeepsLongest(t, m, "k", t0.Add(time.Minute), t0.Add(time.Hour))
 	if d := take(t, m, "k", t0.Add(2*time.Minute)); !d.Allowed || d.Remaining != 4 {
 		t.Fatalf("Take after Unblock: %+v", d)
 	}
