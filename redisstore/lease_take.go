@@ -130,16 +130,8 @@ func (s *LeaseStore) refill(ctx context.Context, sh *leaseShard, ent *store.Entr
 	if err != nil {
 		return algorithms.Decision{}, fmt.Errorf("redis lease store: %s: %w", s.alg, err)
 	}
-	d := algorithms.Decision{
-		Allowed:    res[0] == 1,
-		Tier:       int(res[1]),
-		Limit:      res[2],
-		Remaining:  res[3],
-		ResetAfter: algorithms.Micros(res[4]),
-		RetryAfter: algorithms.Micros(res[5]),
-		Delay:      algorithms.Micros(res[6]),
-		MoreAfter:  algorithms.Micros(res[8]),
-	}
+	d := decisionOf(res)
+	d.Token = 0 // admitted by Redis, not from a lease: an Undo does not put it in one
 	if !sh.Holds(ent) { // evicted meanwhile: its lease is lost, safely
 		return d, nil
 	}

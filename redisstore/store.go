@@ -284,17 +284,7 @@ func (s *Store) Take(ctx context.Context, key string, now time.Time, cost int64)
 	if len(res) < 9 {
 		return algorithms.Decision{}, fmt.Errorf("redis store: %s: script answered %d values, want 9", s.l.Name(), len(res))
 	}
-	d := algorithms.Decision{
-		Allowed:    res[0] == 1,
-		Tier:       int(res[1]),
-		Limit:      res[2],
-		Remaining:  res[3],
-		ResetAfter: algorithms.Micros(res[4]),
-		MoreAfter:  algorithms.Micros(res[8]),
-		RetryAfter: algorithms.Micros(res[5]),
-		Delay:      algorithms.Micros(res[6]),
-		Token:      uint64(res[7]),
-	}
+	d := decisionOf(res)
 	if len(res) > 9 && res[9] == 1 {
 		d.Blocked = true
 		if d.Limit == 0 { // refused by the block, before the algorithm
@@ -333,4 +323,21 @@ func (s *Store) call(ctx context.Context, keys []string, args []any) reply {
 		return replyOf(evalOne(ctx, s.c, s.script.run, keys, args))
 	}
 	return s.pipe.run(ctx, s.script.run, keys, args)
+}
+
+// decisionOf reads the first nine values a script answers (see lib.lua):
+// allowed, tier, limit, remaining, reset_after_us, retry_after_us,
+// delay_us, token, more_after_us.
+func decisionOf(res []int64) algorithms.Decision {
+	return algorithms.Decision{
+		Allowed:    res[0] == 1,
+		Tier:       int(res[1]),
+		Limit:      res[2],
+		Remaining:  res[3],
+		ResetAfter: algorithms.Micros(res[4]),
+		MoreAfter:  algorithms.Micros(res[8]),
+		RetryAfter: algorithms.Micros(res[5]),
+		Delay:      algorithms.Micros(res[6]),
+		Token:      uint64(res[7]),
+	}
 }
