@@ -114,12 +114,12 @@ func (h *Handler) admit(w http.ResponseWriter, r *http.Request) (held []taken, d
 	}
 
 	if reported {
-		h.setHeaders(w.Header(), rep.z, &rep.d, h.policy(applied), 0)
 		var retry int64
 		if !rep.d.Allowed {
 			retry = max(ceilSeconds(rep.d.RetryAfter), 1)
 		}
-		setPlaceholders(r, rep.z, rep.key, &rep.d, retry, false)
+		vals := setPlaceholders(r, rep.z, rep.key, &rep.d, retry, false)
+		h.setHeaders(w.Header(), rep.z, &rep.d, h.policy(applied), 0, vals)
 	}
 
 	if delay > 0 {
@@ -148,8 +148,8 @@ func (h *Handler) admit(w http.ResponseWriter, r *http.Request) (held []taken, d
 func (h *Handler) reject(w http.ResponseWriter, r *http.Request, z *zone, key string, d *algorithms.Decision, policy []string) error {
 	rt := &h.rt
 	retry := retryAfterSeconds(d.RetryAfter, rt.jitter)
-	h.setHeaders(w.Header(), z, d, policy, retry)
-	setPlaceholders(r, z, key, d, retry, true)
+	vals := setPlaceholders(r, z, key, d, retry, true)
+	h.setHeaders(w.Header(), z, d, policy, retry, vals)
 	z.m.denied.Inc()
 	h.logDenial(r, z, key, d, false)
 	if rt.events != nil {

@@ -1100,3 +1100,29 @@ func TestPlaceholdersLatestHandler(t *testing.T) {
 		}
 	}
 }
+
+// Two rate_limit handlers on one request, the inner one writing only the
+// legacy headers: the outer handler's RateLimit header keeps its value
+// (the header values of a request share one array), and the legacy
+// headers are the inner decision's.
+func TestHeadersOfNestedHandlers(t *testing.T) {
+	outer := provision(t, `{"zones":[{"name":"outer","key":"k","limits":[{"events":10,"window":"1m"}]}]}`, newClock())
+	inner := provision(t, `{"headers":"legacy","zones":[{"name":"inner","key":"k","limits":[{"events":5,"window":"1m"}]}]}`, newClock())
+	r := newReq("192.0.2.1:1")
+	r = r.WithContext(context.WithValue(r.Context(), caddyhttp.VarsCtxKey, map[string]any{}))
+	res := serve(outer, r, func(w http.ResponseWriter, r *http.Request) error {
+		return inner.ServeHTTP(w, r, caddyhttp.HandlerFunc(func(w http.ResponseWriter, r *http.Request) error {
+			w.WriteHeader(200)
+			return nil
+		}))
+	})
+	if res.code != 200 {
+		t.Fatalf("code %d", res.code)
+	}
+	expectHeaders(t, res, map[string]string{
+		"RateLimit":             `"outer";r=9;t=60`,
+		"X-RateLimit-Limit":     "5",
+		"X-RateLimit-Remaining": "4",
+		"X-RateLimit-Reset":     "60",
+	})
+}
