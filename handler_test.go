@@ -503,6 +503,13 @@ func TestErrorRoutes(t *testing.T) {
 	if res := serve(h, r); res.err != nil || res.code != 429 {
 		t.Fatalf("within error routes: code %d err %v", res.code, res.err)
 	}
+	// The same when the server's routes decide.
+	h.rt.errorRoutes = errorRoutesUnknown
+	srv.Errors = &caddyhttp.HTTPErrorConfig{Routes: caddyhttp.RouteList{{}}}
+	r = r.WithContext(context.WithValue(r.Context(), caddyhttp.ServerCtxKey, srv))
+	if res := serve(h, r); res.err != nil || res.code != 429 {
+		t.Fatalf("within the server's error routes: code %d err %v", res.code, res.err)
+	}
 }
 
 func TestJitter(t *testing.T) {
