@@ -114,12 +114,12 @@ func (h *Handler) admit(w http.ResponseWriter, r *http.Request) (held []taken, d
 	}
 
 	if reported {
-		h.setHeaders(w.Header(), rep.z, &rep.d, h.policy(applied), 0)
 		var retry int64
 		if !rep.d.Allowed {
 			retry = max(ceilSeconds(rep.d.RetryAfter), 1)
 		}
-		setPlaceholders(r, rep.z, rep.key, &rep.d, retry, false)
+		vals := setPlaceholders(r, rep.z, rep.key, &rep.d, retry, false)
+		h.setHeaders(w.Header(), rep.z, &rep.d, h.policy(applied), 0, vals)
 	}
 
 	if delay > 0 {
@@ -148,8 +148,8 @@ func (h *Handler) admit(w http.ResponseWriter, r *http.Request) (held []taken, d
 func (h *Handler) reject(w http.ResponseWriter, r *http.Request, z *zone, key string, d *algorithms.Decision, policy []string) error {
 	rt := &h.rt
 	retry := retryAfterSeconds(d.RetryAfter, rt.jitter)
-	h.setHeaders(w.Header(), z, d, policy, retry)
-	setPlaceholders(r, z, key, d, retry, true)
+	vals := setPlaceholders(r, z, key, d, retry, true)
+	h.setHeaders(w.Header(), z, d, policy, retry, vals)
 	z.m.denied.Inc()
 	h.logDenial(r, z, key, d, false)
 	if rt.events != nil {
@@ -168,18 +168,20 @@ func (h *Handler) reject(w http.ResponseWriter, r *http.Request, z *zone, key st
 // useErrorRoutes reports whether a rejection should be returned as an
 // error, for the site's handle_errors routes to render.
 func (h *Handler) useErrorRoutes(r *http.Request) bool {
-	if h.rt.errorRoutes == errorRoutesNo {
+	ctx := r.Context()
+	switch h.rt.errorRoutes {
+	case errorRoutesNo:
 		return false
+	case errorRoutesUnknown:
+		// First the server's routes: without them (the common case) the
+		// longer look-up below, which finds nothing, is not needed.
+		srv, _ := ctx.Value(caddyhttp.ServerCtxKey).(*caddyhttp.Server)
+		if srv == nil || srv.Errors == nil || len(srv.Errors.Routes) == 0 {
+			return false
+		}
 	}
-	if r.Context().Value(caddyhttp.ErrorCtxKey) != nil {
-		// Already in the error routes: an error now would not be rendered.
-		return false
-	}
-	if h.rt.errorRoutes == errorRoutesYes {
-		return true
-	}
-	srv, ok := r.Context().Value(caddyhttp.ServerCtxKey).(*caddyhttp.Server)
-	return ok && srv != nil && srv.Errors != nil && len(srv.Errors.Routes) > 0
+	// Already in the error routes: an error now would not be rendered.
+	return ctx.Value(caddyhttp.ErrorCtxKey) == nil
 }
 
 // logDenial logs a denial. By default at debug level, without the key: a

@@ -503,6 +503,13 @@ func TestErrorRoutes(t *testing.T) {
 	if res := serve(h, r); res.err != nil || res.code != 429 {
 		t.Fatalf("within error routes: code %d err %v", res.code, res.err)
 	}
+	// The same when the server's routes decide.
+	h.rt.errorRoutes = errorRoutesUnknown
+	srv.Errors = &caddyhttp.HTTPErrorConfig{Routes: caddyhttp.RouteList{{}}}
+	r = r.WithContext(context.WithValue(r.Context(), caddyhttp.ServerCtxKey, srv))
+	if res := serve(h, r); res.err != nil || res.code != 429 {
+		t.Fatalf("within the server's error routes: code %d err %v", res.code, res.err)
+	}
 }
 
 func TestJitter(t *testing.T) {
@@ -1065,6 +1072,19 @@ func TestResetVersusRetry(t *testing.T) {
 	})
 }
 
+// serveNested runs a request through outer, then inner (as a site's
+// handler and an inner route's), then a handler that answers 200.
+func serveNested(outer, inner *Handler) result {
+	r := newReq("192.0.2.1:1")
+	r = r.WithContext(context.WithValue(r.Context(), caddyhttp.VarsCtxKey, map[string]any{}))
+	return serve(outer, r, func(w http.ResponseWriter, r *http.Request) error {
+		return inner.ServeHTTP(w, r, caddyhttp.HandlerFunc(func(w http.ResponseWriter, r *http.Request) error {
+			w.WriteHeader(200)
+			return nil
+		}))
+	})
+}
+
 // Two rate_limit handlers on one request (a site's and an inner route's):
 // the placeholders describe the latest decision, the inner handler's
 // rejection, whatever the outer one published before.
@@ -1079,14 +1099,7 @@ func TestPlaceholdersLatestHandler(t *testing.T) {
 		{200, "inner", "0", "1", ""},
 		{429, "inner", "0", "1", "inner"},
 	} {
-		r := newReq("192.0.2.1:1")
-		r = r.WithContext(context.WithValue(r.Context(), caddyhttp.VarsCtxKey, map[string]any{}))
-		res := serve(outer, r, func(w http.ResponseWriter, r *http.Request) error {
-			return inner.ServeHTTP(w, r, caddyhttp.HandlerFunc(func(w http.ResponseWriter, r *http.Request) error {
-				w.WriteHeader(200)
-				return nil
-			}))
-		})
+		res := serveNested(outer, inner)
 		if res.code != want.code {
 			t.Fatalf("request %d: code %d", i+1, res.code)
 		}
@@ -1099,4 +1112,23 @@ func TestPlaceholdersLatestHandler(t *testing.T) {
 			}
 		}
 	}
+}
+
+// Two rate_limit handlers on one request, the inner one writing only the
+// legacy headers: the outer handler's RateLimit header keeps its value
+// (the header values of a request share one array), and the legacy
+// headers are the inner decision's.
+func TestHeadersOfNestedHandlers(t *testing.T) {
+	outer := provision(t, `{"zones":[{"name":"outer","key":"k","limits":[{"events":10,"window":"1m"}]}]}`, newClock())
+	inner := provision(t, `{"headers":"legacy","zones":[{"name":"inner","key":"k","limits":[{"events":5,"window":"1m"}]}]}`, newClock())
+	res := serveNested(outer, inner)
+	if res.code != 200 {
+		t.Fatalf("code %d", res.code)
+	}
+	expectHeaders(t, res, map[string]string{
+		"RateLimit":             `"outer";r=9;t=60`,
+		"X-RateLimit-Limit":     "5",
+		"X-RateLimit-Remaining": "4",
+		"X-RateLimit-Reset":     "60",
+	})
 }

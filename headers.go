@@ -176,43 +176,68 @@ func quotaSeconds(d *algorithms.Decision, retryAfter int64) int64 {
 
 // setHeaders writes the configured rate-limit headers for decision d of
 // zone z, and Retry-After when retryAfter > 0; policy is the
-// RateLimit-Policy value of the zones that applied. Every value slice has
-// cap == len, so that a later Header.Add never writes into a shared array.
-func (h *Handler) setHeaders(hdr http.Header, z *zone, d *algorithms.Decision, policy []string, retryAfter int64) {
+// RateLimit-Policy value of the zones that applied. The per-request values
+// are formatted into one string, whose parts vals holds (the request's
+// placeholders carry the array, so that it costs no allocation of its own;
+// nil: a new one). Every value slice has cap == len, so that a later
+// Header.Add never writes into a shared array.
+func (h *Handler) setHeaders(hdr http.Header, z *zone, d *algorithms.Decision, policy []string, retryAfter int64, vals *[4]string) {
 	mode := h.rt.headers
 	if mode == headersOff && retryAfter <= 0 {
 		return
 	}
-	vals := make([]string, 4) // one allocation for every per-request value
-	if retryAfter > 0 {
-		vals[3] = strconv.FormatInt(retryAfter, 10)
-		hdr[hdrRetryAfter] = vals[3:4:4]
+	if vals == nil {
+		vals = new([4]string)
 	}
-	if mode == headersOff {
-		return
-	}
+	// ends[i] is where value i (RateLimit, X-RateLimit-Remaining,
+	// X-RateLimit-Reset, Retry-After) ends in b; it starts where the one
+	// before it ends.
+	var buf [160]byte
+	var ends [4]int
+	b := buf[:0]
 	remaining := max(d.Remaining, 0)
 	if mode&headersIETF != 0 {
-		var buf [160]byte
-		b := append(buf[:0], z.rlPrefixes[z.tierIndex(d)]...)
+		b = append(b, z.rlPrefixes[z.tierIndex(d)]...)
 		b = strconv.AppendInt(b, remaining, 10)
 		b = append(b, ";t="...)
 		b = strconv.AppendInt(b, quotaSeconds(d, retryAfter), 10)
-		vals[0] = string(b)
+	}
+	ends[0] = len(b)
+	if mode&headersLegacy != 0 {
+		b = strconv.AppendInt(b, remaining, 10)
+	}
+	ends[1] = len(b)
+	if mode&headersLegacy != 0 {
+		// X-RateLimit-Reset: seconds until the tier is whole again.
+		b = strconv.AppendInt(b, ceilSeconds(d.ResetAfter), 10)
+	}
+	ends[2] = len(b)
+	if retryAfter > 0 {
+		b = strconv.AppendInt(b, retryAfter, 10)
+	}
+	ends[3] = len(b)
+	s := string(b) // the one allocation of the values
+	// Only the values of the headers written are set: a rate_limit
+	// handler earlier in the request shares vals, and its other headers
+	// keep theirs.
+	if retryAfter > 0 {
+		vals[3] = s[ends[2]:ends[3]]
+		hdr[hdrRetryAfter] = vals[3:4:4]
+	}
+	if mode&headersIETF != 0 {
+		vals[0] = s[:ends[0]]
 		if policy != nil {
 			hdr[hdrPolicy] = policy
 		}
 		hdr[hdrRateLimit] = vals[0:1:1]
 	}
 	if mode&headersLegacy != 0 {
-		vals[1] = strconv.FormatInt(remaining, 10)
-		// X-RateLimit-Reset: seconds until the tier is whole again.
-		vals[2] = strconv.FormatInt(ceilSeconds(d.ResetAfter), 10)
 		if z.tierMatches(d) {
 			hdr[hdrLimit] = z.limitVals[d.Tier]
 		} else {
 			hdr[hdrLimit] = []string{strconv.FormatInt(d.Limit, 10)}
 		}
+		vals[1], vals[2] = s[ends[0]:ends[1]], s[ends[1]:ends[2]]
 		hdr[hdrRemaining] = vals[1:2:2]
 		hdr[hdrReset] = vals[2:3:3]
 	}
@@ -246,6 +271,10 @@ type placeholders struct {
 	limit     int64
 	retry     int64
 	exceeded  bool // a rejection: {http.rate_limit.exceeded.name} is set
+
+	// hdrVals are the request's rate-limit header values (see setHeaders),
+	// here to share the placeholders' allocation.
+	hdrVals [4]string
 }
 
 // varPlaceholders is the request vars key of a request's *placeholders.
@@ -273,12 +302,14 @@ func (p *placeholders) lookup(key string) (any, bool) {
 }
 
 // setPlaceholders publishes decision d of zone z for key on the request's
-// replacer (see placeholders); retryAfter > 0 marks a rejection.
-func setPlaceholders(r *http.Request, z *zone, key string, d *algorithms.Decision, retryAfter int64, rejected bool) {
+// replacer (see placeholders); retryAfter > 0 marks a rejection. It
+// returns the array for the request's header values, the placeholders'
+// (nil without a replacer).
+func setPlaceholders(r *http.Request, z *zone, key string, d *algorithms.Decision, retryAfter int64, rejected bool) *[4]string {
 	ctx := r.Context()
 	repl, _ := ctx.Value(caddy.ReplacerCtxKey).(*caddy.Replacer)
 	if repl == nil {
-		return
+		return nil
 	}
 	vars, _ := ctx.Value(caddyhttp.VarsCtxKey).(map[string]any)
 	p, _ := vars[varPlaceholders].(*placeholders)
@@ -293,12 +324,11 @@ func setPlaceholders(r *http.Request, z *zone, key string, d *algorithms.Decisio
 	if z.tierMatches(d) {
 		limit = z.tiers[d.Tier].Events
 	}
-	*p = placeholders{
-		zone:      z.name,
-		key:       key,
-		remaining: max(d.Remaining, 0),
-		limit:     limit,
-		retry:     retryAfter,
-		exceeded:  rejected,
-	}
+	p.zone = z.name
+	p.key = key
+	p.remaining = max(d.Remaining, 0)
+	p.limit = limit
+	p.retry = retryAfter
+	p.exceeded = rejected
+	return &p.hdrVals
 }

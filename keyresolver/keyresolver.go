@@ -155,6 +155,9 @@ func (t *Template) Group(s string) string {
 // the full length, and otherwise as the masked network in prefix form
 // ("10.1.2.0/24", "2001:db8::/64"). Bits out of range are clamped.
 func GroupAddr(s string, v4bits, v6bits int) string {
+	if (v4bits <= 0 || v4bits >= 32) && canonicalIPv4(s) {
+		return s // the common key, already in its canonical form
+	}
 	if !mayBeAddr(s) {
 		return s
 	}
@@ -185,6 +188,32 @@ func GroupAddr(s string, v4bits, v6bits int) string {
 		return s
 	}
 	return string(out)
+}
+
+// canonicalIPv4 reports whether s is an IPv4 address as netip.Addr.String
+// writes it (four decimal fields of 0-255, without leading zeros): the
+// result of grouping it by /32, found without parsing and formatting it.
+func canonicalIPv4(s string) bool {
+	fields, n, digits := 0, 0, 0
+	for i := 0; i < len(s); i++ {
+		switch c := s[i]; {
+		case c >= '0' && c <= '9':
+			if digits > 0 && n == 0 {
+				return false // a leading zero
+			}
+			n = n*10 + int(c-'0')
+			digits++
+			if n > 255 {
+				return false
+			}
+		case c == '.' && digits > 0:
+			fields++
+			n, digits = 0, 0
+		default:
+			return false
+		}
+	}
+	return fields == 3 && digits > 0
 }
 
 // mayBeAddr is a cheap filter so that keys that are plainly not addresses

@@ -121,6 +121,38 @@ func TestTemplateKeyWithoutReplacer(t *testing.T) {
 	}
 }
 
+// canonicalIPv4, GroupAddr's shortcut for the common key, accepts exactly
+// the IPv4 addresses that netip writes as they are.
+func TestCanonicalIPv4(t *testing.T) {
+	for _, s := range []string{
+		"0.0.0.0", "1.2.3.4", "192.0.2.7", "255.255.255.255", "10.0.10.100",
+		"01.2.3.4", "1.2.3.04", "1.2.3.00", "256.1.1.1", "1.2.3.1000", "1.2.3.4.", ".1.2.3",
+		"1..2.3", "1.2.3", "1.2.3.4.5", "1.2.3.4:80", "::ffff:1.2.3.4", "1.2.3.-4", "", ".", "1.2.3.4 ",
+	} {
+		if got, want := canonicalIPv4(s), netipCanonicalIPv4(s); got != want {
+			t.Errorf("canonicalIPv4(%q) = %v, want %v", s, got, want)
+		}
+	}
+}
+
+// netipCanonicalIPv4 is canonicalIPv4 by netip.
+func netipCanonicalIPv4(s string) bool {
+	a, err := netip.ParseAddr(s)
+	return err == nil && a.Is4() && a.String() == s
+}
+
+// FuzzCanonicalIPv4: canonicalIPv4 agrees with netip.
+func FuzzCanonicalIPv4(f *testing.F) {
+	for _, s := range []string{"192.0.2.7", "01.2.3.4", "256.0.0.1", "1.2.3"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		if got, want := canonicalIPv4(s), netipCanonicalIPv4(s); got != want {
+			t.Fatalf("canonicalIPv4(%q) = %v, netip says %v", s, got, want)
+		}
+	})
+}
+
 func TestGroupAddrNoAlloc(t *testing.T) {
 	for _, s := range []string{"192.0.2.7", "tenant-1:GET", "2001:db8::1", ""} {
 		if n := testing.AllocsPerRun(100, func() { _ = GroupAddr(s, 32, 128) }); n != 0 {
