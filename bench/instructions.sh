@@ -7,18 +7,17 @@
 #   bash bench/instructions.sh caddy    # Caddy's user-space instructions per request, per site
 #   bash bench/instructions.sh lua      # redis-server's instructions per EVALSHA, per algorithm
 #
-# caddy: one ./cmd/caddy under callgrind (GODEBUG=asyncpreemptoff=1: callgrind
-# asserts on Go's preemption signal; cpu.rdtscp=off: valgrind cannot run the
-# RDTSCP instruction Go's runtime uses on AMD processors, and Go then reads
-# the time another way) serving the sites of e2e.sh's memory scenarios and
-# redis_pass (its redis-server runs natively); for each, a warm-up, then wrk
-# for DURATION (default 8s) with CONNS connections (default 16: enough
-# requests in flight that the Redis store's pipelines batch), with the
-# counters zeroed before and dumped after (SITES="plain pass redis_pass"
-# counts only those). User space
-# only (the kernel's share of a request is not counted), and garbage
-# collection falls where it falls: repeat a run to see the spread (about
-# 10 % here).
+# caddy: ./cmd/caddy under callgrind, one Caddy per site
+# (GODEBUG=asyncpreemptoff=1: callgrind asserts on Go's preemption signal;
+# cpu.rdtscp=off: valgrind cannot run the RDTSCP instruction Go's runtime
+# uses on AMD processors, and Go then reads the time another way), for
+# e2e.sh's memory scenarios, redis_pass and leased (their redis-server runs
+# natively); for each, a warm-up, then wrk for DURATION (default 8s) with
+# CONNS connections (default 16: enough requests in flight that the Redis
+# store's pipelines batch), with the counters zeroed before and dumped after
+# (SITES="plain pass redis_pass" counts only those). User space only (the
+# kernel's share of a request is not counted), and garbage collection falls
+# where it falls: repeat a run to see the spread (2-4 % here).
 #
 # lua: one redis-server under callgrind; for each algorithm, N decisions
 # (default 2000, one connection, 1,000 keys) made by the Redis store itself
@@ -68,48 +67,48 @@ result=bench/results/instructions-$(date -u +%Y%m%dT%H%M%SZ).txt
 
 run_caddy() {
 	need wrk wrk
-	# e2e.sh's sites (bench/lib.sh), and pass with headers off; SITES
-	# picks some ("plain pass redis_pass": plain first, the ratio's base).
+	# e2e.sh's sites (bench/lib.sh), pass with headers off, and the
+	# leasing mode; SITES picks some ("plain pass redis_pass": plain
+	# first, the ratio's base).
 	local sites
-	read -ra sites <<<"${SITES:-plain headers_reference pass pass_headers_off deny deny_handle_errors error_handle_errors redis_pass}"
-	declare -A port=()
+	read -ra sites <<<"${SITES:-plain headers_reference pass pass_headers_off deny deny_handle_errors error_handle_errors redis_pass leased}"
 	go build -o "$workdir/caddy" ./cmd/caddy
 	local s
 	for s in "${sites[@]}"; do
-		# redis_pass's redis-server runs natively, on wrk's core: only
-		# Caddy is counted.
+		# The Redis sites' redis-server runs natively, on wrk's core:
+		# only Caddy is counted.
 		if declare -F "setup_$s" >/dev/null; then "setup_$s"; fi
 	done
-	{
-		printf '{\n\tadmin off\n\tauto_https off\n\tpersist_config off\n\tskip_install_trust\n}\n'
-		for s in "${sites[@]}"; do
-			port[$s]=$(free_port)
-			printf '\nhttp://127.0.0.1:%s {\n\tbind 127.0.0.1\n' "${port[$s]}"
-			"site_$s" "$s" | sed 's/^/\t/'
-			printf '}\n'
-		done
-	} >"$workdir/Caddyfile"
-	"$workdir/caddy" adapt --config "$workdir/Caddyfile" --adapter caddyfile >/dev/null 2>"$workdir/adapt.log" ||
-		{ cat "$workdir/Caddyfile" "$workdir/adapt.log" >&2; die "the Caddyfile does not adapt"; }
-
-	local out="$workdir/caddy.cg"
-	GODEBUG=asyncpreemptoff=1,cpu.rdtscp=off taskset -c "$CADDY_CPU" valgrind --tool=callgrind --callgrind-out-file="$out" \
-		"$workdir/caddy" run --config "$workdir/Caddyfile" --adapter caddyfile >"$workdir/caddy.log" 2>&1 &
-	local pid=$!
-	on_exit "kill $pid 2>/dev/null; wait $pid 2>/dev/null"
-	for s in "${sites[@]}"; do
-		wait_port "${port[$s]}" 120 || { tail -20 "$workdir/caddy.log" >&2; die "Caddy did not listen on ${port[$s]}"; }
-	done
-	echo "instructions: Caddy under callgrind (pid $pid); $DURATION of wrk -c$CONNS per site"
-	local plain=0 n ir per
+	echo "instructions: one Caddy per site under callgrind; $DURATION of wrk -c$CONNS per site"
+	local plain=0 n ir per port out pid
 	printf '%-22s %10s %14s %8s\n' site requests instr/request ratio | tee -a "$result"
 	for s in "${sites[@]}"; do
-		taskset -c "$WRK_CPU" wrk -t1 -c"$CONNS" -d2s "http://127.0.0.1:${port[$s]}/" >/dev/null
+		# One Caddy per site: a Caddy serving every site at once has
+		# stopped under callgrind on an assertion at thread creation
+		# (vgCallgrind_post_signal); one site at a time has not.
+		port=$(free_port)
+		{
+			printf '{\n\tadmin off\n\tauto_https off\n\tpersist_config off\n\tskip_install_trust\n}\n'
+			printf '\nhttp://127.0.0.1:%s {\n\tbind 127.0.0.1\n' "$port"
+			"site_$s" "$s" | sed 's/^/\t/'
+			printf '}\n'
+		} >"$workdir/Caddyfile-$s"
+		"$workdir/caddy" adapt --config "$workdir/Caddyfile-$s" --adapter caddyfile >/dev/null 2>"$workdir/adapt.log" ||
+			{ cat "$workdir/Caddyfile-$s" "$workdir/adapt.log" >&2; die "the Caddyfile of $s does not adapt"; }
+		out="$workdir/caddy-$s.cg"
+		GODEBUG=asyncpreemptoff=1,cpu.rdtscp=off taskset -c "$CADDY_CPU" valgrind --tool=callgrind --callgrind-out-file="$out" \
+			"$workdir/caddy" run --config "$workdir/Caddyfile-$s" --adapter caddyfile >"$workdir/caddy-$s.log" 2>&1 &
+		pid=$!
+		on_exit "kill $pid 2>/dev/null; wait $pid 2>/dev/null"
+		wait_port "$port" 120 || { tail -20 "$workdir/caddy-$s.log" >&2; die "Caddy did not listen on $port"; }
+		taskset -c "$WRK_CPU" wrk -t1 -c"$CONNS" -d2s "http://127.0.0.1:$port/" >/dev/null
 		callgrind_control -z "$pid" >/dev/null 2>&1
-		n=$(taskset -c "$WRK_CPU" wrk -t1 -c"$CONNS" -d"$DURATION" "http://127.0.0.1:${port[$s]}/" | awk '/requests in/ { print $1 }')
+		n=$(taskset -c "$WRK_CPU" wrk -t1 -c"$CONNS" -d"$DURATION" "http://127.0.0.1:$port/" | awk '/requests in/ { print $1 }')
 		ir=$(dump_total "$out" "$pid")
 		# PROFILES=1 keeps each site's dump, for callgrind_annotate.
 		[ -n "${PROFILES:-}" ] && cp "$(ls -t "$out".* | head -1)" "bench/results/callgrind-$s.out"
+		kill "$pid" 2>/dev/null
+		wait "$pid" 2>/dev/null || true
 		per=$((ir / n))
 		[ "$s" = plain ] && plain=$per
 		printf '%-22s %10d %14d %8s\n' "$s" "$n" "$per" "$(awk -v p="$plain" -v x="$per" 'BEGIN { printf "%.3f", p / x }')" | tee -a "$result"
