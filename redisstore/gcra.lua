@@ -16,8 +16,7 @@ local last, tat, old, exists = load_params(key, P, SAVED, function() return 0 en
 
 -- advance: clamp now to the latest instant seen, raise every TAT to it;
 -- then convert the debt, TAT - t, to the interval of this call (gcra is a
--- bucket of level tau - (TAT - t) whose unit is the interval, capacity
--- tau, refilled at 1 per µs).
+-- bucket of level TAT - t whose unit is the interval and capacity tau).
 local t = NOW
 if t < last then t = last end
 last = t
@@ -44,17 +43,32 @@ if MODE == '1' then
   end, save)
 end
 
-local allowed = bucket_take(P, function(i, p)
-  return t >= tat[i] + p.iv * COST - p.tau
-end, function(i, p, c, allowed)
-  local nt = tat[i] + p.iv * c
-  local limit = t + 2 * p.tau
-  if not allowed and nt > limit then nt = limit end
-  tat[i] = nt
-end)
+local allowed = true
+for i = 1, N do
+  local p = P[i]
+  if COST > p.burst or t < tat[i] + p.iv * COST - p.tau then
+    allowed = false
+    break
+  end
+end
+if allowed or COUNT_REJECTED then
+  for i = 1, N do
+    local p = P[i]
+    local c = COST
+    if c > 2 * p.burst then c = 2 * p.burst end -- the clamp below gives the same TAT
+    local nt = tat[i] + p.iv * c
+    local limit = t + 2 * p.tau
+    if not allowed and nt > limit then nt = limit end
+    tat[i] = nt
+  end
+end
 save()
 
 return blocking(bucket_result(allowed, P, function(i)
   local p = P[i]
-  return bucket_tier(p.tau - (tat[i] - t), 1, p.iv, p.tau, p.burst)
+  local ahead = tat[i] - t
+  local rem, more = 0, 0
+  if ahead < p.tau then rem = idiv(p.tau - ahead, p.iv) end
+  if rem < p.burst then more = ahead - p.tau + p.iv * (rem + 1) end
+  return rem, ahead, ahead + p.iv * COST - p.tau, more
 end, 0))

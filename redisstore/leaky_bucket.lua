@@ -26,7 +26,14 @@ end
 -- advance: clamp now to the latest instant seen and leak to it, under the
 -- constants each tier was saved under; then convert the level to the
 -- constants of this call.
-last = bucket_advance(last, level, old, leak)
+local t = NOW
+if t <= last then
+  t = last
+else
+  local dt = t - last
+  last = t
+  for i = 1, N do level[i] = leak(level[i], dt, old[i]) end
+end
 for i = 1, N do
   level[i] = bucket_convert(level[i], old[i].scale, old[i].cap, P[i])
 end
@@ -46,22 +53,37 @@ if MODE == '1' then
   end, save)
 end
 
-local delay = 0
-local allowed = bucket_take(P, function(i, p)
-  return level[i] + COST * p.scale <= p.cap
-end, function(i, p, c, allowed)
-  if allowed then
-    local w = cdiv(level[i], p.rate)
-    if w > delay then delay = w end
+local allowed = true
+for i = 1, N do
+  if COST > P[i].burst or level[i] + COST * P[i].scale > P[i].cap then
+    allowed = false
+    break
   end
-  local lv = level[i] + c * p.scale
-  if lv > 2 * p.cap then lv = 2 * p.cap end
-  level[i] = lv
-end)
+end
+local delay = 0
+if allowed or COUNT_REJECTED then
+  for i = 1, N do
+    local p = P[i]
+    if allowed then
+      local w = cdiv(level[i], p.rate)
+      if w > delay then delay = w end
+    end
+    local c = COST
+    if c > 2 * p.burst then c = 2 * p.burst end -- the clamp below gives the same level
+    local lv = level[i] + c * p.scale
+    if lv > 2 * p.cap then lv = 2 * p.cap end
+    level[i] = lv
+  end
+end
 save()
 
--- A bucket_tier holds what room the water leaves.
 return blocking(bucket_result(allowed, P, function(i)
-  local p = P[i]
-  return bucket_tier(p.cap - level[i], p.rate, p.scale, p.cap, p.burst)
+  local p, lv = P[i], level[i]
+  local rem, wait = 0, 0
+  if lv < p.cap then rem = idiv(p.cap - lv, p.scale) end
+  local over = lv + COST * p.scale - p.cap
+  if over > 0 then wait = cdiv(over, p.rate) end
+  local more = 0
+  if rem < p.burst then more = cdiv(lv - p.cap + (rem + 1) * p.scale, p.rate) end
+  return rem, cdiv(lv, p.rate), wait, more
 end, delay))

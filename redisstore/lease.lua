@@ -36,7 +36,9 @@ local names = {
 }
 local P = tier_params(names[ALG])
 local key = KEYS[1]
-local st, exists, t = load_at(key)
+local st, exists = load_state(key)
+local t = NOW
+if exists and t < st[1] then t = st[1] end
 
 -- share: the units leased out of `avail` lendable ones: at most WANT and
 -- half of an equal share among the instances that leased within two lease
@@ -74,25 +76,35 @@ end
 
 if ALG == 'fixed_window' or ALG == 'sliding_window' then
   local sliding = ALG == 'sliding_window'
-  local S, start, prev, cur
-  if sliding then
-    S = tier_cols(st, 3)
-    start, prev, cur = S[1], S[2], S[3]
-  else
-    -- A fixed window has no previous count: all 0, and not saved.
-    S = tier_cols(st, 2)
-    start, prev, cur = S[1], {}, S[2]
-    for i = 1, N do prev[i] = 0 end
+  local w = 2
+  if sliding then w = 3 end
+  local start, prev, cur = {}, {}, {}
+  for i = 1, N do
+    start[i] = st[w * (i - 1) + 2] or 0
+    if sliding then prev[i] = st[3 * i] or 0 else prev[i] = 0 end
+    cur[i] = st[w * i + 1] or 0
   end
   local function save()
-    save_cols(key, t, S, function(i)
+    local v = {t}
+    for i = 1, N do
+      v[w * (i - 1) + 2] = start[i]
+      if sliding then v[3 * i] = prev[i] end
+      v[w * i + 1] = cur[i]
+    end
+    save_tiers(key, v, function(i)
       if cur[i] > 0 and sliding then return start[i] + 2 * P[i].W - t end
       if cur[i] > 0 or prev[i] > 0 then return start[i] + P[i].W - t end
       return 0
     end)
   end
   -- roll to t: a window that ended becomes the previous one.
-  if sliding then win_roll(t, P, start, cur, prev) else win_roll(t, P, start, cur) end
+  for i = 1, N do
+    local ws = win_start(t, P[i].W)
+    if ws ~= start[i] then
+      if sliding and ws == start[i] + P[i].W then prev[i] = cur[i] else prev[i] = 0 end
+      cur[i], start[i] = 0, ws
+    end
+  end
   -- room: the units tier i admits now, floor(E - estimate).
   local function room(i)
     local p = P[i]
@@ -134,17 +146,20 @@ if ALG == 'fixed_window' or ALG == 'sliding_window' then
     x = math.min(t + L, ends)
   end
   save()
-  local function ends(i)
-    return start[i] + P[i].W - t
+  local pick = win_pick(ok)
+  for i = 1, N do
+    local p = P[i]
+    local reset, wait = 0, 0
+    if cur[i] > 0 or prev[i] > 0 then reset = start[i] + p.W - t end
+    if not ok then
+      -- The room a sliding window's previous count leaves grows during
+      -- the window; waiting for its end is the bound that never admits
+      -- early.
+      wait = win_wait(p, p.E - room(i), function() return start[i] + p.W - t end)
+    end
+    pick.offer(i - 1, p.E, room(i), reset, wait)
   end
-  return answer(win_result(ok, P, function(i)
-    if cur[i] > 0 or prev[i] > 0 then return room(i), ends(i) end
-    return room(i), 0
-  end, function(i, p)
-    -- The room a sliding window's previous count leaves grows during the
-    -- window; waiting for its end is the bound that never admits early.
-    return win_wait(p, p.E - room(i), function() return ends(i) end)
-  end, ends), k, x)
+  return answer(pick.result(function(i) return start[i] + P[i].W - t end), k, x)
 end
 
 if ALG == 'sliding_log' then
@@ -202,7 +217,10 @@ if ALG == 'sliding_log' then
     add(x, k)
   end
   save()
-  return answer(win_result(ok, P, function(i, p)
+  local pick = win_pick(ok)
+  for i = 1, N do
+    local p, c = P[i], count(i)
+    local reset, wait = 0, 0
     -- runs are sorted by save: the oldest first.
     local newest, oldest = nil, nil
     for _, r in ipairs(runs) do
@@ -211,22 +229,23 @@ if ALG == 'sliding_log' then
         newest = r[1]
       end
     end
-    p.oldest = oldest
-    if newest then return p.E - count(i), newest + p.W - t end
-    return p.E - count(i), 0
-  end, function(i, p)
-    local c = count(i)
-    return win_wait(p, c, function()
-      local need, s = c + COST - p.E, 0
-      for _, r in ipairs(runs) do
-        if r[1] > t - p.W then
-          s = s + r[2]
-          if s >= need then return r[1] + p.W - t end
+    if newest then reset = newest + p.W - t end
+    if not ok then
+      wait = win_wait(p, c, function()
+        local need, s = c + COST - p.E, 0
+        for _, r in ipairs(runs) do
+          if r[1] > t - p.W then
+            s = s + r[2]
+            if s >= need then return r[1] + p.W - t end
+          end
         end
-      end
-      return p.W
-    end)
-  end, function(i) return (P[i].oldest or t) + P[i].W - t end), k, x)
+        return p.W
+      end)
+    end
+    pick.offer(i - 1, p.E, p.E - c, reset, wait)
+    P[i].oldest = oldest
+  end
+  return answer(pick.result(function(i) return (P[i].oldest or t) + P[i].W - t end), k, x)
 end
 
 -- The buckets: token_bucket in sub-units (a unit is `scale`, refilled at
@@ -290,6 +309,11 @@ if ok then
 end
 save()
 return answer(bucket_result(ok, P, function(i)
-  local p = P[i]
-  return bucket_tier(level[i], p.rate, p.scale, p.cap, p.burst)
+  local p, lv = P[i], level[i]
+  local rem, wait, more = 0, 0, 0
+  if lv > 0 then rem = idiv(lv, p.scale) end
+  local need = COST * p.scale - lv
+  if need > 0 then wait = cdiv(need, p.rate) end
+  if rem < p.burst then more = cdiv((rem + 1) * p.scale - lv, p.rate) end
+  return rem, cdiv(p.cap - lv, p.rate), wait, more
 end, 0), k, x)

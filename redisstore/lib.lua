@@ -132,6 +132,31 @@ local function fmod(a, b)
   return m
 end
 
+-- win_pick: the tier a Decision of sliding_log, sliding_window or
+-- fixed_window describes: allowed, the fewest remaining; denied, the longest
+-- wait; ties go to the lowest index. RetryAfter is that wait. result(more)
+-- calls more(i) for the MoreAfter (µs) of the tier picked (1-based i) when
+-- it is not whole, and only for it (it may cost a Redis call).
+local function win_pick(allowed)
+  local p = {set = false}
+  function p.offer(i, limit, rem, reset, wait)
+    if rem < 0 then rem = 0 end
+    if PEEK then peek_tier(limit, rem, reset) end
+    if p.set then
+      if allowed and rem >= p.rem or (not allowed) and wait <= p.wait then return end
+    end
+    p.set, p.tier, p.limit, p.rem, p.reset, p.wait = true, i, limit, rem, reset, wait
+  end
+  function p.result(more)
+    if PEEK then return peeked end
+    local retry, m = 0, 0
+    if not allowed then retry = p.wait end
+    if p.rem < p.limit then m = more(p.tier + 1) end
+    return {allowed and 1 or 0, p.tier, p.limit, p.rem, p.reset, retry, 0, 0, m}
+  end
+  return p
+end
+
 -- tier_params returns, per tier, a table of the named constants ARGV[8..]
 -- holds for it (names lists them in order; the same number per tier).
 local function tier_params(names)
@@ -205,54 +230,6 @@ local function save_params(key, last, level, P, names, us)
   return save_tiers(key, v, us)
 end
 
--- load_at returns load_state(key) and the instant of this call: now, or
--- the latest instant the state has seen when that is later (time never
--- goes back).
-local function load_at(key)
-  local st, exists = load_state(key)
-  local t = NOW
-  if exists and t < st[1] then t = st[1] end
-  return st, exists, t
-end
-
--- tier_cols reads the state of the window counters, "<t> <a_1> <b_1> ...
--- <a_n> <b_n>" for w = 2: the latest instant seen (µs), then w integers
--- per tier. It returns w tables indexed by tier (0 for a tier without
--- state: a new key, an added tier).
-local function tier_cols(st, w)
-  local cols = {}
-  for j = 1, w do
-    local c = {}
-    for i = 1, N do c[i] = st[w * (i - 1) + 1 + j] or 0 end
-    cols[j] = c
-  end
-  return cols
-end
-
--- win_load reads the state of a window algorithm at key, w integers per
--- tier (tier_cols), under the constants ARGV holds per tier: events and
--- window_us. It returns those constants (tier_params), the instant of
--- this call (as load_at's), the state's w tables and whether it exists.
-local function win_load(key, w)
-  local st, exists = load_state(key)
-  local t = NOW
-  if exists and t < st[1] then t = st[1] end
-  return tier_params({'E', 'W'}), t, tier_cols(st, w), exists
-end
-
--- save_cols writes what tier_cols reads, with t first, to live the largest
--- us(i) microseconds (save_tiers).
-local function save_cols(key, t, cols, us)
-  local v, n, w = {t}, 1, #cols
-  for i = 1, N do
-    for j = 1, w do
-      n = n + 1
-      v[n] = cols[j][i]
-    end
-  end
-  return save_tiers(key, v, us)
-end
-
 local function gcd(a, b)
   while b ~= 0 do a, b = b, math.fmod(a, b) end
   return a
@@ -281,53 +258,6 @@ local function bucket_convert(level, oscale, ocap, n)
   end
   if level > n.cap then return n.cap end
   return level
-end
-
--- bucket_advance moves the buckets of load_params to now: when now is past
--- last, the latest instant seen, every level becomes f(level, dt, old)
--- (dt µs later, under the constants it was saved under). It returns the
--- instant reached, the later of now and last (time never goes back).
-local function bucket_advance(last, level, old, f)
-  if NOW <= last then return last end
-  local dt = NOW - last
-  for i = 1, N do level[i] = f(level[i], dt, old[i]) end
-  return NOW
-end
-
--- bucket_take decides a take of gcra and the buckets (P[i] with burst):
--- allowed when every tier can take COST, fits(i, p), and then, or when
--- denied with count_rejected, charge(i, p, c, allowed) charges each tier c,
--- COST capped at 2 x burst (beyond it the twins' clamps give the same
--- level). It returns whether the take is allowed.
-local function bucket_take(P, fits, charge)
-  local allowed = true
-  for i = 1, N do
-    if COST > P[i].burst or not fits(i, P[i]) then
-      allowed = false
-      break
-    end
-  end
-  if allowed or COUNT_REJECTED then
-    for i = 1, N do
-      local p = P[i]
-      local c = COST
-      if c > 2 * p.burst then c = 2 * p.burst end
-      charge(i, p, c, allowed)
-    end
-  end
-  return allowed
-end
-
--- bucket_tier is what bucket_result's tier(i) returns for a bucket holding
--- lv sub-units, refilled at rate sub-units per µs up to cap, whose unit is
--- scale sub-units, of burst units: remaining, reset, wait and more, in µs.
-local function bucket_tier(lv, rate, scale, cap, burst)
-  local rem, wait, more = 0, 0, 0
-  if lv > 0 then rem = idiv(lv, scale) end
-  local need = COST * scale - lv
-  if need > 0 then wait = cdiv(need, rate) end
-  if rem < burst then more = cdiv((rem + 1) * scale - lv, rate) end
-  return rem, cdiv(cap - lv, rate), wait, more
 end
 
 -- bucket_result is the answer of gcra and the buckets (P[i] with burst and
@@ -383,69 +313,6 @@ local function win_wait(p, count, free)
   if COST > p.E then return p.W end
   if count > p.E - COST then return free() end
   return 0
-end
-
--- win_roll moves every tier's window to the one holding t. The window that
--- ended becomes the previous one (prev; nil for fixed windows, which keep
--- none) when it is the window just before, else the previous count is 0.
-local function win_roll(t, P, start, cur, prev)
-  for i = 1, N do
-    local ws = win_start(t, P[i].W)
-    if ws ~= start[i] then
-      if prev then
-        if ws == start[i] + P[i].W then prev[i] = cur[i] else prev[i] = 0 end
-      end
-      cur[i], start[i] = 0, ws
-    end
-  end
-end
-
--- win_undo ends the script in undo mode for the window counters (undo):
--- COST goes back to each tier's current count while its window is still
--- the current one.
-local function win_undo(exists, t, P, start, cur, save)
-  return undo(exists, function(i)
-    if start[i] == win_start(t, P[i].W) then
-      cur[i] = cur[i] - math.min(COST, cur[i])
-    end
-  end, save)
-end
-
--- win_add counts a request in every tier's current count: COST when
--- allowed, and when denied with count_rejected as much as fits (add_capped).
-local function win_add(allowed, P, count)
-  if allowed then
-    for i = 1, N do count[i] = count[i] + COST end
-  elseif COUNT_REJECTED then
-    for i = 1, N do count[i] = add_capped(count[i], P[i].E) end
-  end
-end
-
--- win_result is the answer of sliding_log, sliding_window and fixed_window
--- (and of lease.lua's windows): per tier i (1-based), tier(i, p) returns
--- its remaining and reset (µs), and when the request is denied wait(i, p)
--- its wait (µs). The tier it describes: allowed, the fewest remaining;
--- denied, the longest wait; ties go to the lowest index. RetryAfter is that
--- wait. more(i) is the MoreAfter (µs) of the tier picked, asked for only
--- when that tier is not whole (it may cost a Redis call).
-local function win_result(allowed, P, tier, wait, more)
-  local b, brem, breset, bwait = 0, 0, 0, 0
-  for i = 1, N do
-    local p = P[i]
-    local rem, reset = tier(i, p)
-    local w = 0
-    if not allowed then w = wait(i, p) end
-    if rem < 0 then rem = 0 end
-    if PEEK then peek_tier(p.E, rem, reset) end
-    if b == 0 or allowed and rem < brem or not allowed and w > bwait then
-      b, brem, breset, bwait = i, rem, reset, w
-    end
-  end
-  if PEEK then return peeked end
-  local retry, m = 0, 0
-  if not allowed then retry = bwait end
-  if brem < P[b].E then m = more(b) end
-  return {allowed and 1 or 0, b - 1, P[b].E, brem, breset, retry, 0, 0, m}
 end
 
 -- Blocks (block_for, and an operator's block). KEYS[#KEYS],

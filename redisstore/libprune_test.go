@@ -36,8 +36,8 @@ func TestScriptsCarryTheLibTheyUse(t *testing.T) {
 		alg        string
 		has, lacks []string
 	}{
-		{"fixed_window", []string{"win_result", "win_start", "load_state", "save_state", "ttl_ms", "cdiv", "idiv"}, []string{"bucket_result", "better_denied"}},
-		{"gcra", []string{"bucket_result", "better_denied", "better_allowed"}, []string{"win_result", "win_start", "win_wait"}},
+		{"fixed_window", []string{"win_pick", "win_start", "load_state", "save_state", "ttl_ms", "cdiv", "idiv"}, []string{"bucket_result", "better_denied"}},
+		{"gcra", []string{"bucket_result", "better_denied", "better_allowed"}, []string{"win_pick", "win_start", "win_wait"}},
 	} {
 		text := withLib(mustRead(t, "lib.lua"), mustRead(t, c.alg+".lua"))
 		for _, f := range c.has {

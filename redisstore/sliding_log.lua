@@ -51,9 +51,11 @@ local function member(ts, n, id)
   return str(ts) .. ':' .. str(n) .. ':' .. id
 end
 
-local st, exists, t = load_at(mkey)
+local st, exists = load_state(mkey)
 local count, C = {}, {}
+local t = NOW
 if exists then
+  if t < st[1] then t = st[1] end
   for i = 1, N do
     count[i] = st[2 * i] or 0
     C[i] = st[2 * i + 1] or 0
@@ -264,12 +266,15 @@ local function kth(i, k)
   return (run(r[1]))
 end
 
-return blocking(win_result(ok, P, function(i, p)
-  if count[i] > 0 then return p.E - count[i], newest_ts[i] + p.W - t end
-  return p.E, 0
-end, function(i, p)
-  return win_wait(p, count[i], function() return kth(i, count[i] + COST - p.E) + p.W - t end)
-end, function(i)
-  -- One more unit is free when the oldest leaves the window.
-  return kth(i, 1) + P[i].W - t
-end))
+local pick = win_pick(ok)
+for i = 1, N do
+  local p = P[i]
+  local reset, wait = 0, 0
+  if count[i] > 0 then reset = newest_ts[i] + p.W - t end
+  if not ok then
+    wait = win_wait(p, count[i], function() return kth(i, count[i] + COST - p.E) + p.W - t end)
+  end
+  pick.offer(i - 1, p.E, p.E - count[i], reset, wait)
+end
+-- One more unit is free when the oldest leaves the window.
+return blocking(pick.result(function(i) return kth(i, 1) + P[i].W - t end))

@@ -7,27 +7,46 @@
 --
 -- KEYS[1]  state: "<t> <s_1> <p_1> <c_1> ... <s_n> <p_n> <c_n>": the latest
 --          instant seen (µs), then per tier the window start (µs), the
---          previous and the current count (see tier_cols)
+--          previous and the current count (see load_state)
 -- ARGV[8..] per tier: events, window_us
 local refused = blocked()
 if refused then return refused end
 local key = KEYS[1]
-local P, t, S, exists = win_load(key, 3)
-local start, prev, cur = S[1], S[2], S[3]
+local P = tier_params({'E', 'W'})
 
--- reset: how long until no window of tier i holding units weighs any more.
-local function reset(i)
-  if cur[i] > 0 then return start[i] + 2 * P[i].W - t end
-  if prev[i] > 0 then return start[i] + P[i].W - t end
-  return 0
+local st, exists = load_state(key)
+local start, prev, cur = {}, {}, {}
+for i = 1, N do
+  start[i] = st[3 * i - 1] or 0
+  prev[i] = st[3 * i] or 0
+  cur[i] = st[3 * i + 1] or 0
 end
 
--- save: the state lives until every tier's reset.
+local t = NOW
+if exists and t < st[1] then t = st[1] end
+
+-- save: the state lives until no window holding units weighs any more.
 local function save()
-  save_cols(key, t, S, reset)
+  local v = {t}
+  for i = 1, N do
+    v[3 * i - 1] = start[i]
+    v[3 * i] = prev[i]
+    v[3 * i + 1] = cur[i]
+  end
+  save_tiers(key, v, function(i)
+    if cur[i] > 0 then return start[i] + 2 * P[i].W - t end
+    if prev[i] > 0 then return start[i] + P[i].W - t end
+    return 0
+  end)
 end
 
-if MODE == '1' then return win_undo(exists, t, P, start, cur, save) end
+if MODE == '1' then
+  return undo(exists, function(i)
+    if start[i] == win_start(t, P[i].W) then
+      cur[i] = cur[i] - math.min(COST, cur[i])
+    end
+  end, save)
+end
 
 -- weighted: the part of a previous count pc still inside the rolling window
 -- at offset e.
@@ -90,18 +109,35 @@ local function remaining(i)
   return rem
 end
 
-win_roll(t, P, start, cur, prev)
 local ok = true
 for i = 1, N do
   local p = P[i]
+  local ws = win_start(t, p.W)
+  if ws ~= start[i] then
+    if ws == start[i] + p.W then prev[i] = cur[i] else prev[i] = 0 end
+    cur[i] = 0
+    start[i] = ws
+  end
   if COST > p.E or not fits(p, prev[i], cur[i], t - start[i], COST) then ok = false end
 end
-win_add(ok, P, cur)
+if ok then
+  for i = 1, N do cur[i] = cur[i] + COST end
+elseif COUNT_REJECTED then
+  for i = 1, N do cur[i] = add_capped(cur[i], P[i].E) end
+end
 save()
 
--- More: the first instant the estimate leaves room for one unit more.
-return blocking(win_result(ok, P, function(i)
-  return remaining(i), reset(i)
-end, function(i)
-  return wait_of(i, COST)
-end, function(i) return wait_of(i, remaining(i) + 1) end))
+local pick = win_pick(ok)
+for i = 1, N do
+  local p = P[i]
+  local reset, wait = 0, 0
+  if cur[i] > 0 then
+    reset = start[i] + 2 * p.W - t
+  elseif prev[i] > 0 then
+    reset = start[i] + p.W - t
+  end
+  if not ok then wait = wait_of(i, COST) end
+  pick.offer(i - 1, p.E, remaining(i), reset, wait)
+end
+-- The first instant the estimate leaves room for one unit more.
+return blocking(pick.result(function(i) return wait_of(i, remaining(i) + 1) end))

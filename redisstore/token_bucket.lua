@@ -25,7 +25,14 @@ end
 -- advance: clamp now to the latest instant seen and refill to it, under
 -- the constants each tier was saved under; then convert what it has
 -- spent (cap - level) to the constants of this call.
-last = bucket_advance(last, level, old, fill)
+local t = NOW
+if t <= last then
+  t = last
+else
+  local dt = t - last
+  last = t
+  for i = 1, N do level[i] = fill(level[i], dt, old[i]) end
+end
 for i = 1, N do
   local o = old[i]
   level[i] = P[i].cap - bucket_convert(o.cap - level[i], o.scale, o.cap, P[i])
@@ -46,16 +53,32 @@ if MODE == '1' then
   end, save)
 end
 
-local allowed = bucket_take(P, function(i, p)
-  return level[i] >= COST * p.scale
-end, function(i, p, c)
-  local lv = level[i] - c * p.scale
-  if lv < -p.cap then lv = -p.cap end
-  level[i] = lv
-end)
+local allowed = true
+for i = 1, N do
+  if COST > P[i].burst or level[i] < COST * P[i].scale then
+    allowed = false
+    break
+  end
+end
+if allowed or COUNT_REJECTED then
+  for i = 1, N do
+    local p = P[i]
+    local c = COST
+    if c > 2 * p.burst then c = 2 * p.burst end -- the clamp below gives the same level
+    local lv = level[i] - c * p.scale
+    if lv < -p.cap then lv = -p.cap end
+    level[i] = lv
+  end
+end
 save()
 
 return blocking(bucket_result(allowed, P, function(i)
-  local p = P[i]
-  return bucket_tier(level[i], p.rate, p.scale, p.cap, p.burst)
+  local p, lv = P[i], level[i]
+  local rem, wait = 0, 0
+  if lv > 0 then rem = idiv(lv, p.scale) end
+  local need = COST * p.scale - lv
+  if need > 0 then wait = cdiv(need, p.rate) end
+  local more = 0
+  if rem < p.burst then more = cdiv((rem + 1) * p.scale - lv, p.rate) end
+  return rem, cdiv(p.cap - lv, p.rate), wait, more
 end, 0))
