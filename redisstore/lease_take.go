@@ -131,7 +131,7 @@ func (s *LeaseStore) refill(ctx context.Context, sh *leaseShard, ent *store.Entr
 		return algorithms.Decision{}, fmt.Errorf("redis lease store: %s: %w", s.alg, err)
 	}
 	d := decisionOf(res)
-	d.Token = 0 // admitted by Redis, not from a lease: an Undo does not put it in one
+	d.Token = 0         // admitted by Redis, not from a lease: an Undo does not put it in one
 	if !sh.Holds(ent) { // evicted meanwhile: its lease is lost, safely
 		return d, nil
 	}
