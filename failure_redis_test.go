@@ -220,6 +220,23 @@ func TestRedisAuthFailureLogged(t *testing.T) {
 		if err := c.ClientKillByFilter(ctx, "TYPE", "normal", "SKIPME", "yes").Err(); err != nil {
 			t.Fatal(err)
 		}
+		// Redis closes the killed connections after it answers CLIENT
+		// KILL: wait until they are closed, as after a restart, so that
+		// the next request finds its connection closed rather than
+		// racing the close (a reset instead of the new password's error).
+		for deadline := time.Now().Add(5 * time.Second); ; {
+			list, err := c.ClientList(ctx).Result()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if strings.Count(strings.TrimSpace(list), "\n") == 0 {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("killed connections still open after 5s:\n%s", list)
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
 	}
 
 	t.Run("at start", func(t *testing.T) {
