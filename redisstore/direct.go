@@ -95,12 +95,16 @@ func (d *directConn) dial() error {
 	}
 	d.in, d.pos = d.in[:0], 0
 	var cmds [][]string
-	if d.opts.Password != "" {
-		if d.opts.Username != "" {
-			cmds = append(cmds, []string{"AUTH", d.opts.Username, d.opts.Password})
-		} else {
-			cmds = append(cmds, []string{"AUTH", d.opts.Password})
-		}
+	switch {
+	case d.opts.Password == "":
+		// A PING first, so that a password set on the server shows as
+		// NOAUTH: an unauthenticated EVALSHA of more than 10 arguments
+		// gets a protocol error and its connection closed (a reset).
+		cmds = append(cmds, []string{"PING"})
+	case d.opts.Username != "":
+		cmds = append(cmds, []string{"AUTH", d.opts.Username, d.opts.Password})
+	default:
+		cmds = append(cmds, []string{"AUTH", d.opts.Password})
 	}
 	if d.opts.DB != 0 {
 		cmds = append(cmds, []string{"SELECT", strconv.Itoa(d.opts.DB)})
