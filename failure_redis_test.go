@@ -220,10 +220,8 @@ func TestRedisAuthFailureLogged(t *testing.T) {
 		if err := c.ClientKillByFilter(ctx, "TYPE", "normal", "SKIPME", "yes").Err(); err != nil {
 			t.Fatal(err)
 		}
-		// Redis closes the killed connections after it answers CLIENT
-		// KILL: wait until they are closed, as after a restart, so that
-		// the next request finds its connection closed rather than
-		// racing the close (a reset instead of the new password's error).
+		// Wait until the killed connections are gone, as after a
+		// restart, so that the next request finds its connection closed.
 		for deadline := time.Now().Add(5 * time.Second); ; {
 			list, err := c.ClientList(ctx).Result()
 			if err != nil {
