@@ -19,6 +19,9 @@ var libFunc = regexp.MustCompile(`^local function ([A-Za-z_][A-Za-z0-9_]*)\(`)
 // strings).
 var luaComment = regexp.MustCompile(`--[^\n]*`)
 
+// luaWord matches a Lua name.
+var luaWord = regexp.MustCompile(`[A-Za-z_][A-Za-z0-9_]*`)
+
 // libPart is a run of lib.lua's lines: a top-level function (name set), or
 // what stands between them (always kept).
 type libPart struct {
@@ -58,26 +61,29 @@ func splitLib(lib string) []libPart {
 // that neither src, nor lib's other lines, nor a function kept refers to.
 func withLib(lib, src string) string {
 	parts := splitLib(lib)
-	used := func(name, code string) bool {
-		return regexp.MustCompile(`\b` + name + `\b`).MatchString(code)
-	}
 	keep := make([]bool, len(parts))
-	// reach holds the text whose references keep a function: the script,
-	// the lines between functions, and every function kept so far.
-	// Comments do not count: they name functions they do not call.
-	reach := luaComment.ReplaceAllString(src, "")
+	// words holds the names the reached code uses: the script, the lines
+	// between functions, and every function kept so far. Comments do not
+	// count: they name functions they do not call.
+	words := map[string]bool{}
+	reach := func(code string) {
+		for _, w := range luaWord.FindAllString(luaComment.ReplaceAllString(code, ""), -1) {
+			words[w] = true
+		}
+	}
+	reach(src)
 	for i, p := range parts {
 		if p.name == "" {
 			keep[i] = true
-			reach += luaComment.ReplaceAllString(p.text, "")
+			reach(p.text)
 		}
 	}
 	for changed := true; changed; {
 		changed = false
 		for i, p := range parts {
-			if !keep[i] && used(p.name, reach) {
+			if !keep[i] && words[p.name] {
 				keep[i], changed = true, true
-				reach += luaComment.ReplaceAllString(p.text, "")
+				reach(p.text)
 			}
 		}
 	}

@@ -204,13 +204,9 @@ func TestPipelinerQueuedCallsNotSentAfterWait(t *testing.T) {
 			defer wg.Done()
 			_, _ = s.Take(ctx, "first", time.Time{}, 1)
 		}()
-		deadline := time.Now().Add(5 * time.Second)
-		for counter.piped.Load() < before+int64(i+1) {
-			if time.Now().After(deadline) {
-				t.Fatalf("first wave: call %d not sent", i+1)
-			}
-			time.Sleep(time.Millisecond)
-		}
+		waitFor(t, fmt.Sprintf("the first wave's call %d sent", i+1), func() bool {
+			return counter.piped.Load() >= before+int64(i+1)
+		})
 	}
 	sentFirst := counter.piped.Load()
 
