@@ -20,6 +20,7 @@ import (
 
 	"github.com/zonelimit/caddy-ratelimit/breaker"
 	"github.com/zonelimit/caddy-ratelimit/internal/redistest"
+	"github.com/zonelimit/caddy-ratelimit/internal/storetest"
 	"github.com/zonelimit/caddy-ratelimit/redisstore"
 )
 
@@ -147,7 +148,7 @@ func TestBreakerStaysOpenWhileScriptsFail(t *testing.T) {
 			}
 
 			fix()
-			waitFor(t, 10*time.Second, "the breaker to close", func() bool { return br.State() == breaker.Closed })
+			storetest.WaitFor(t, "the breaker to close", func() bool { return br.State() == breaker.Closed })
 			for i := 0; i < 3; i++ {
 				if res := serve(h, newReq("192.0.2.1:1")); res.code != 200 || res.hdr.Get("X-RateLimit-Remaining") == "" {
 					t.Fatalf("once fixed, request %d: code %d, headers %v: want a decision of Redis", i+1, res.code, res.hdr)

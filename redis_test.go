@@ -12,6 +12,7 @@ import (
 
 	"github.com/zonelimit/caddy-ratelimit/breaker"
 	"github.com/zonelimit/caddy-ratelimit/internal/redistest"
+	"github.com/zonelimit/caddy-ratelimit/internal/storetest"
 	"github.com/zonelimit/caddy-ratelimit/redisstore"
 )
 
@@ -258,7 +259,7 @@ func testRedisBreaker(t *testing.T, mode string) {
 	}
 
 	srv.Restart()
-	waitFor(t, 5*time.Second, "breaker to close", func() bool { return br.State() == breaker.Closed })
+	storetest.WaitFor(t, "breaker to close", func() bool { return br.State() == breaker.Closed })
 	if res := serve(h, newReq("192.0.2.1:1")); res.code != 200 {
 		t.Fatalf("after restart: %d", res.code)
 	}
@@ -283,19 +284,7 @@ func TestRedisHungTripsBreaker(t *testing.T) {
 		t.Fatalf("breaker %s after %d timeouts", br.State(), redisstore.BreakerFailures)
 	}
 	srv.Resume()
-	waitFor(t, 5*time.Second, "breaker to close", func() bool { return br.State() == breaker.Closed })
-}
-
-// waitFor polls cond until it holds, failing the test after limit.
-func waitFor(t *testing.T, limit time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(limit)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("waited %s for %s", limit, what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	storetest.WaitFor(t, "breaker to close", func() bool { return br.State() == breaker.Closed })
 }
 
 // sync_interval: three instances (own clients) decide locally and push to
@@ -367,7 +356,7 @@ func TestRedisCleanupWaitsForRequests(t *testing.T) {
 		t.Fatalf("request: %d", res.code)
 	}
 	// The lease was released in Redis: the in-flight set is empty.
-	waitFor(t, 5*time.Second, "the client to close", func() bool {
+	storetest.WaitFor(t, "the client to close", func() bool {
 		return c.Ping(context.Background()).Err() == redis.ErrClosed
 	})
 	probe := redis.NewClient(&redis.Options{Addr: srv.Addr})

@@ -19,6 +19,7 @@ import (
 
 	"github.com/zonelimit/caddy-ratelimit/algorithms"
 	"github.com/zonelimit/caddy-ratelimit/internal/redistest"
+	"github.com/zonelimit/caddy-ratelimit/internal/storetest"
 	"github.com/zonelimit/caddy-ratelimit/store"
 )
 
@@ -443,7 +444,7 @@ func TestWaitRedisCallsPerKey(t *testing.T) {
 		go func() { codes <- serve(h, newReq("192.0.2.1:1")).code }()
 		// One after the other, so that only the first asks before
 		// joining the line (a request that finds no line asks Redis).
-		waitFor(t, 10*time.Second, "the request to wait in line", func() bool {
+		storetest.WaitFor(t, "the request to wait in line", func() bool {
 			w, _ := h.rt.zones[0].waiters.size()
 			return w == i+1 || len(codes) > 0
 		})

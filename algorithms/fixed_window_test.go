@@ -57,11 +57,6 @@ func TestFixedWindowTimeline(t *testing.T) {
 			{at: 1100 * ms, cost: 3, want: winTOK(0, 3, 0, 900*ms)},
 			{at: 1200 * ms, cost: 1, want: winTNo(0, 3, 0, 800*ms, 800*ms)},
 		}},
-		{"undo never below zero", one, []winTStep{
-			{at: 0, cost: 1, want: winTOK(0, 3, 2, time.Second)},
-			{at: 0, cost: 9, undo: true},
-			{at: 0, cost: 3, want: winTOK(0, 3, 0, time.Second)},
-		}},
 		{"large counts", Config{Tiers: []Tier{{1_000_000_000, 10 * time.Second}}}, []winTStep{
 			{at: 0, cost: 999_999_999, want: winTOK(0, 1e9, 1, 10*time.Second)},
 			{at: time.Second, cost: 2, want: winTNo(0, 1e9, 1, 9*time.Second, 9*time.Second)},
@@ -74,7 +69,7 @@ func TestFixedWindowTimeline(t *testing.T) {
 			{at: 0, cost: math.MaxInt64, want: winTNo(0, math.MaxInt64, 0, time.Second, time.Second)},
 		}},
 	}
-	winTRunCases(t, FixedWindow, append(cases, winTCostAboveOneOfTwo, winTCostAboveLimit, winTNegativeCost))
+	winTRunCases(t, FixedWindow, append(cases, winTCostAboveOneOfTwo, winTCostAboveLimit, winTNegativeCost, winTUndoFloor))
 }
 
 func TestFixedWindowCountRejected(t *testing.T) {

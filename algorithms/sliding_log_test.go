@@ -98,6 +98,11 @@ var (
 	winTNegativeCost = winTCase{"negative cost is zero", Config{Tiers: []Tier{{3, time.Second}}}, []winTStep{
 		{at: 0, cost: -5, want: winTOK(0, 3, 3, 0)},
 	}}
+	winTUndoFloor = winTCase{"undo never below zero", Config{Tiers: []Tier{{3, time.Second}}}, []winTStep{
+		{at: 0, cost: 1, want: winTOK(0, 3, 2, time.Second)},
+		{at: 0, cost: 9, undo: true},
+		{at: 0, cost: 3, want: winTOK(0, 3, 0, time.Second)},
+	}}
 )
 
 // winTClone deep-copies one of the three window states.
@@ -509,11 +514,6 @@ func TestSlidingLogTimeline(t *testing.T) {
 			{at: 150 * ms, cost: 1, want: winTNo(0, 3, 0, 970*ms, 850*ms)},
 			{at: 200 * ms, cost: 3, want: winTNo(0, 3, 0, 920*ms, 920*ms)},
 		}},
-		{"undo never below zero", one, []winTStep{
-			{at: 0, cost: 1, want: winTOK(0, 3, 2, time.Second)},
-			{at: 0, cost: 9, undo: true},
-			{at: 0, cost: 3, want: winTOK(0, 3, 0, time.Second)},
-		}},
 		{"large counts", Config{Tiers: []Tier{{1_000_000_000, time.Minute}}}, []winTStep{
 			{at: 0, cost: 999_999_999, want: winTOK(0, 1e9, 1, time.Minute)},
 			{at: time.Second, cost: 2, want: winTNo(0, 1e9, 1, 59*time.Second, 59*time.Second)},
@@ -522,7 +522,7 @@ func TestSlidingLogTimeline(t *testing.T) {
 			{at: 62 * time.Second, cost: 1e9, want: winTOK(0, 1e9, 0, time.Minute)},
 		}},
 	}
-	winTRunCases(t, SlidingLog, append(cases, winTCostAboveOneOfTwo, winTCostAboveLimit, winTNegativeCost))
+	winTRunCases(t, SlidingLog, append(cases, winTCostAboveOneOfTwo, winTCostAboveLimit, winTNegativeCost, winTUndoFloor))
 }
 
 func TestSlidingLogCountRejected(t *testing.T) {

@@ -13,6 +13,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/zonelimit/caddy-ratelimit/internal/storetest"
 )
 
 var errDown = errors.New("redis: connection refused")
@@ -44,19 +46,6 @@ func (tr *transitions) list() []string {
 	return append([]string(nil), tr.got...)
 }
 
-// waitFor polls cond until it holds or a generous deadline passes: tests
-// never assert on how long something takes, only that it happens.
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(time.Millisecond)
-	}
-}
-
 // expectState fails the test at once unless b is in state want; what says
 // after what.
 func expectState(t *testing.T, b *Breaker, want State, what string) {
@@ -84,7 +73,7 @@ func probers() int {
 // see the goroutines of an earlier one.
 func noProbers(t *testing.T) {
 	t.Helper()
-	waitFor(t, "no prober goroutine", func() bool { return probers() == 0 })
+	storetest.WaitFor(t, "no prober goroutine", func() bool { return probers() == 0 })
 }
 
 func TestStateString(t *testing.T) {
@@ -291,11 +280,11 @@ func TestProberClosesAfterProbeSucceeds(t *testing.T) {
 				b.RecordAt(t0, errDown)
 			}
 			expectState(t, b, Open, "3 failures")
-			waitFor(t, "the breaker to close", func() bool { return b.State() == Closed })
+			storetest.WaitFor(t, "the breaker to close", func() bool { return b.State() == Closed })
 			if !b.Allow() {
 				t.Fatal("Allow false once closed")
 			}
-			waitFor(t, "the prober to exit", func() bool { return probers() == 0 })
+			storetest.WaitFor(t, "the prober to exit", func() bool { return probers() == 0 })
 			if got := int(calls.Load()); got != k+1 {
 				t.Fatalf("Probe called %d times, want %d (%d failures, then a success)", got, k+1, k)
 			}
@@ -317,7 +306,7 @@ func TestNilProbeCoolDown(t *testing.T) {
 	defer b.Close()
 	b.Record(errDown)
 	expectState(t, b, Open, "1 failure")
-	waitFor(t, "the breaker to close", func() bool { return b.State() == Closed })
+	storetest.WaitFor(t, "the breaker to close", func() bool { return b.State() == Closed })
 }
 
 func TestNoGoroutineWhileClosed(t *testing.T) {
@@ -354,7 +343,7 @@ func TestCloseStopsProber(t *testing.T) {
 	var tr transitions
 	b := New(Options{Failures: 1, ProbeInterval: time.Millisecond, Probe: probe, OnStateChange: tr.record})
 	b.Record(errDown)
-	waitFor(t, "a few probes", func() bool { return calls.Load() >= 3 })
+	storetest.WaitFor(t, "a few probes", func() bool { return calls.Load() >= 3 })
 	if got := probers(); got != 1 {
 		t.Fatalf("%d prober goroutines while open, want 1", got)
 	}
@@ -474,7 +463,7 @@ func TestOnStateChangeOncePerTransition(t *testing.T) {
 			t.Fatalf("cycle %d: %d transitions after the trip, want %d: %v", c, got, 2*c+1, tr.list())
 		}
 		release <- struct{}{}
-		waitFor(t, "the breaker to close", func() bool { return b.State() == Closed })
+		storetest.WaitFor(t, "the breaker to close", func() bool { return b.State() == Closed })
 		if got := len(tr.list()); got != 2*c+2 {
 			t.Fatalf("cycle %d: %d transitions after closing, want %d: %v", c, got, 2*c+2, tr.list())
 		}

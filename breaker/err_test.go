@@ -6,6 +6,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/zonelimit/caddy-ratelimit/internal/storetest"
 )
 
 // Err tells why the breaker is open: the tripping failure's error, then the
@@ -43,12 +45,12 @@ func TestErr(t *testing.T) {
 	if !errors.Is(seen, errDown) {
 		t.Fatalf("Err in OnStateChange: %v, want the tripping failure's %v", seen, errDown)
 	}
-	waitFor(t, "the second probe", func() bool { return calls.Load() >= 2 })
+	storetest.WaitFor(t, "the second probe", func() bool { return calls.Load() >= 2 })
 	if err := b.Err(); !errors.Is(err, errProbe) {
 		t.Fatalf("Err after a failed probe: %v, want %v", err, errProbe)
 	}
 	close(release)
-	waitFor(t, "the breaker to close", func() bool { return b.State() == Closed })
+	storetest.WaitFor(t, "the breaker to close", func() bool { return b.State() == Closed })
 	if err := b.Err(); err != nil {
 		t.Fatalf("Err once closed: %v, want nil", err)
 	}

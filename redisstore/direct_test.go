@@ -15,6 +15,7 @@ import (
 
 	"github.com/zonelimit/caddy-ratelimit/algorithms"
 	"github.com/zonelimit/caddy-ratelimit/internal/redistest"
+	"github.com/zonelimit/caddy-ratelimit/internal/storetest"
 )
 
 // directPipeliner returns a client of srv with opts and a direct Pipeliner
@@ -251,10 +252,10 @@ func TestDirectPipelinerQueuedCallsFailWithTheBatchAhead(t *testing.T) {
 		_, err := s.Take(ctx, "first", time.Time{}, 1)
 		first <- err
 	}()
-	waitFor(t, "the first call held by Redis", func() bool { return info("blocked_clients") == "1" })
+	storetest.WaitFor(t, "the first call held by Redis", func() bool { return info("blocked_clients") == "1" })
 	const queued = 20
 	wave := takeAll(ctx, s, "second", queued)
-	waitFor(t, "the calls queued", func() bool { return len(p.calls) == queued })
+	storetest.WaitFor(t, "the calls queued", func() bool { return len(p.calls) == queued })
 	errs := wave()
 	var ne net.Error
 	if err := <-first; !errors.As(err, &ne) || !ne.Timeout() {
@@ -273,18 +274,6 @@ func TestDirectPipelinerQueuedCallsFailWithTheBatchAhead(t *testing.T) {
 	}
 	if d, err := s.Take(ctx, "after", time.Time{}, 1); err != nil || d.Remaining != 9 {
 		t.Fatalf("after the pause: %+v, %v", d, err)
-	}
-}
-
-// waitFor polls cond until it holds, for at most 10s (a loaded machine).
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("10s without %s", what)
-		}
-		time.Sleep(time.Millisecond)
 	}
 }
 
@@ -388,7 +377,7 @@ func TestDirectPipelinerCloseWhileCalling(t *testing.T) {
 			}
 		}()
 	}
-	waitFor(t, "calls", func() bool { return calls.Load() > 100 })
+	storetest.WaitFor(t, "calls", func() bool { return calls.Load() > 100 })
 	p.Close()
 	done := make(chan struct{})
 	go func() {

@@ -17,6 +17,7 @@ import (
 
 	"github.com/zonelimit/caddy-ratelimit/algorithms"
 	"github.com/zonelimit/caddy-ratelimit/internal/redistest"
+	"github.com/zonelimit/caddy-ratelimit/internal/storetest"
 )
 
 func pipelinedStore(t *testing.T, c redis.UniversalClient, p *Pipeliner, name string, cfg algorithms.Config, zone string) *Store {
@@ -204,7 +205,7 @@ func TestPipelinerQueuedCallsNotSentAfterWait(t *testing.T) {
 			defer wg.Done()
 			_, _ = s.Take(ctx, "first", time.Time{}, 1)
 		}()
-		waitFor(t, fmt.Sprintf("the first wave's call %d sent", i+1), func() bool {
+		storetest.WaitFor(t, fmt.Sprintf("the first wave's call %d sent", i+1), func() bool {
 			return counter.piped.Load() >= before+int64(i+1)
 		})
 	}

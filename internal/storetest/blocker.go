@@ -1,4 +1,5 @@
-// Package storetest holds the checks the stores' tests share.
+// Package storetest holds the checks and helpers that the tests of the
+// stores and of what they are built on (the breaker) share.
 package storetest
 
 import (
