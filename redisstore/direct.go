@@ -32,6 +32,10 @@ type directConn struct {
 	pos  int
 	out  []byte // the commands being written, sent in one write
 
+	// rdl and wdl are the read and write deadlines set on nc (zero:
+	// none); see deadline.
+	rdl, wdl time.Time
+
 	// raw peeks at nc's socket (see alive): nil when nc is not one;
 	// peek is its callback, which sets open, built once.
 	raw  syscall.RawConn
@@ -58,18 +62,34 @@ func directOptions(c redis.UniversalClient) *redis.Options {
 
 // deadline bounds the next write by the client's write timeout (read
 // false) or the next reads by its read timeout (read true), as go-redis
-// does for a command.
+// does for a command. A deadline is moved only once less than nine tenths
+// of the timeout is left of it: setting one costs a batch more than its
+// encoding, and a read or write that hangs still fails within [0.9, 1]
+// times the timeout (see deadlineDue).
 func (d *directConn) deadline(read bool) error {
+	t, at, set := d.opts.WriteTimeout, &d.wdl, d.nc.SetWriteDeadline
 	if read {
-		if d.opts.ReadTimeout > 0 {
-			return d.nc.SetReadDeadline(time.Now().Add(d.opts.ReadTimeout))
+		t, at, set = d.opts.ReadTimeout, &d.rdl, d.nc.SetReadDeadline
+	}
+	if t <= 0 {
+		if at.IsZero() {
+			return nil
 		}
-		return d.nc.SetReadDeadline(time.Time{})
+		*at = time.Time{}
+		return set(time.Time{})
 	}
-	if d.opts.WriteTimeout > 0 {
-		return d.nc.SetWriteDeadline(time.Now().Add(d.opts.WriteTimeout))
+	now := time.Now()
+	if !deadlineDue(*at, now, t) {
+		return nil
 	}
-	return d.nc.SetWriteDeadline(time.Time{})
+	*at = now.Add(t)
+	return set(*at)
+}
+
+// deadlineDue reports whether a deadline at (zero: none) must be moved
+// at now for an operation to fail within [0.9, 1] times timeout t.
+func deadlineDue(at, now time.Time, t time.Duration) bool {
+	return at.IsZero() || at.Sub(now) < t-t/10
 }
 
 // dial connects, authenticates and selects the database, as go-redis does
@@ -87,6 +107,7 @@ func (d *directConn) dial() error {
 	}
 	d.nc = nc
 	d.raw = nil
+	d.rdl, d.wdl = time.Time{}, time.Time{} // none set on nc yet
 	if sc, ok := nc.(syscall.Conn); ok {
 		d.raw, _ = sc.SyscallConn()
 	}
@@ -227,6 +248,9 @@ func (d *directConn) flush() error {
 
 // appendEvalSha appends e to b as an EVALSHA.
 func appendEvalSha(b []byte, e *evalCall) []byte {
+	if e.take.s != nil {
+		return e.take.s.appendCall(b, e.script, &e.take)
+	}
 	var n [20]byte
 	b = appendArray(b, 3+len(e.keys)+len(e.args))
 	b = appendBulk(b, "evalsha")
@@ -236,20 +260,25 @@ func appendEvalSha(b []byte, e *evalCall) []byte {
 		b = appendBulk(b, k)
 	}
 	for _, a := range e.args {
-		switch v := a.(type) {
-		case string:
-			b = appendBulk(b, v)
-		case int64:
-			b = appendBulkBytes(b, strconv.AppendInt(n[:0], v, 10))
-		case int:
-			b = appendBulkBytes(b, strconv.AppendInt(n[:0], int64(v), 10))
-		case uint64:
-			b = appendBulkBytes(b, strconv.AppendUint(n[:0], v, 10))
-		default:
-			b = appendBulk(b, fmt.Sprint(v))
-		}
+		b = appendArg(b, a)
 	}
 	return b
+}
+
+// appendArg appends a as a bulk string, written as go-redis writes it.
+func appendArg(b []byte, a any) []byte {
+	var n [20]byte
+	switch v := a.(type) {
+	case string:
+		return appendBulk(b, v)
+	case int64:
+		return appendBulkBytes(b, strconv.AppendInt(n[:0], v, 10))
+	case int:
+		return appendBulkBytes(b, strconv.AppendInt(n[:0], int64(v), 10))
+	case uint64:
+		return appendBulkBytes(b, strconv.AppendUint(n[:0], v, 10))
+	}
+	return appendBulk(b, fmt.Sprint(a))
 }
 
 func appendArray(b []byte, n int) []byte {

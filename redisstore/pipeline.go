@@ -53,11 +53,13 @@ const (
 	callQueue       = 1024
 )
 
-// evalCall is one script call: its script, KEYS and ARGV.
+// evalCall is one script call: its script, KEYS and ARGV, or a Store's
+// call (take), whose KEYS and ARGV are built only for go-redis (keysArgs).
 type evalCall struct {
 	script *redis.Script
 	keys   []string
 	args   []any
+	take   storeCall
 }
 
 // replyLen is the most integers a script's reply holds.
@@ -186,11 +188,16 @@ func (p *Pipeliner) Close() {
 // done before the reply returns ctx's error (the call may still be applied
 // in Redis).
 func (p *Pipeliner) run(ctx context.Context, script *redis.Script, keys []string, args []any) reply {
+	return p.runCall(ctx, evalCall{script: script, keys: keys, args: args})
+}
+
+// runCall is run for the call e.
+func (p *Pipeliner) runCall(ctx context.Context, e evalCall) reply {
 	if err := ctx.Err(); err != nil {
 		return reply{err: err}
 	}
 	c := callPool.Get().(*scriptCall)
-	c.evalCall = evalCall{script, keys, args}
+	c.evalCall = e
 	var expired <-chan time.Time
 	if p.wait > 0 {
 		c.deadline = time.Now().Add(p.wait)
@@ -395,7 +402,8 @@ func pipelined(ctx context.Context, c redis.UniversalClient, calls []*evalCall, 
 	first := len(cmds)
 	pipe := c.Pipeline()
 	for _, e := range calls {
-		cmds = append(cmds, send(e.script, ctx, pipe, e.keys, e.args...))
+		keys, args := e.keysArgs()
+		cmds = append(cmds, send(e.script, ctx, pipe, keys, args...))
 	}
 	_, err := pipe.Exec(ctx)
 	unanswered(cmds[first:], err)
@@ -405,7 +413,7 @@ func pipelined(ctx context.Context, c redis.UniversalClient, calls []*evalCall, 
 // evalOne runs one script call on its own (see evalAll).
 func evalOne(ctx context.Context, c redis.UniversalClient, script *redis.Script, keys []string, args []any) *redis.Cmd {
 	var cmds [1]*redis.Cmd
-	return evalAll(ctx, c, []*evalCall{{script, keys, args}}, cmds[:0])[0]
+	return evalAll(ctx, c, []*evalCall{{script: script, keys: keys, args: args}}, cmds[:0])[0]
 }
 
 // errNoReply fails a call that a pipeline never answered and for which it
