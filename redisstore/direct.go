@@ -169,13 +169,12 @@ func (d *directConn) close() {
 	}
 }
 
-// evalAll sends the calls as EVALSHAs in one write and reads their
-// replies into them. A call whose script Redis lacks (NOSCRIPT: a restart,
-// a failover) is run again through go-redis (c) with EVAL, which caches
-// it. A failure of the connection fails the calls not yet answered with
-// its error, which evalAll returns; the next batch dials again.
-func (d *directConn) evalAll(c redis.UniversalClient, calls []*scriptCall) error {
-	if d.nc != nil && !d.alive() {
+// send writes the calls as EVALSHAs in one write, on a connection dialed
+// first if d has none. idle says that d was not used since its last
+// replies were read: a connection Redis closed meanwhile is replaced
+// first. The error is the connection's; receive reads the replies.
+func (d *directConn) send(calls []*scriptCall, idle bool) error {
+	if idle && d.nc != nil && !d.alive() {
 		// Closed by Redis while idle (a restart, CLIENT KILL, a
 		// timeout): the calls go on a new connection, as go-redis's
 		// pool would send them.
@@ -183,9 +182,6 @@ func (d *directConn) evalAll(c redis.UniversalClient, calls []*scriptCall) error
 	}
 	if d.nc == nil {
 		if err := d.dial(); err != nil {
-			for _, sc := range calls {
-				sc.reply.err = err
-			}
 			return err
 		}
 	}
@@ -197,6 +193,16 @@ func (d *directConn) evalAll(c redis.UniversalClient, calls []*scriptCall) error
 		}
 		err = d.flush()
 	}
+	return err
+}
+
+// receive reads the replies of the calls that send wrote (with error
+// sent) into them. A call whose script Redis lacks (NOSCRIPT: a restart,
+// a failover) is run again through go-redis (c) with EVAL, which caches
+// it. A failure of the connection fails the calls not yet answered with
+// its error, which receive returns; the next batch dials again.
+func (d *directConn) receive(c redis.UniversalClient, calls []*scriptCall, sent error) error {
+	err := sent
 	if err == nil {
 		err = d.deadline(true)
 	}

@@ -254,7 +254,7 @@ func TestDirectPipelinerQueuedCallsFailWithTheBatchAhead(t *testing.T) {
 	waitFor(t, "the first call held by Redis", func() bool { return info("blocked_clients") == "1" })
 	const queued = 20
 	wave := takeAll(ctx, s, "second", queued)
-	waitFor(t, "the calls queued", func() bool { return len(p.calls) == queued })
+	waitFor(t, "the calls queued", func() bool { return p.queued() == queued })
 	errs := wave()
 	var ne net.Error
 	if err := <-first; !errors.As(err, &ne) || !ne.Timeout() {

@@ -23,8 +23,9 @@ import (
 //
 // Workers send the calls as go-redis pipelines, which on a Cluster route
 // each call to its slot's master; on a single node or a Sentinel's
-// master, the one worker of a NewDirectPipeliner writes them on a
-// connection of its own and reads the replies itself (see directConn).
+// master, a NewDirectPipeliner has no worker: its callers write the calls
+// on a connection of its own and read the replies themselves (see
+// directConn and runDirect).
 //
 // A Pipeliner belongs to one client; the Stores built with it (Options) and
 // the client share its workers. It is safe for concurrent use.
@@ -42,6 +43,8 @@ type Pipeliner struct {
 
 	closed  atomic.Bool  // set by Close
 	senders atomic.Int64 // callers in enqueue
+
+	direct *directPipe // a NewDirectPipeliner's; nil: workers
 }
 
 // Pipeliner sizing: pipelineWorkers go-redis pipelines in flight at once
@@ -110,6 +113,15 @@ type scriptCall struct {
 	reply reply // with err set when never sent
 	done  chan struct{}
 
+	// state is callWaiting until the call is answered or handed the
+	// lead (callSignaled; see signal), or its caller stops waiting
+	// (callLeft: the call then goes back to the pool from whoever
+	// answers it). lead says that the caller of a direct Pipeliner reads
+	// the replies of the batch its call is in (see runDirect).
+	state atomic.Int32
+	lead  bool
+	watch bool // its caller's ctx has a deadline (see runDirect)
+
 	// deadline is when the caller stops waiting (Pipeliner.wait after it
 	// queued the call), timed by timer (kept with the pooled call): a call
 	// still queued then is not sent at all.
@@ -118,6 +130,31 @@ type scriptCall struct {
 }
 
 var callPool = sync.Pool{New: func() any { return &scriptCall{done: make(chan struct{}, 1)} }}
+
+// States of a scriptCall.
+const (
+	callWaiting = iota
+	callSignaled
+	callLeft
+)
+
+// signal wakes c's caller, unless it stopped waiting (false).
+func (c *scriptCall) signal() bool {
+	if !c.state.CompareAndSwap(callWaiting, callSignaled) {
+		return false
+	}
+	c.done <- struct{}{}
+	return true
+}
+
+// release puts c back in the pool and returns its reply.
+func (c *scriptCall) release() reply {
+	r := c.reply
+	c.evalCall, c.reply, c.deadline, c.lead, c.watch = evalCall{}, reply{}, time.Time{}, false, false
+	c.state.Store(callWaiting)
+	callPool.Put(c)
+	return r
+}
 
 // NewPipeliner starts the workers of a Pipeliner on c. A caller waits at
 // most wait for its reply, however long its call queued behind the
@@ -131,29 +168,30 @@ var callPool = sync.Pool{New: func() any { return &scriptCall{done: make(chan st
 func NewPipeliner(c redis.UniversalClient, wait time.Duration) *Pipeliner {
 	p := newPipeliner(c, wait, pipelineWorkers)
 	for i := 0; i < pipelineWorkers; i++ {
-		go p.work(nil)
+		go p.work()
 	}
 	return p
 }
 
-// NewDirectPipeliner is NewPipeliner with one worker writing the calls on
-// a connection of its own, dialed with c's options (see directConn), when
-// c is a single node or a Sentinel's master with a plain username and
-// password; with go-redis's pipelines otherwise (a Cluster), and once a
-// hook is added through Client.AddHook. One connection and a batch in
-// flight at a time: the calls that queue meanwhile go out together, which
-// costs a request the least CPU. A call waits at most for the batch ahead
-// of it and its own: when that batch fails (a timeout, a connection
-// refused), the calls queued behind it fail with its error at once,
-// without a timer per call, and wait is not used. A caller's context is
-// watched while it waits only when it has a deadline (see run).
+// NewDirectPipeliner is NewPipeliner writing the calls on a connection of
+// its own, dialed with c's options (see directConn), when c is a single
+// node or a Sentinel's master with a plain username and password; with
+// go-redis's pipelines otherwise (a Cluster), and once a hook is added
+// through Client.AddHook. One connection and a batch in flight at a time,
+// sent and read by its callers (see runDirect): the calls that queue
+// meanwhile go out together, which costs a request the least CPU. A call
+// waits at most for the batch ahead of it and its own: when that batch
+// fails (a timeout, a connection refused), the calls queued behind it
+// fail with its error at once, without a timer per call, and wait is not
+// used. A caller's context is watched while it waits only when it has a
+// deadline (see run).
 func NewDirectPipeliner(c redis.UniversalClient, wait time.Duration) *Pipeliner {
 	o := directOptions(c)
 	if o == nil {
 		return NewPipeliner(c, wait)
 	}
-	p := newPipeliner(c, 0, 1)
-	go p.work(&directConn{opts: o})
+	p := newPipeliner(c, 0, 0)
+	p.direct = &directPipe{d: &directConn{opts: o}, stopped: make(chan struct{})}
 	return p
 }
 
@@ -166,6 +204,10 @@ func newPipeliner(c redis.UniversalClient, wait time.Duration, workers int) *Pip
 // Close stops the workers and waits for them; calls still queued fail.
 // It may be called more than once.
 func (p *Pipeliner) Close() {
+	if p.direct != nil {
+		p.once.Do(p.closeDirect)
+		return
+	}
 	p.once.Do(func() {
 		// No call is queued from now on; those being queued get room
 		// from the workers, still running.
@@ -198,6 +240,9 @@ func (p *Pipeliner) runCall(ctx context.Context, e evalCall) reply {
 	}
 	c := callPool.Get().(*scriptCall)
 	c.evalCall = e
+	if p.direct != nil {
+		return p.runDirect(ctx, c)
+	}
 	var expired <-chan time.Time
 	if p.wait > 0 {
 		c.deadline = time.Now().Add(p.wait)
@@ -229,10 +274,7 @@ func (p *Pipeliner) runCall(ctx context.Context, e evalCall) reply {
 	if c.timer != nil {
 		c.timer.Stop()
 	}
-	r := c.reply
-	*c = scriptCall{done: c.done, timer: c.timer}
-	callPool.Put(c)
-	return r
+	return c.release()
 }
 
 // enqueue queues c for the workers. Close waits for the callers in
@@ -299,13 +341,9 @@ fill:
 	return sent
 }
 
-// work is a worker: with d, it sends its batches on d (see directConn)
-// unless hooked, else as go-redis pipelines.
-func (p *Pipeliner) work(d *directConn) {
+// work is a worker: it sends its batches as go-redis pipelines.
+func (p *Pipeliner) work() {
 	defer p.wg.Done()
-	if d != nil {
-		defer d.close()
-	}
 	batch := make([]*scriptCall, 0, maxPipeline)
 	evals := make([]*evalCall, 0, maxPipeline)
 	cmds := make([]*redis.Cmd, 0, maxPipeline)
@@ -314,34 +352,8 @@ func (p *Pipeliner) work(d *directConn) {
 		if batch == nil {
 			return
 		}
-		var failed error
-		switch {
-		case len(batch) == 0:
-		case d != nil && !p.hooked.Load():
-			failed = d.evalAll(p.c, batch)
-		default:
-			for _, c := range batch {
-				evals = append(evals, &c.evalCall)
-			}
-			// The client's timeouts bound the pipeline; a caller
-			// whose ctx ends or whose wait passes stops waiting for
-			// it (see run).
-			cmds = evalAll(context.Background(), p.c, evals, cmds[:0])
-			for i, c := range batch {
-				c.reply = replyOf(cmds[i])
-				var ne net.Error
-				if failed == nil && errors.As(c.reply.err, &ne) {
-					failed = c.reply.err
-				}
-			}
-			clear(cmds)
-			clear(evals)
-			evals = evals[:0]
-		}
-		if d != nil && failed != nil {
-			// Before the batch's callers go on: a call they make next
-			// did not queue behind this batch.
-			p.fail(failed)
+		if len(batch) > 0 {
+			evals, cmds, _ = viaGoRedis(p.c, batch, evals, cmds)
 		}
 		for _, c := range batch {
 			c.done <- struct{}{}
@@ -349,9 +361,30 @@ func (p *Pipeliner) work(d *directConn) {
 	}
 }
 
-// fail answers the calls queued with err, without sending them: those of
-// a direct Pipeliner that queued behind a batch that failed, which would
-// otherwise wait for a timeout of their own.
+// viaGoRedis sends batch as a go-redis pipeline and reads the replies
+// into its calls, with evals and cmds as scratch space (returned for
+// reuse). The error is the first network error of a reply.
+func viaGoRedis(rc redis.UniversalClient, batch []*scriptCall, evals []*evalCall, cmds []*redis.Cmd) ([]*evalCall, []*redis.Cmd, error) {
+	for _, c := range batch {
+		evals = append(evals, &c.evalCall)
+	}
+	// The client's timeouts bound the pipeline; a caller whose ctx ends
+	// or whose wait passes stops waiting for it (see run).
+	cmds = evalAll(context.Background(), rc, evals, cmds[:0])
+	var failed error
+	for i, c := range batch {
+		c.reply = replyOf(cmds[i])
+		var ne net.Error
+		if failed == nil && errors.As(c.reply.err, &ne) {
+			failed = c.reply.err
+		}
+	}
+	clear(cmds)
+	clear(evals)
+	return evals[:0], cmds[:0], failed
+}
+
+// fail answers the calls queued with err, without sending them (Close).
 func (p *Pipeliner) fail(err error) {
 	for {
 		select {
