@@ -17,14 +17,15 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// directConn is a connection on which a Pipeliner's worker writes its
+// directConn is a connection on which a direct Pipeliner writes its
 // EVALSHAs and reads their replies itself, in RESP2: no command object,
 // argument slice or boxed reply per call (through go-redis, 11 to 17
-// allocations and twice the CPU per call: BenchmarkRedisPipeline). It is dialed with the
-// client's options (its dialer, so TLS and Sentinel's master discovery;
-// the ACL user and password; the database; the timeouts) and belongs to
-// one worker. Everything else (the NOSCRIPT fallback's EVAL, the breaker's
-// probe, Cluster) goes through go-redis.
+// allocations and twice the CPU per call: BenchmarkRedisPipeline). It is
+// dialed with the client's options (its dialer, so TLS and Sentinel's
+// master discovery; the ACL user and password; the database; the
+// timeouts) and used by one caller at a time, the leader (see
+// directPipe). Everything else (the NOSCRIPT fallback's EVAL, the
+// breaker's probe, Cluster) goes through go-redis.
 type directConn struct {
 	opts *redis.Options
 	nc   net.Conn

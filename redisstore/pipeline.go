@@ -14,8 +14,8 @@ import (
 )
 
 // Pipeliner sends the script calls of concurrent requests to Redis in
-// pipelines: what its workers find waiting when they are free goes out in
-// one write and comes back in one read. Each decision is still one
+// pipelines: what queued while the pipeline ahead was in flight goes out
+// in one write and comes back in one read. Each decision is still one
 // EVALSHA, answered as soon as its pipeline is; what it saves is the
 // system calls and wake-ups of a round trip per request, which on a busy
 // instance cost as much as serving the request itself. Under light load a
@@ -28,7 +28,7 @@ import (
 // directConn and runDirect).
 //
 // A Pipeliner belongs to one client; the Stores built with it (Options) and
-// the client share its workers. It is safe for concurrent use.
+// the client share it. It is safe for concurrent use.
 type Pipeliner struct {
 	c     redis.UniversalClient
 	wait  time.Duration // how long a caller waits for its reply at most
@@ -201,7 +201,8 @@ func newPipeliner(c redis.UniversalClient, wait time.Duration, workers int) *Pip
 	return p
 }
 
-// Close stops the workers and waits for them; calls still queued fail.
+// Close stops the workers and waits for them (a direct Pipeliner: for the
+// batch in flight, then closes its connection); calls still queued fail.
 // It may be called more than once.
 func (p *Pipeliner) Close() {
 	if p.direct != nil {
@@ -222,13 +223,10 @@ func (p *Pipeliner) Close() {
 }
 
 // run calls script with keys and args in the next pipeline and returns its
-// reply. A ctx done before the call is queued fails it unsent. A
-// Pipeliner with no wait of its own (a direct one) then waits for the
-// reply alone, unless ctx has a deadline: its batch ends within the
-// client's timeouts whatever happens, and watching ctx (a channel made
-// for each request) costs more than the rest of the call. Otherwise a ctx
-// done before the reply returns ctx's error (the call may still be applied
-// in Redis).
+// reply. A ctx done before the call is queued fails it unsent. A direct
+// Pipeliner then waits for the reply alone, unless ctx has a deadline
+// (see runDirect). Otherwise a ctx done before the reply returns ctx's
+// error (the call may still be applied in Redis).
 func (p *Pipeliner) run(ctx context.Context, script *redis.Script, keys []string, args []any) reply {
 	return p.runCall(ctx, evalCall{script: script, keys: keys, args: args})
 }
