@@ -53,20 +53,28 @@ func (d *directConn) ping() error {
 	return r.err
 }
 
-// The batches that follow one another within a tenth of the timeout keep
-// the deadlines set by the first.
-func TestDirectConnKeepsDeadlines(t *testing.T) {
+// pingedConn returns a redis-server and a directConn to it with read and
+// write timeouts timeout, on which a PING was sent; both end with the test.
+func pingedConn(t *testing.T, timeout time.Duration) (*redistest.Server, *directConn) {
+	t.Helper()
 	srv := redistest.Start(t)
-	c := redis.NewClient(&redis.Options{Addr: srv.Addr, ReadTimeout: time.Hour, WriteTimeout: time.Hour})
-	defer c.Close()
+	c := redis.NewClient(&redis.Options{Addr: srv.Addr, ReadTimeout: timeout, WriteTimeout: timeout})
+	t.Cleanup(func() { c.Close() })
 	d := &directConn{opts: directOptions(c)}
 	if err := d.dial(); err != nil {
 		t.Fatal(err)
 	}
-	defer d.close()
+	t.Cleanup(d.close)
 	if err := d.ping(); err != nil {
 		t.Fatal(err)
 	}
+	return srv, d
+}
+
+// The batches that follow one another within a tenth of the timeout keep
+// the deadlines set by the first.
+func TestDirectConnKeepsDeadlines(t *testing.T) {
+	_, d := pingedConn(t, time.Hour)
 	rdl, wdl := d.rdl, d.wdl
 	if rdl.IsZero() || wdl.IsZero() {
 		t.Fatalf("deadlines %v and %v after a batch, want both set", rdl, wdl)
@@ -85,17 +93,7 @@ func TestDirectConnKeepsDeadlines(t *testing.T) {
 // stopped redis-server does not answer times out on it, though the last
 // connection's deadlines had most of their timeout left.
 func TestDirectConnDeadlineAfterRedial(t *testing.T) {
-	srv := redistest.Start(t)
-	c := redis.NewClient(&redis.Options{Addr: srv.Addr, ReadTimeout: 3 * time.Second, WriteTimeout: 3 * time.Second})
-	defer c.Close()
-	d := &directConn{opts: directOptions(c)}
-	if err := d.dial(); err != nil {
-		t.Fatal(err)
-	}
-	defer d.close()
-	if err := d.ping(); err != nil {
-		t.Fatal(err)
-	}
+	srv, d := pingedConn(t, 3*time.Second)
 	d.close()
 	// The dial's own PING is the first read on the new connection.
 	srv.Pause()
