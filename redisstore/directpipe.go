@@ -2,6 +2,7 @@ package redisstore
 
 import (
 	"context"
+	"errors"
 	"sync"
 
 	"github.com/redis/go-redis/v9"
@@ -98,6 +99,12 @@ func (p *Pipeliner) runDirect(ctx context.Context, c *scriptCall) reply {
 func (p *Pipeliner) lead(mine *scriptCall) {
 	x := p.direct
 	batch := x.batch
+	answered := false
+	defer func() {
+		if !answered {
+			p.dropLead(batch, mine)
+		}
+	}()
 	var failed error
 	switch {
 	case x.written:
@@ -107,6 +114,7 @@ func (p *Pipeliner) lead(mine *scriptCall) {
 	default:
 		failed = x.d.receive(p.c, batch, x.d.send(batch, true))
 	}
+	answered = true
 
 	x.mu.Lock()
 	next := x.queue
@@ -158,6 +166,37 @@ func (p *Pipeliner) lead(mine *scriptCall) {
 	}
 	// Every caller of next watches a deadline.
 	go p.lead(nil)
+}
+
+// errLeaderPanicked fails the calls of a batch whose leader panicked
+// while it sent the batch or read its replies (a go-redis hook, say).
+var errLeaderPanicked = errors.New("redis: the call that sent this batch panicked")
+
+// dropLead gives the lead up when lead panics before the batch is
+// answered (the panic goes on to the caller's recovery, net/http's for a
+// request): the batch's calls and those queued fail, and the connection,
+// whose replies may be half read, is closed. Else no call would lead
+// again, and every call would wait forever.
+func (p *Pipeliner) dropLead(batch []*scriptCall, mine *scriptCall) {
+	x := p.direct
+	x.d.close()
+	x.written = false
+	for _, c := range batch {
+		c.reply.err = errLeaderPanicked
+	}
+	answer(batch, mine)
+	x.mu.Lock()
+	queued := x.queue
+	x.queue = nil
+	x.busy = false
+	if x.closing {
+		close(x.stopped)
+	}
+	x.mu.Unlock()
+	for _, c := range queued {
+		c.reply.err = errLeaderPanicked
+	}
+	answer(queued, nil)
 }
 
 // answer wakes the callers of the calls but mine; a call whose caller

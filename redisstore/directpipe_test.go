@@ -3,6 +3,8 @@ package redisstore
 import (
 	"context"
 	"errors"
+	"fmt"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -98,5 +100,58 @@ func TestDirectPipelinerCallersLeave(t *testing.T) {
 	// The first call, the ten left behind, then this one.
 	if d, err := s.Take(ctx, "k", time.Time{}, 1); err != nil || d.Remaining != 100-12 {
 		t.Fatalf("after the stop: %+v, %v; want %d remaining", d, err, 100-12)
+	}
+}
+
+// panicHook panics in the first pipeline it sees.
+type panicHook struct{ done atomic.Bool }
+
+func (h *panicHook) DialHook(next redis.DialHook) redis.DialHook          { return next }
+func (h *panicHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook { return next }
+func (h *panicHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		if h.done.CompareAndSwap(false, true) {
+			panic("hook")
+		}
+		return next(ctx, cmds)
+	}
+}
+
+// A caller that panics while it sends a batch (a go-redis hook, here)
+// gives the lead up: the panic reaches it, and the calls after it are
+// sent and answered.
+func TestDirectPipelinerLeaderPanics(t *testing.T) {
+	srv := redistest.Start(t)
+	c := NewClient(&redis.UniversalOptions{Addrs: []string{srv.Addr}}, ClientOptions{})
+	defer c.Destruct()
+	s := pipelinedStore(t, c, c.Pipeliner(), algorithms.GCRA, oneTier(10, time.Minute), "panic")
+	ctx := context.Background()
+	if _, err := s.Take(ctx, "k", time.Time{}, 1); err != nil {
+		t.Fatal(err)
+	}
+	c.AddHook(&panicHook{})
+	func() {
+		defer func() {
+			if v := recover(); v != "hook" {
+				t.Fatalf("recovered %v, want the hook's panic", v)
+			}
+		}()
+		s.Take(ctx, "k", time.Time{}, 1)
+	}()
+	done := make(chan error, 1)
+	go func() {
+		d, err := s.Take(ctx, "k", time.Time{}, 1)
+		if err == nil && d.Remaining != 8 {
+			err = fmt.Errorf("%+v, want 8 remaining", d)
+		}
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("after the panic: %v", err)
+		}
+	case <-time.After(time.Minute):
+		t.Fatal("a call still waits a minute after the leader panicked")
 	}
 }
