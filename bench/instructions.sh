@@ -6,6 +6,7 @@
 #   bash bench/instructions.sh          # both parts
 #   bash bench/instructions.sh caddy    # Caddy's user-space instructions per request, per site
 #   bash bench/instructions.sh lua      # redis-server's instructions per EVALSHA, per algorithm
+#   bash bench/instructions.sh pipeline # the client's instructions per Take through the direct Pipeliner
 #
 # caddy: ./cmd/caddy under callgrind, one Caddy per site
 # (GODEBUG=asyncpreemptoff=1: callgrind asserts on Go's preemption signal;
@@ -26,12 +27,20 @@
 # zeroed before and dumped after. Exact to a few instructions from run to
 # run.
 #
+# pipeline: BenchmarkRedisPipeline's direct Pipeliner (./redisstore/, -cpu 1)
+# under callgrind, 1, 8, 32 and 128 Takes in flight, TAKES (default 20000)
+# each: the instructions of the measured loop (callgrind dumps when the
+# benchmark reads its CPU time before and after it) per Take, the
+# redis-server (a child process) not counted. What a Take costs the client
+# at each batch size, without the scheduling noise of a shared machine.
+#
 # Results are written to bench/results/ (gitignored).
 set -euo pipefail
 
 DURATION=${DURATION:-8s}
 CONNS=${CONNS:-16}
 N=${N:-2000}
+TAKES=${TAKES:-20000}
 
 BENCH=instructions
 # shellcheck source=bench/lib.sh
@@ -143,10 +152,31 @@ run_lua() {
 	redis-cli -p "$port" shutdown nosave >/dev/null 2>&1 || true
 }
 
+run_pipeline() {
+	need redis-server redis-server
+	go test -c -o "$workdir/redisstore.test" ./redisstore/
+	echo "instructions: BenchmarkRedisPipeline/direct under callgrind; $TAKES Takes per batch size"
+	printf '%-16s %14s\n' in_flight instr/take | tee -a "$result"
+	local n ir
+	for n in 1 8 32 128; do
+		rm -f "$workdir"/pipe.cg*
+		# The loop's dump is the fourth: before the first processCPU,
+		# then b.N=1's run, then the gap before b.N=TAKES's loop.
+		(cd redisstore && GODEBUG=asyncpreemptoff=1,cpu.rdtscp=off valgrind --tool=callgrind \
+			--callgrind-out-file="$workdir/pipe.cg" --dump-before='*redisstore.processCPU' \
+			"$workdir/redisstore.test" -test.run '^$' -test.bench "RedisPipeline/direct/$n\$" \
+			-test.benchtime "${TAKES}x" -test.cpu 1) >"$workdir/pipe.log" 2>&1 || true
+		[ -s "$workdir/pipe.cg.4" ] || { tail -20 "$workdir/pipe.log" >&2; die "no dump of the measured loop ($n in flight)"; }
+		ir=$(awk '/^(summary|totals):/ { print $2; exit }' "$workdir/pipe.cg.4")
+		printf '%-16s %14d\n' "$n" "$((ir / TAKES))" | tee -a "$result"
+	done
+}
+
 case ${1:-all} in
 caddy) run_caddy ;;
 lua) run_lua ;;
+pipeline) run_pipeline ;;
 all) run_lua; run_caddy ;;
-*) die "usage: bash bench/instructions.sh [caddy|lua|all]" ;;
+*) die "usage: bash bench/instructions.sh [caddy|lua|pipeline|all]" ;;
 esac
 echo "instructions: written to $result"

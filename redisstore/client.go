@@ -91,8 +91,8 @@ func (c *Client) AddHook(h redis.Hook) {
 	c.UniversalClient.AddHook(h)
 }
 
-// Destruct stops the breaker's prober and the pipeliner's workers, and
-// closes the client.
+// Destruct stops the breaker's prober and the pipeliner, and closes the
+// client.
 func (c *Client) Destruct() error {
 	c.breaker.Close()
 	c.pipe.Close()

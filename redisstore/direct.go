@@ -17,20 +17,25 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// directConn is a connection on which a Pipeliner's worker writes its
+// directConn is a connection on which a direct Pipeliner writes its
 // EVALSHAs and reads their replies itself, in RESP2: no command object,
 // argument slice or boxed reply per call (through go-redis, 11 to 17
-// allocations and twice the CPU per call: BenchmarkRedisPipeline). It is dialed with the
-// client's options (its dialer, so TLS and Sentinel's master discovery;
-// the ACL user and password; the database; the timeouts) and belongs to
-// one worker. Everything else (the NOSCRIPT fallback's EVAL, the breaker's
-// probe, Cluster) goes through go-redis.
+// allocations and twice the CPU per call: BenchmarkRedisPipeline). It is
+// dialed with the client's options (its dialer, so TLS and Sentinel's
+// master discovery; the ACL user and password; the database; the
+// timeouts) and used by one caller at a time, the leader (see
+// directPipe). Everything else (the NOSCRIPT fallback's EVAL, the
+// breaker's probe, Cluster) goes through go-redis.
 type directConn struct {
 	opts *redis.Options
 	nc   net.Conn
 	in   []byte // read from nc; in[pos:] is not parsed yet
 	pos  int
 	out  []byte // the commands being written, sent in one write
+
+	// rdl and wdl are the read and write deadlines set on nc (zero:
+	// none); see deadline.
+	rdl, wdl time.Time
 
 	// raw peeks at nc's socket (see alive): nil when nc is not one;
 	// peek is its callback, which sets open, built once.
@@ -58,18 +63,34 @@ func directOptions(c redis.UniversalClient) *redis.Options {
 
 // deadline bounds the next write by the client's write timeout (read
 // false) or the next reads by its read timeout (read true), as go-redis
-// does for a command.
+// does for a command. A deadline is moved only once less than nine tenths
+// of the timeout is left of it: setting one costs a batch more than its
+// encoding, and a read or write that hangs still fails within [0.9, 1]
+// times the timeout (see deadlineDue).
 func (d *directConn) deadline(read bool) error {
+	t, at, set := d.opts.WriteTimeout, &d.wdl, d.nc.SetWriteDeadline
 	if read {
-		if d.opts.ReadTimeout > 0 {
-			return d.nc.SetReadDeadline(time.Now().Add(d.opts.ReadTimeout))
+		t, at, set = d.opts.ReadTimeout, &d.rdl, d.nc.SetReadDeadline
+	}
+	if t <= 0 {
+		if at.IsZero() {
+			return nil
 		}
-		return d.nc.SetReadDeadline(time.Time{})
+		*at = time.Time{}
+		return set(time.Time{})
 	}
-	if d.opts.WriteTimeout > 0 {
-		return d.nc.SetWriteDeadline(time.Now().Add(d.opts.WriteTimeout))
+	now := time.Now()
+	if !deadlineDue(*at, now, t) {
+		return nil
 	}
-	return d.nc.SetWriteDeadline(time.Time{})
+	*at = now.Add(t)
+	return set(*at)
+}
+
+// deadlineDue reports whether a deadline at (zero: none) must be moved
+// at now for an operation to fail within [0.9, 1] times timeout t.
+func deadlineDue(at, now time.Time, t time.Duration) bool {
+	return at.IsZero() || at.Sub(now) < t-t/10
 }
 
 // dial connects, authenticates and selects the database, as go-redis does
@@ -87,6 +108,7 @@ func (d *directConn) dial() error {
 	}
 	d.nc = nc
 	d.raw = nil
+	d.rdl, d.wdl = time.Time{}, time.Time{} // none set on nc yet
 	if sc, ok := nc.(syscall.Conn); ok {
 		d.raw, _ = sc.SyscallConn()
 	}
@@ -148,13 +170,12 @@ func (d *directConn) close() {
 	}
 }
 
-// evalAll sends the calls as EVALSHAs in one write and reads their
-// replies into them. A call whose script Redis lacks (NOSCRIPT: a restart,
-// a failover) is run again through go-redis (c) with EVAL, which caches
-// it. A failure of the connection fails the calls not yet answered with
-// its error, which evalAll returns; the next batch dials again.
-func (d *directConn) evalAll(c redis.UniversalClient, calls []*scriptCall) error {
-	if d.nc != nil && !d.alive() {
+// send writes the calls as EVALSHAs in one write, on a connection dialed
+// first if d has none. idle says that d was not used since its last
+// replies were read: a connection Redis closed meanwhile is replaced
+// first. The error is the connection's; receive reads the replies.
+func (d *directConn) send(calls []*scriptCall, idle bool) error {
+	if idle && d.nc != nil && !d.alive() {
 		// Closed by Redis while idle (a restart, CLIENT KILL, a
 		// timeout): the calls go on a new connection, as go-redis's
 		// pool would send them.
@@ -162,9 +183,6 @@ func (d *directConn) evalAll(c redis.UniversalClient, calls []*scriptCall) error
 	}
 	if d.nc == nil {
 		if err := d.dial(); err != nil {
-			for _, sc := range calls {
-				sc.reply.err = err
-			}
 			return err
 		}
 	}
@@ -176,6 +194,16 @@ func (d *directConn) evalAll(c redis.UniversalClient, calls []*scriptCall) error
 		}
 		err = d.flush()
 	}
+	return err
+}
+
+// receive reads the replies of the calls that send wrote (with error
+// sent) into them. A call whose script Redis lacks (NOSCRIPT: a restart,
+// a failover) is run again through go-redis (c) with EVAL, which caches
+// it. A failure of the connection fails the calls not yet answered with
+// its error, which receive returns; the next batch dials again.
+func (d *directConn) receive(c redis.UniversalClient, calls []*scriptCall, sent error) error {
+	err := sent
 	if err == nil {
 		err = d.deadline(true)
 	}
@@ -227,6 +255,9 @@ func (d *directConn) flush() error {
 
 // appendEvalSha appends e to b as an EVALSHA.
 func appendEvalSha(b []byte, e *evalCall) []byte {
+	if e.take.s != nil {
+		return e.take.s.appendCall(b, e.script, &e.take)
+	}
 	var n [20]byte
 	b = appendArray(b, 3+len(e.keys)+len(e.args))
 	b = appendBulk(b, "evalsha")
@@ -236,20 +267,25 @@ func appendEvalSha(b []byte, e *evalCall) []byte {
 		b = appendBulk(b, k)
 	}
 	for _, a := range e.args {
-		switch v := a.(type) {
-		case string:
-			b = appendBulk(b, v)
-		case int64:
-			b = appendBulkBytes(b, strconv.AppendInt(n[:0], v, 10))
-		case int:
-			b = appendBulkBytes(b, strconv.AppendInt(n[:0], int64(v), 10))
-		case uint64:
-			b = appendBulkBytes(b, strconv.AppendUint(n[:0], v, 10))
-		default:
-			b = appendBulk(b, fmt.Sprint(v))
-		}
+		b = appendArg(b, a)
 	}
 	return b
+}
+
+// appendArg appends a as a bulk string, written as go-redis writes it.
+func appendArg(b []byte, a any) []byte {
+	var n [20]byte
+	switch v := a.(type) {
+	case string:
+		return appendBulk(b, v)
+	case int64:
+		return appendBulkBytes(b, strconv.AppendInt(n[:0], v, 10))
+	case int:
+		return appendBulkBytes(b, strconv.AppendInt(n[:0], int64(v), 10))
+	case uint64:
+		return appendBulkBytes(b, strconv.AppendUint(n[:0], v, 10))
+	}
+	return appendBulk(b, fmt.Sprint(a))
 }
 
 func appendArray(b []byte, n int) []byte {

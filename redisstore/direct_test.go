@@ -255,7 +255,7 @@ func TestDirectPipelinerQueuedCallsFailWithTheBatchAhead(t *testing.T) {
 	storetest.WaitFor(t, "the first call held by Redis", func() bool { return info("blocked_clients") == "1" })
 	const queued = 20
 	wave := takeAll(ctx, s, "second", queued)
-	storetest.WaitFor(t, "the calls queued", func() bool { return len(p.calls) == queued })
+	storetest.WaitFor(t, "the calls queued", func() bool { return p.queued() == queued })
 	errs := wave()
 	var ne net.Error
 	if err := <-first; !errors.As(err, &ne) || !ne.Timeout() {

@@ -203,7 +203,7 @@ func (s *LeaseStore) Reap(ctx context.Context, all bool) error {
 		}
 		if e.left > 0 && (all || t >= e.ends || t-e.used >= s.dur/2) {
 			if !s.bucket || t < e.ends {
-				calls = append(calls, &evalCall{leaseScript, s.Keys(ent.Key()), s.args(modeUndo, nowT, 0, 0, e.left, e.stamp)})
+				calls = append(calls, &evalCall{script: leaseScript, keys: s.Keys(ent.Key()), args: s.args(modeUndo, nowT, 0, 0, e.left, e.stamp)})
 			}
 			e.left = 0
 		}

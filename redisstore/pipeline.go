@@ -14,8 +14,8 @@ import (
 )
 
 // Pipeliner sends the script calls of concurrent requests to Redis in
-// pipelines: what its workers find waiting when they are free goes out in
-// one write and comes back in one read. Each decision is still one
+// pipelines: what queued while the pipeline ahead was in flight goes out
+// in one write and comes back in one read. Each decision is still one
 // EVALSHA, answered as soon as its pipeline is; what it saves is the
 // system calls and wake-ups of a round trip per request, which on a busy
 // instance cost as much as serving the request itself. Under light load a
@@ -23,11 +23,12 @@ import (
 //
 // Workers send the calls as go-redis pipelines, which on a Cluster route
 // each call to its slot's master; on a single node or a Sentinel's
-// master, the one worker of a NewDirectPipeliner writes them on a
-// connection of its own and reads the replies itself (see directConn).
+// master, a NewDirectPipeliner has no worker: its callers write the calls
+// on a connection of its own and read the replies themselves (see
+// directConn and runDirect).
 //
 // A Pipeliner belongs to one client; the Stores built with it (Options) and
-// the client share its workers. It is safe for concurrent use.
+// the client share it. It is safe for concurrent use.
 type Pipeliner struct {
 	c     redis.UniversalClient
 	wait  time.Duration // how long a caller waits for its reply at most
@@ -42,6 +43,8 @@ type Pipeliner struct {
 
 	closed  atomic.Bool  // set by Close
 	senders atomic.Int64 // callers in enqueue
+
+	direct *directPipe // a NewDirectPipeliner's; nil: workers
 }
 
 // Pipeliner sizing: pipelineWorkers go-redis pipelines in flight at once
@@ -53,11 +56,13 @@ const (
 	callQueue       = 1024
 )
 
-// evalCall is one script call: its script, KEYS and ARGV.
+// evalCall is one script call: its script, KEYS and ARGV, or a Store's
+// call (take), whose KEYS and ARGV are built only for go-redis (keysArgs).
 type evalCall struct {
 	script *redis.Script
 	keys   []string
 	args   []any
+	take   storeCall
 }
 
 // replyLen is the most integers a script's reply holds.
@@ -108,6 +113,15 @@ type scriptCall struct {
 	reply reply // with err set when never sent
 	done  chan struct{}
 
+	// state is callWaiting until the call is answered or handed the
+	// lead (callSignaled; see signal), or its caller stops waiting
+	// (callLeft: the call then goes back to the pool from whoever
+	// answers it). lead says that the caller of a direct Pipeliner reads
+	// the replies of the batch its call is in (see runDirect).
+	state atomic.Int32
+	lead  bool
+	watch bool // its caller's ctx has a deadline (see runDirect)
+
 	// deadline is when the caller stops waiting (Pipeliner.wait after it
 	// queued the call), timed by timer (kept with the pooled call): a call
 	// still queued then is not sent at all.
@@ -116,6 +130,31 @@ type scriptCall struct {
 }
 
 var callPool = sync.Pool{New: func() any { return &scriptCall{done: make(chan struct{}, 1)} }}
+
+// States of a scriptCall.
+const (
+	callWaiting = iota
+	callSignaled
+	callLeft
+)
+
+// signal wakes c's caller, unless it stopped waiting (false).
+func (c *scriptCall) signal() bool {
+	if !c.state.CompareAndSwap(callWaiting, callSignaled) {
+		return false
+	}
+	c.done <- struct{}{}
+	return true
+}
+
+// release puts c back in the pool and returns its reply.
+func (c *scriptCall) release() reply {
+	r := c.reply
+	c.evalCall, c.reply, c.deadline, c.lead, c.watch = evalCall{}, reply{}, time.Time{}, false, false
+	c.state.Store(callWaiting)
+	callPool.Put(c)
+	return r
+}
 
 // NewPipeliner starts the workers of a Pipeliner on c. A caller waits at
 // most wait for its reply, however long its call queued behind the
@@ -129,29 +168,30 @@ var callPool = sync.Pool{New: func() any { return &scriptCall{done: make(chan st
 func NewPipeliner(c redis.UniversalClient, wait time.Duration) *Pipeliner {
 	p := newPipeliner(c, wait, pipelineWorkers)
 	for i := 0; i < pipelineWorkers; i++ {
-		go p.work(nil)
+		go p.work()
 	}
 	return p
 }
 
-// NewDirectPipeliner is NewPipeliner with one worker writing the calls on
-// a connection of its own, dialed with c's options (see directConn), when
-// c is a single node or a Sentinel's master with a plain username and
-// password; with go-redis's pipelines otherwise (a Cluster), and once a
-// hook is added through Client.AddHook. One connection and a batch in
-// flight at a time: the calls that queue meanwhile go out together, which
-// costs a request the least CPU. A call waits at most for the batch ahead
-// of it and its own: when that batch fails (a timeout, a connection
-// refused), the calls queued behind it fail with its error at once,
-// without a timer per call, and wait is not used. A caller's context is
-// watched while it waits only when it has a deadline (see run).
+// NewDirectPipeliner is NewPipeliner writing the calls on a connection of
+// its own, dialed with c's options (see directConn), when c is a single
+// node or a Sentinel's master with a plain username and password; with
+// go-redis's pipelines otherwise (a Cluster), and once a hook is added
+// through Client.AddHook. One connection and a batch in flight at a time,
+// sent and read by its callers (see runDirect): the calls that queue
+// meanwhile go out together, which costs a request the least CPU. A call
+// waits at most for the batch ahead of it and its own: when that batch
+// fails (a timeout, a connection refused), the calls queued behind it
+// fail with its error at once, without a timer per call, and wait is not
+// used. A caller's context is watched while it waits only when it has a
+// deadline (see run).
 func NewDirectPipeliner(c redis.UniversalClient, wait time.Duration) *Pipeliner {
 	o := directOptions(c)
 	if o == nil {
 		return NewPipeliner(c, wait)
 	}
-	p := newPipeliner(c, 0, 1)
-	go p.work(&directConn{opts: o})
+	p := newPipeliner(c, 0, 0)
+	p.direct = &directPipe{d: &directConn{opts: o}, stopped: make(chan struct{})}
 	return p
 }
 
@@ -161,9 +201,14 @@ func newPipeliner(c redis.UniversalClient, wait time.Duration, workers int) *Pip
 	return p
 }
 
-// Close stops the workers and waits for them; calls still queued fail.
+// Close stops the workers and waits for them (a direct Pipeliner: for the
+// batch in flight, then closes its connection); calls still queued fail.
 // It may be called more than once.
 func (p *Pipeliner) Close() {
+	if p.direct != nil {
+		p.once.Do(p.closeDirect)
+		return
+	}
 	p.once.Do(func() {
 		// No call is queued from now on; those being queued get room
 		// from the workers, still running.
@@ -178,19 +223,24 @@ func (p *Pipeliner) Close() {
 }
 
 // run calls script with keys and args in the next pipeline and returns its
-// reply. A ctx done before the call is queued fails it unsent. A
-// Pipeliner with no wait of its own (a direct one) then waits for the
-// reply alone, unless ctx has a deadline: its batch ends within the
-// client's timeouts whatever happens, and watching ctx (a channel made
-// for each request) costs more than the rest of the call. Otherwise a ctx
-// done before the reply returns ctx's error (the call may still be applied
-// in Redis).
+// reply. A ctx done before the call is queued fails it unsent. A direct
+// Pipeliner then waits for the reply alone, unless ctx has a deadline
+// (see runDirect). Otherwise a ctx done before the reply returns ctx's
+// error (the call may still be applied in Redis).
 func (p *Pipeliner) run(ctx context.Context, script *redis.Script, keys []string, args []any) reply {
+	return p.runCall(ctx, evalCall{script: script, keys: keys, args: args})
+}
+
+// runCall is run for the call e.
+func (p *Pipeliner) runCall(ctx context.Context, e evalCall) reply {
 	if err := ctx.Err(); err != nil {
 		return reply{err: err}
 	}
 	c := callPool.Get().(*scriptCall)
-	c.evalCall = evalCall{script, keys, args}
+	c.evalCall = e
+	if p.direct != nil {
+		return p.runDirect(ctx, c)
+	}
 	var expired <-chan time.Time
 	if p.wait > 0 {
 		c.deadline = time.Now().Add(p.wait)
@@ -222,10 +272,7 @@ func (p *Pipeliner) run(ctx context.Context, script *redis.Script, keys []string
 	if c.timer != nil {
 		c.timer.Stop()
 	}
-	r := c.reply
-	*c = scriptCall{done: c.done, timer: c.timer}
-	callPool.Put(c)
-	return r
+	return c.release()
 }
 
 // enqueue queues c for the workers. Close waits for the callers in
@@ -292,13 +339,9 @@ fill:
 	return sent
 }
 
-// work is a worker: with d, it sends its batches on d (see directConn)
-// unless hooked, else as go-redis pipelines.
-func (p *Pipeliner) work(d *directConn) {
+// work is a worker: it sends its batches as go-redis pipelines.
+func (p *Pipeliner) work() {
 	defer p.wg.Done()
-	if d != nil {
-		defer d.close()
-	}
 	batch := make([]*scriptCall, 0, maxPipeline)
 	evals := make([]*evalCall, 0, maxPipeline)
 	cmds := make([]*redis.Cmd, 0, maxPipeline)
@@ -307,34 +350,8 @@ func (p *Pipeliner) work(d *directConn) {
 		if batch == nil {
 			return
 		}
-		var failed error
-		switch {
-		case len(batch) == 0:
-		case d != nil && !p.hooked.Load():
-			failed = d.evalAll(p.c, batch)
-		default:
-			for _, c := range batch {
-				evals = append(evals, &c.evalCall)
-			}
-			// The client's timeouts bound the pipeline; a caller
-			// whose ctx ends or whose wait passes stops waiting for
-			// it (see run).
-			cmds = evalAll(context.Background(), p.c, evals, cmds[:0])
-			for i, c := range batch {
-				c.reply = replyOf(cmds[i])
-				var ne net.Error
-				if failed == nil && errors.As(c.reply.err, &ne) {
-					failed = c.reply.err
-				}
-			}
-			clear(cmds)
-			clear(evals)
-			evals = evals[:0]
-		}
-		if d != nil && failed != nil {
-			// Before the batch's callers go on: a call they make next
-			// did not queue behind this batch.
-			p.fail(failed)
+		if len(batch) > 0 {
+			evals, cmds, _ = viaGoRedis(p.c, batch, evals, cmds)
 		}
 		for _, c := range batch {
 			c.done <- struct{}{}
@@ -342,9 +359,30 @@ func (p *Pipeliner) work(d *directConn) {
 	}
 }
 
-// fail answers the calls queued with err, without sending them: those of
-// a direct Pipeliner that queued behind a batch that failed, which would
-// otherwise wait for a timeout of their own.
+// viaGoRedis sends batch as a go-redis pipeline and reads the replies
+// into its calls, with evals and cmds as scratch space (returned for
+// reuse). The error is the first network error of a reply.
+func viaGoRedis(rc redis.UniversalClient, batch []*scriptCall, evals []*evalCall, cmds []*redis.Cmd) ([]*evalCall, []*redis.Cmd, error) {
+	for _, c := range batch {
+		evals = append(evals, &c.evalCall)
+	}
+	// The client's timeouts bound the pipeline; a caller whose ctx ends
+	// or whose wait passes stops waiting for it (see run).
+	cmds = evalAll(context.Background(), rc, evals, cmds[:0])
+	var failed error
+	for i, c := range batch {
+		c.reply = replyOf(cmds[i])
+		var ne net.Error
+		if failed == nil && errors.As(c.reply.err, &ne) {
+			failed = c.reply.err
+		}
+	}
+	clear(cmds)
+	clear(evals)
+	return evals[:0], cmds[:0], failed
+}
+
+// fail answers the calls queued with err, without sending them (Close).
 func (p *Pipeliner) fail(err error) {
 	for {
 		select {
@@ -395,7 +433,8 @@ func pipelined(ctx context.Context, c redis.UniversalClient, calls []*evalCall, 
 	first := len(cmds)
 	pipe := c.Pipeline()
 	for _, e := range calls {
-		cmds = append(cmds, send(e.script, ctx, pipe, e.keys, e.args...))
+		keys, args := e.keysArgs()
+		cmds = append(cmds, send(e.script, ctx, pipe, keys, args...))
 	}
 	_, err := pipe.Exec(ctx)
 	unanswered(cmds[first:], err)
@@ -405,7 +444,7 @@ func pipelined(ctx context.Context, c redis.UniversalClient, calls []*evalCall, 
 // evalOne runs one script call on its own (see evalAll).
 func evalOne(ctx context.Context, c redis.UniversalClient, script *redis.Script, keys []string, args []any) *redis.Cmd {
 	var cmds [1]*redis.Cmd
-	return evalAll(ctx, c, []*evalCall{{script, keys, args}}, cmds[:0])[0]
+	return evalAll(ctx, c, []*evalCall{{script: script, keys: keys, args: args}}, cmds[:0])[0]
 }
 
 // errNoReply fails a call that a pipeline never answered and for which it

@@ -241,7 +241,7 @@ func TestPipelinerQueuedCallsNotSentAfterWait(t *testing.T) {
 
 // BenchmarkRedisPipeline measures what a Take through a Pipeliner costs
 // this process (cpu-µs/op: its user and system CPU time per Take; the
-// redis-server, another process, is not counted) with 8, 32 and 128 Takes
+// redis-server, another process, is not counted) with 1, 8, 32 and 128 Takes
 // in flight, through go-redis's pipelines (goredis) and on the Pipeliner's
 // own connection (direct). Run it with -cpu 1 to compare with one core per
 // side, as Caddy and Redis in bench/e2e.sh:
@@ -253,7 +253,7 @@ func BenchmarkRedisPipeline(b *testing.B) {
 		name string
 		new  func(redis.UniversalClient, time.Duration) *Pipeliner
 	}{{"goredis", NewPipeliner}, {"direct", NewDirectPipeliner}} {
-		for _, inFlight := range []int{8, 32, 128} {
+		for _, inFlight := range []int{1, 8, 32, 128} {
 			b.Run(fmt.Sprintf("%s/%d", kind.name, inFlight), func(b *testing.B) {
 				c := redis.NewClient(&redis.Options{Addr: srv.Addr})
 				defer c.Close()

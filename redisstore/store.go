@@ -70,6 +70,7 @@ type Store struct {
 	// blockLimit is the Limit of a blocked decision (store.BlockLimit).
 	blockLimit int64
 	blockFor   string // block_for in µs, the last ARGV
+	enc        encoded
 }
 
 var (
@@ -165,6 +166,7 @@ func (s *Store) limit(l algorithms.Limiter) error {
 		s.tails = append(s.tails, "}:"+sc.short+":"+digest+p)
 	}
 	s.tails = append(s.tails, blockTail) // the last KEYS
+	s.encode()
 	return nil
 }
 
@@ -189,6 +191,7 @@ func (s *Store) Under(l algorithms.Limiter) (store.Store, error) {
 		return nil, err
 	}
 	u.static[0] = s.static[0] // the TTL margin
+	u.encode()
 	return u, nil
 }
 
@@ -214,6 +217,7 @@ func configDigest(kind string) string {
 // keeps real time from expiring the keys of a replayed timeline).
 func (s *Store) setMargin(d time.Duration) {
 	s.static[0] = strconv.FormatInt(d.Milliseconds(), 10)
+	s.encode()
 }
 
 // Keys returns the Redis keys of key's state, in the order the script
@@ -271,12 +275,11 @@ func (s *Store) args(mode any, now time.Time, cost int64, extra string) []any {
 // Take decides whether key may consume cost units at now (Redis TIME when
 // now is zero) with one EVALSHA.
 func (s *Store) Take(ctx context.Context, key string, now time.Time, cost int64) (algorithms.Decision, error) {
-	cost = min(cost, s.maxCost)
-	extra := ""
+	c := storeCall{s: s, key: key, now: now, cost: min(cost, s.maxCost)}
 	if s.script.member {
-		extra = s.idHead + strconv.FormatUint(s.counter.Add(1), 36)
+		c.n = s.counter.Add(1)
 	}
-	r := s.call(ctx, s.scriptKeys(key), s.args(modeTake, now, cost, extra))
+	r := s.call(ctx, &c)
 	if r.err != nil {
 		return algorithms.Decision{}, fmt.Errorf("redis store: %s: %w", s.l.Name(), r.err)
 	}
@@ -307,22 +310,23 @@ func (s *Store) Undo(ctx context.Context, key string, now time.Time, cost int64,
 	} else if cost <= 0 {
 		return nil
 	}
-	cost = min(cost, s.maxCost)
-	extra := strconv.FormatUint(d.Token, 10)
-	err := s.call(ctx, s.scriptKeys(key), s.args(modeUndo, now, cost, extra)).err
+	c := storeCall{s: s, key: key, undo: true, now: now, cost: min(cost, s.maxCost), n: d.Token}
+	err := s.call(ctx, &c).err
 	if err != nil && !errors.Is(err, redis.Nil) {
 		return fmt.Errorf("redis store: %s undo: %w", s.l.Name(), err)
 	}
 	return nil
 }
 
-// call runs the script once: in the Pipeliner's next pipeline, or on its
-// own.
-func (s *Store) call(ctx context.Context, keys []string, args []any) reply {
+// call runs the script once for c: in the Pipeliner's next pipeline, or
+// on its own.
+func (s *Store) call(ctx context.Context, c *storeCall) reply {
+	e := evalCall{script: s.script.run, take: *c}
 	if s.pipe == nil {
-		return replyOf(evalOne(ctx, s.c, s.script.run, keys, args))
+		keys, args := e.keysArgs()
+		return replyOf(evalOne(ctx, s.c, e.script, keys, args))
 	}
-	return s.pipe.run(ctx, s.script.run, keys, args)
+	return s.pipe.runCall(ctx, e)
 }
 
 // decisionOf reads the first nine values a script answers (see lib.lua):

@@ -1,0 +1,158 @@
+package redisstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/zonelimit/caddy-ratelimit/algorithms"
+	"github.com/zonelimit/caddy-ratelimit/internal/redistest"
+	"github.com/zonelimit/caddy-ratelimit/internal/storetest"
+)
+
+// Concurrent callers with and without a deadline (those never read a
+// batch's replies, see runDirect) share the direct connection: every call
+// is answered with its own decision, exactly (the limit admits 100 of
+// 320), one EVALSHA each.
+func TestDirectPipelinerCallersLead(t *testing.T) {
+	srv := redistest.Start(t)
+	c, p := directPipeliner(t, &redis.Options{Addr: srv.Addr}, 0)
+	s := pipelinedStore(t, c, p, algorithms.GCRA, oneTier(100, time.Hour), "lead")
+	if _, err := s.Take(context.Background(), "warm", time.Time{}, 1); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := redistest.Do(srv.Addr, "CONFIG", "RESETSTAT"); err != nil {
+		t.Fatal(err)
+	}
+	admitted := takeConcurrently(t, 64, 5, func(g, _ int) (algorithms.Decision, error) {
+		if g%2 == 0 {
+			return s.Take(context.Background(), "k", time.Time{}, 1)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), time.Hour)
+		defer cancel()
+		return s.Take(ctx, "k", time.Time{}, 1)
+	})
+	if admitted != 100 {
+		t.Errorf("admitted %d of 320, want 100", admitted)
+	}
+	if n := commandStats(t, c)["evalsha"]; n != 320 {
+		t.Errorf("%d EVALSHA for 320 Takes", n)
+	}
+}
+
+// Callers whose deadline passes while their calls queue behind a batch
+// that Redis holds (a stopped redis-server) stop waiting; their calls
+// still go out, as the next batch, once the batch ahead is answered, and
+// the calls after them are answered as usual.
+func TestDirectPipelinerCallersLeave(t *testing.T) {
+	srv := redistest.Start(t)
+	c, p := directPipeliner(t, &redis.Options{Addr: srv.Addr, ReadTimeout: time.Minute}, 0)
+	s := pipelinedStore(t, c, p, algorithms.GCRA, oneTier(100, time.Hour), "leave")
+	ctx := context.Background()
+	if _, err := s.Take(ctx, "warm", time.Time{}, 1); err != nil {
+		t.Fatal(err)
+	}
+	srv.Pause()
+	resumed := false
+	defer func() {
+		if !resumed {
+			srv.Resume()
+		}
+	}()
+	first := make(chan error, 1)
+	go func() {
+		_, err := s.Take(ctx, "k", time.Time{}, 1)
+		first <- err
+	}()
+	storetest.WaitFor(t, "the first call in flight", func() bool {
+		x := p.direct
+		x.mu.Lock()
+		defer x.mu.Unlock()
+		return x.busy
+	})
+	const leaving = 10
+	errs := make(chan error, leaving)
+	for range leaving {
+		go func() {
+			ctx, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
+			defer cancel()
+			_, err := s.Take(ctx, "k", time.Time{}, 1)
+			errs <- err
+		}()
+	}
+	for range leaving {
+		if err := <-errs; !errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("a call queued behind the stopped batch: %v, want its deadline", err)
+		}
+	}
+	if n := p.queued(); n != leaving {
+		t.Fatalf("%d calls queued, want %d", n, leaving)
+	}
+	srv.Resume()
+	resumed = true
+	if err := <-first; err != nil {
+		t.Fatalf("the call Redis held: %v", err)
+	}
+	// The first call, the ten left behind, then this one.
+	if d, err := s.Take(ctx, "k", time.Time{}, 1); err != nil || d.Remaining != 100-12 {
+		t.Fatalf("after the stop: %+v, %v; want %d remaining", d, err, 100-12)
+	}
+}
+
+// panicHook panics in the first pipeline it sees.
+type panicHook struct{ done atomic.Bool }
+
+func (h *panicHook) DialHook(next redis.DialHook) redis.DialHook          { return next }
+func (h *panicHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook { return next }
+func (h *panicHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		if h.done.CompareAndSwap(false, true) {
+			panic("hook")
+		}
+		return next(ctx, cmds)
+	}
+}
+
+// A caller that panics while it sends a batch (a go-redis hook, here)
+// gives the lead up: the panic reaches it, and the calls after it are
+// sent and answered.
+func TestDirectPipelinerLeaderPanics(t *testing.T) {
+	srv := redistest.Start(t)
+	c := NewClient(&redis.UniversalOptions{Addrs: []string{srv.Addr}}, ClientOptions{})
+	defer c.Destruct()
+	s := pipelinedStore(t, c, c.Pipeliner(), algorithms.GCRA, oneTier(10, time.Minute), "panic")
+	ctx := context.Background()
+	if _, err := s.Take(ctx, "k", time.Time{}, 1); err != nil {
+		t.Fatal(err)
+	}
+	c.AddHook(&panicHook{})
+	func() {
+		defer func() {
+			if v := recover(); v != "hook" {
+				t.Fatalf("recovered %v, want the hook's panic", v)
+			}
+		}()
+		s.Take(ctx, "k", time.Time{}, 1)
+	}()
+	done := make(chan error, 1)
+	go func() {
+		d, err := s.Take(ctx, "k", time.Time{}, 1)
+		if err == nil && d.Remaining != 8 {
+			err = fmt.Errorf("%+v, want 8 remaining", d)
+		}
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("after the panic: %v", err)
+		}
+	case <-time.After(time.Minute):
+		t.Fatal("a call still waits a minute after the leader panicked")
+	}
+}

@@ -1,0 +1,117 @@
+package redisstore
+
+import (
+	"strconv"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// storeCall is a Store's Take or Undo as the Pipeliner carries it: what
+// varies from call to call, without its KEYS and ARGV. directConn appends
+// its EVALSHA from the Store's encoded constants (appendCall), with no key
+// slice, argument slice or member string per call; go-redis gets the
+// slices built only when it sends the call (a Cluster, a hook, the EVAL
+// after NOSCRIPT).
+type storeCall struct {
+	s    *Store // nil: not a Store's call
+	key  string
+	undo bool
+	now  time.Time // zero: Redis TIME
+	cost int64
+	// n is the Take's sorted-set member number (when the script takes a
+	// member) or the Undo's token.
+	n uint64
+}
+
+// extra returns ARGV[5] of c (see Store.args): the Take's sorted-set
+// member, or the Undo's token.
+func (c *storeCall) extra() string {
+	switch {
+	case c.undo:
+		return strconv.FormatUint(c.n, 10)
+	case c.s.script.member:
+		return c.s.idHead + strconv.FormatUint(c.n, 36)
+	}
+	return ""
+}
+
+// keysArgs returns e's KEYS and ARGV, built for a Store's call.
+func (e *evalCall) keysArgs() ([]string, []any) {
+	c := &e.take
+	if c.s == nil {
+		return e.keys, e.args
+	}
+	mode := modeTake
+	if c.undo {
+		mode = modeUndo
+	}
+	return c.s.scriptKeys(c.key), c.s.args(mode, c.now, c.cost, c.extra())
+}
+
+// encoded holds the parts of a Store's EVALSHAs that are the same for
+// every call, in RESP, built with its limits (see Store.encode).
+type encoded struct {
+	head    []byte // the array's length and "evalsha"; the script's SHA follows
+	numKeys []byte // the number of KEYS, as a bulk string
+	static  []byte // the ARGV after the common arguments (Store.static)
+}
+
+// encode builds s.enc from s's key tails and constant arguments: what
+// appendCall writes as is.
+func (s *Store) encode() {
+	e := &s.enc
+	e.head = appendArray(e.head[:0], 3+len(s.tails)+5+len(s.static))
+	e.head = appendBulk(e.head, "evalsha")
+	e.numKeys = appendBulk(e.numKeys[:0], strconv.Itoa(len(s.tails)))
+	e.static = e.static[:0]
+	for _, a := range s.static {
+		e.static = appendArg(e.static, a)
+	}
+}
+
+// appendCall appends c, a call of s running script, to b as an EVALSHA:
+// the same command as go-redis writes for c's keysArgs, encoded in place.
+func (s *Store) appendCall(b []byte, script *redis.Script, c *storeCall) []byte {
+	b = append(b, s.enc.head...)
+	b = appendBulk(b, script.Hash())
+	b = append(b, s.enc.numKeys...)
+	esc := EscapeKey(c.key)
+	for _, t := range s.tails {
+		b = append(b, '$')
+		b = appendLen(b, len(s.head)+len(esc)+len(t))
+		b = append(b, '\r', '\n')
+		b = append(b, s.head...)
+		b = append(b, esc...)
+		b = append(b, t...)
+		b = append(b, '\r', '\n')
+	}
+	var n [24]byte
+	mode := modeTake
+	if c.undo {
+		mode = modeUndo
+	}
+	b = appendArg(b, mode)
+	if c.now.IsZero() {
+		b = appendBulk(b, "")
+	} else {
+		b = appendBulkBytes(b, strconv.AppendInt(n[:0], c.now.UnixMicro(), 10))
+	}
+	b = appendBulkBytes(b, strconv.AppendInt(n[:0], c.cost, 10))
+	b = appendArg(b, s.cr)
+	switch {
+	case c.undo:
+		b = appendBulkBytes(b, strconv.AppendUint(n[:0], c.n, 10))
+	case s.script.member:
+		num := strconv.AppendUint(n[:0], c.n, 36)
+		b = append(b, '$')
+		b = appendLen(b, len(s.idHead)+len(num))
+		b = append(b, '\r', '\n')
+		b = append(b, s.idHead...)
+		b = append(b, num...)
+		b = append(b, '\r', '\n')
+	default:
+		b = appendBulk(b, "")
+	}
+	return append(b, s.enc.static...)
+}
