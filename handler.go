@@ -118,7 +118,7 @@ func (h *Handler) admit(w http.ResponseWriter, r *http.Request) (held []taken, d
 		if !rep.d.Allowed {
 			retry = max(ceilSeconds(rep.d.RetryAfter), 1)
 		}
-		vals := setPlaceholders(r, rep.z, rep.key, &rep.d, retry, false)
+		vals := h.setPlaceholders(r, rep.z, rep.key, &rep.d, retry, false)
 		h.setHeaders(w.Header(), rep.z, &rep.d, h.policy(applied), 0, vals)
 	}
 
@@ -148,7 +148,7 @@ func (h *Handler) admit(w http.ResponseWriter, r *http.Request) (held []taken, d
 func (h *Handler) reject(w http.ResponseWriter, r *http.Request, z *zone, key string, d *algorithms.Decision, policy []string) error {
 	rt := &h.rt
 	retry := retryAfterSeconds(d.RetryAfter, rt.jitter)
-	vals := setPlaceholders(r, z, key, d, retry, true)
+	vals := h.setPlaceholders(r, z, key, d, retry, true)
 	h.setHeaders(w.Header(), z, d, policy, retry, vals)
 	z.m.denied.Inc()
 	h.logDenial(r, z, key, d, false)

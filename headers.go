@@ -6,10 +6,10 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/caddyserver/caddy/v2"
-	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
 
 	"github.com/zonelimit/caddy-ratelimit/algorithms"
 )
@@ -261,9 +261,10 @@ func (z *zone) tierMatches(d *algorithms.Decision) bool {
 // one request. They are published lazily: the request's replacer gets a
 // provider that formats a value only when a placeholder is used (an access
 // log, an error page), because setting five static values costs more than
-// the rest of a decision. The request's vars hold the one placeholders of
-// the request, so that a later rate_limit handler (an inner route's) updates
-// it and the placeholders describe the latest decision, as Set would.
+// the rest of a decision. The provider also answers phState with the
+// placeholders themselves, so that a later rate_limit handler (an inner
+// route's) finds and updates them, and the placeholders describe the
+// latest decision, as Set would.
 type placeholders struct {
 	zone      string
 	key       string
@@ -277,8 +278,12 @@ type placeholders struct {
 	hdrVals [4]string
 }
 
-// varPlaceholders is the request vars key of a request's *placeholders.
-const varPlaceholders = "\x00rate_limit.placeholders"
+// phState is the replacer key of a request's *placeholders. One byte: no
+// placeholder is that short, so that the replacer's other providers
+// (Caddy's HTTP ones first) dismiss it on its length, which is cheaper
+// than finding the placeholders in the request's vars (another walk up
+// Caddy's request context, and a map insertion on every request).
+const phState = "\x00"
 
 // lookup is the provider the replacer calls for an unknown placeholder.
 func (p *placeholders) lookup(key string) (any, bool) {
@@ -297,27 +302,59 @@ func (p *placeholders) lookup(key string) (any, bool) {
 		if p.exceeded {
 			return p.zone, true
 		}
+	case phState:
+		return p, true
 	}
 	return nil, false
+}
+
+// placeholderBatch is how many requests' placeholders are allocated at
+// once (see newPlaceholders).
+const placeholderBatch = 16
+
+// placeholderBatches hands out the placeholders of requests from arrays of
+// placeholderBatch: one allocation for that many requests rather than one
+// each. Nothing is reused: a request's placeholders live as long as its
+// replacer (an access log reads them after the handler returns), and an
+// array as long as any of its requests, which costs a long-lived request
+// (a WebSocket) the array's 2 kB rather than its own 128 bytes. A pool,
+// so that each processor takes from an array of its own.
+type placeholderBatches struct{ pool sync.Pool }
+
+// batch is the rest of one array.
+type batch struct{ free []placeholders }
+
+// newPlaceholders returns new placeholders for a request.
+func (pb *placeholderBatches) newPlaceholders() *placeholders {
+	if pb == nil {
+		return new(placeholders) // an unprovisioned handler
+	}
+	b, _ := pb.pool.Get().(*batch)
+	if b == nil {
+		b = new(batch)
+	}
+	if len(b.free) == 0 {
+		b.free = make([]placeholders, placeholderBatch)
+	}
+	p := &b.free[0]
+	b.free = b.free[1:]
+	pb.pool.Put(b)
+	return p
 }
 
 // setPlaceholders publishes decision d of zone z for key on the request's
 // replacer (see placeholders); retryAfter > 0 marks a rejection. It
 // returns the array for the request's header values, the placeholders'
 // (nil without a replacer).
-func setPlaceholders(r *http.Request, z *zone, key string, d *algorithms.Decision, retryAfter int64, rejected bool) *[4]string {
-	ctx := r.Context()
-	repl, _ := ctx.Value(caddy.ReplacerCtxKey).(*caddy.Replacer)
+func (h *Handler) setPlaceholders(r *http.Request, z *zone, key string, d *algorithms.Decision, retryAfter int64, rejected bool) *[4]string {
+	repl, _ := r.Context().Value(caddy.ReplacerCtxKey).(*caddy.Replacer)
 	if repl == nil {
 		return nil
 	}
-	vars, _ := ctx.Value(caddyhttp.VarsCtxKey).(map[string]any)
-	p, _ := vars[varPlaceholders].(*placeholders)
+	v, _ := repl.Get(phState)
+	p, _ := v.(*placeholders)
 	if p == nil {
-		p = new(placeholders)
-		if vars != nil {
-			vars[varPlaceholders] = p
-		}
+		p = h.rt.placeholders.newPlaceholders()
 		repl.Map(p.lookup)
 	}
 	limit := d.Limit

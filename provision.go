@@ -81,6 +81,10 @@ type handlerRuntime struct {
 	// value (CaddyModule).
 	inflight *atomic.Int64
 
+	// placeholders allocates the requests' placeholders (headers.go). A
+	// pointer, as inflight.
+	placeholders *placeholderBatches
+
 	// opts are the handler's clock and pool scope (see provisionOptions).
 	opts provisionOptions
 }
@@ -211,6 +215,7 @@ func (h *Handler) provision(ctx caddy.Context, opts provisionOptions) error {
 	h.rt.jitter = h.Jitter
 	h.rt.problemDetails = h.ProblemDetails
 	h.rt.errorRoutes = errorRoutesFor(ctx)
+	h.rt.placeholders = new(placeholderBatches)
 	var err error
 	if h.rt.metrics, err = h.provisionMetrics(ctx); err != nil {
 		return err
