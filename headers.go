@@ -7,9 +7,11 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/caddyserver/caddy/v2"
+	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
 
 	"github.com/zonelimit/caddy-ratelimit/algorithms"
 )
@@ -317,29 +319,60 @@ const placeholderBatch = 16
 // each. Nothing is reused: a request's placeholders live as long as its
 // replacer (an access log reads them after the handler returns), and an
 // array as long as any of its requests, which costs a long-lived request
-// (a WebSocket) the array's 2 kB rather than its own 128 bytes. A pool,
-// so that each processor takes from an array of its own.
-type placeholderBatches struct{ pool sync.Pool }
-
-// batch is the rest of one array.
-type batch struct{ free []placeholders }
+// (a WebSocket) the array's 2 kB rather than its own 128 bytes.
+type placeholderBatches struct {
+	mu   sync.Mutex
+	free []placeholders // the rest of the current array
+}
 
 // newPlaceholders returns new placeholders for a request.
 func (pb *placeholderBatches) newPlaceholders() *placeholders {
 	if pb == nil {
 		return new(placeholders) // an unprovisioned handler
 	}
-	b, _ := pb.pool.Get().(*batch)
-	if b == nil {
-		b = new(batch)
+	pb.mu.Lock()
+	if len(pb.free) == 0 {
+		pb.free = make([]placeholders, placeholderBatch)
 	}
-	if len(b.free) == 0 {
-		b.free = make([]placeholders, placeholderBatch)
-	}
-	p := &b.free[0]
-	b.free = b.free[1:]
-	pb.pool.Put(b)
+	p := &pb.free[0]
+	pb.free = pb.free[1:]
+	pb.mu.Unlock()
 	return p
+}
+
+// serverHandlers counts the rate_limit handlers provisioned in one HTTP
+// server's routes (its error and named routes too): a request passes
+// through no others, so with one there is no earlier handler whose
+// placeholders to look for.
+type serverHandlers struct{ n atomic.Int32 }
+
+// serverHandlersKey is the pool key of a server's serverHandlers.
+type serverHandlersKey struct{ srv *caddyhttp.Server }
+
+func (*serverHandlers) Destruct() error { return nil }
+
+// provisionPlaceholders prepares the allocation of the requests'
+// placeholders, and counts the handler among its server's (see
+// serverHandlers); outside a server (nil handlers), every request looks
+// for earlier placeholders. The count only grows: a handler cleaned up
+// while its requests run still counts for them.
+func (h *Handler) provisionPlaceholders(ctx caddy.Context) error {
+	h.rt.placeholders = new(placeholderBatches)
+	srv, _ := ctx.Context.Value(caddyhttp.ServerCtxKey).(*caddyhttp.Server)
+	if srv == nil {
+		return nil
+	}
+	key := serverHandlersKey{srv}
+	v, _, err := pool.LoadOrNew(key, func() (caddy.Destructor, error) {
+		return new(serverHandlers), nil
+	})
+	if err != nil {
+		return err
+	}
+	h.rt.poolKeys = append(h.rt.poolKeys, key)
+	h.rt.siblings = v.(*serverHandlers)
+	h.rt.siblings.n.Add(1)
+	return nil
 }
 
 // setPlaceholders publishes decision d of zone z for key on the request's
@@ -351,8 +384,12 @@ func (h *Handler) setPlaceholders(r *http.Request, z *zone, key string, d *algor
 	if repl == nil {
 		return nil
 	}
-	v, _ := repl.Get(phState)
-	p, _ := v.(*placeholders)
+	var p *placeholders
+	if s := h.rt.siblings; s == nil || s.n.Load() > 1 {
+		// Another rate_limit handler may have decided the request.
+		v, _ := repl.Get(phState)
+		p, _ = v.(*placeholders)
+	}
 	if p == nil {
 		p = h.rt.placeholders.newPlaceholders()
 		repl.Map(p.lookup)

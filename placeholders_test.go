@@ -1,12 +1,16 @@
 package ratelimit
 
 import (
+	"context"
+	"encoding/json"
 	"fmt"
 	"net/http"
 	"sync"
 	"testing"
 
+	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
+	"go.uber.org/zap"
 )
 
 // Every request has placeholders of its own, which stay its own after
@@ -62,4 +66,52 @@ func TestPlaceholdersNestedWithoutVars(t *testing.T) {
 	})
 	// The outer handler's headers are its own decision's.
 	expectHeaders(t, res, map[string]string{"RateLimit": `"outer";r=9;t=60`})
+}
+
+// Handlers are counted per server: two handlers of one server look for
+// each other's placeholders, and a nested one updates them; a handler
+// alone in its server (another config's server, say) does not need to.
+func TestPlaceholdersHandlersOfAServer(t *testing.T) {
+	srv, other := new(caddyhttp.Server), new(caddyhttp.Server)
+	outer := provisionIn(t, `{"zones":[{"name":"outer","key":"k","limits":[{"events":10,"window":"1m"}]}]}`, srv)
+	t.Cleanup(func() { _ = outer.Cleanup() })
+	inner := provisionIn(t, `{"zones":[{"name":"inner","key":"k","limits":[{"events":1,"window":"1m"}]}]}`, srv)
+	t.Cleanup(func() { _ = inner.Cleanup() })
+	alone := provisionIn(t, `{"zones":[{"name":"alone","key":"k","limits":[{"events":5,"window":"1m"}]}]}`, other)
+	t.Cleanup(func() { _ = alone.Cleanup() })
+	if outer.rt.siblings != inner.rt.siblings || outer.rt.siblings.n.Load() != 2 || alone.rt.siblings.n.Load() != 1 {
+		t.Fatalf("handlers counted %d and %d", outer.rt.siblings.n.Load(), alone.rt.siblings.n.Load())
+	}
+
+	res := serveNested(outer, inner)
+	if res.code != http.StatusOK {
+		t.Fatalf("code %d", res.code)
+	}
+	expectPlaceholders(t, res, map[string]string{"{http.rate_limit.zone}": "inner", "{http.rate_limit.remaining}": "0"})
+
+	res = serve(alone, newReq("192.0.2.1:1"))
+	expectPlaceholders(t, res, map[string]string{
+		"{http.rate_limit.zone}": "alone", "{http.rate_limit.remaining}": "4", "{http.rate_limit.limit}": "5",
+	})
+}
+
+// BenchmarkServeHTTPAllowedHeadersOffInServer is
+// BenchmarkServeHTTPAllowedHeadersOff with the handler provisioned in a
+// server, as Caddy does, and alone there (a site with one rate_limit).
+func BenchmarkServeHTTPAllowedHeadersOffInServer(b *testing.B) {
+	h := new(Handler)
+	if err := json.Unmarshal([]byte(`{"headers":"off","zones":[{"name":"bench","key":"{http.request.remote.host}","algorithm":"gcra",
+		"limits":[{"events":1000000000,"window":"1s"}]}]}`), h); err != nil {
+		b.Fatal(err)
+	}
+	ctx, cancel := caddy.NewContext(caddy.Context{Context: context.WithValue(context.Background(), caddyhttp.ServerCtxKey, new(caddyhttp.Server))})
+	defer cancel()
+	if err := h.Provision(ctx); err != nil {
+		b.Fatal(err)
+	}
+	defer h.Cleanup()
+	h.rt.logger = zap.NewNop()
+	benchRequests(b, func(w http.ResponseWriter, r *http.Request) error {
+		return h.ServeHTTP(w, r, nopHandler{})
+	})
 }
