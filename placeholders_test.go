@@ -2,15 +2,12 @@ package ratelimit
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"net/http"
 	"sync"
 	"testing"
 
-	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
-	"go.uber.org/zap"
 )
 
 // Every request has placeholders of its own, which stay its own after
@@ -99,19 +96,6 @@ func TestPlaceholdersHandlersOfAServer(t *testing.T) {
 // BenchmarkServeHTTPAllowedHeadersOff with the handler provisioned in a
 // server, as Caddy does, and alone there (a site with one rate_limit).
 func BenchmarkServeHTTPAllowedHeadersOffInServer(b *testing.B) {
-	h := new(Handler)
-	if err := json.Unmarshal([]byte(`{"headers":"off","zones":[{"name":"bench","key":"{http.request.remote.host}","algorithm":"gcra",
-		"limits":[{"events":1000000000,"window":"1s"}]}]}`), h); err != nil {
-		b.Fatal(err)
-	}
-	ctx, cancel := caddy.NewContext(caddy.Context{Context: context.WithValue(context.Background(), caddyhttp.ServerCtxKey, new(caddyhttp.Server))})
-	defer cancel()
-	if err := h.Provision(ctx); err != nil {
-		b.Fatal(err)
-	}
-	defer h.Cleanup()
-	h.rt.logger = zap.NewNop()
-	benchRequests(b, func(w http.ResponseWriter, r *http.Request) error {
-		return h.ServeHTTP(w, r, nopHandler{})
-	})
+	benchServeIn(b, `{"headers":"off","zones":[{"name":"bench","key":"{http.request.remote.host}","algorithm":"gcra",
+		"limits":[{"events":1000000000,"window":"1s"}]}]}`, context.WithValue(context.Background(), caddyhttp.ServerCtxKey, new(caddyhttp.Server)))
 }
