@@ -281,10 +281,10 @@ type placeholders struct {
 }
 
 // phState is the replacer key of a request's *placeholders. One byte: no
-// placeholder is that short, so that the replacer's other providers
-// (Caddy's HTTP ones first) dismiss it on its length, which is cheaper
-// than finding the placeholders in the request's vars (another walk up
-// Caddy's request context, and a map insertion on every request).
+// placeholder is that short, and the providers the replacer asks before
+// ours (Caddy's) dismiss it on its length. Cheaper than keeping the
+// placeholders in the request's vars: another walk up Caddy's request
+// context, and a map insertion on every request.
 const phState = "\x00"
 
 // lookup is the provider the replacer calls for an unknown placeholder.
