@@ -268,16 +268,17 @@ func (z *zone) tierMatches(d *algorithms.Decision) bool {
 // route's) finds and updates them, and the placeholders describe the
 // latest decision, as Set would.
 type placeholders struct {
-	zone      string
+	z         *zone // the zone that decided
 	key       string
 	remaining int64
 	limit     int64
 	retry     int64
 	exceeded  bool // a rejection: {http.rate_limit.exceeded.name} is set
 
-	// hdrVals are the request's rate-limit header values (see setHeaders),
-	// here to share the placeholders' allocation.
-	hdrVals [4]string
+	// hdrVals are the request's rate-limit header values (see
+	// setHeaders), from the same arrays as the placeholders; nil until a
+	// handler writes headers.
+	hdrVals *[4]string
 }
 
 // phState is the replacer key of a request's *placeholders. One byte: no
@@ -291,7 +292,7 @@ const phState = "\x00"
 func (p *placeholders) lookup(key string) (any, bool) {
 	switch key {
 	case phZone:
-		return p.zone, true
+		return p.z.name, true
 	case phKey:
 		return p.key, true
 	case phRemaining:
@@ -302,7 +303,7 @@ func (p *placeholders) lookup(key string) (any, bool) {
 		return p.retry, true
 	case phExceeded:
 		if p.exceeded {
-			return p.zone, true
+			return p.z.name, true
 		}
 	case phState:
 		return p, true
@@ -310,26 +311,29 @@ func (p *placeholders) lookup(key string) (any, bool) {
 	return nil, false
 }
 
-// placeholderBatch is how many requests' placeholders are allocated at
-// once (see newPlaceholders): 15 of 128 bytes and the 8-byte header of an
-// object with pointers fill a 2 kB size class (16 would take 2.3 kB).
-const placeholderBatch = 15
+// placeholderBatch is how many requests' placeholders (and header values)
+// are allocated at once (see newPlaceholders): 31 of 64 bytes and the
+// 8-byte header of an object with pointers fill a 2 kB size class.
+const placeholderBatch = 31
 
-// placeholderBatches hands out the placeholders of requests from arrays of
-// placeholderBatch: one allocation for that many requests rather than one
-// each. Nothing is reused: a request's placeholders live as long as its
-// replacer (an access log reads them after the handler returns), and an
-// array as long as any of its requests, which costs a long-lived request
-// (a WebSocket) the array's 2 kB rather than its own 128 bytes.
+// placeholderBatches hands out the placeholders and header values of
+// requests from arrays of placeholderBatch: one allocation for that many
+// requests rather than one each. Nothing is reused: a request's
+// placeholders live as long as its replacer (an access log reads them
+// after the handler returns), and an array as long as any of its requests,
+// which costs a long-lived request (a WebSocket) the arrays' 2 kB rather
+// than its own 64 bytes.
 type placeholderBatches struct {
 	mu   sync.Mutex
-	free []placeholders // the rest of the current array
+	free []placeholders // the rest of the current arrays
+	vals [][4]string
 }
 
-// newPlaceholders returns new placeholders for a request.
-func (pb *placeholderBatches) newPlaceholders() *placeholders {
-	if pb == nil {
-		return new(placeholders) // an unprovisioned handler
+// newPlaceholders returns new placeholders for a request, with header
+// values if withVals.
+func (pb *placeholderBatches) newPlaceholders(withVals bool) *placeholders {
+	if pb == nil { // an unprovisioned handler
+		return &placeholders{hdrVals: new([4]string)}
 	}
 	pb.mu.Lock()
 	if len(pb.free) == 0 {
@@ -337,8 +341,32 @@ func (pb *placeholderBatches) newPlaceholders() *placeholders {
 	}
 	p := &pb.free[0]
 	pb.free = pb.free[1:]
+	if withVals {
+		p.hdrVals = pb.newValsLocked()
+	}
 	pb.mu.Unlock()
 	return p
+}
+
+// newVals returns new header values for placeholders without (a handler
+// with headers off decided the request first).
+func (pb *placeholderBatches) newVals() *[4]string {
+	if pb == nil {
+		return new([4]string)
+	}
+	pb.mu.Lock()
+	defer pb.mu.Unlock()
+	return pb.newValsLocked()
+}
+
+// newValsLocked is newVals with pb.mu held.
+func (pb *placeholderBatches) newValsLocked() *[4]string {
+	if len(pb.vals) == 0 {
+		pb.vals = make([][4]string, placeholderBatch)
+	}
+	v := &pb.vals[0]
+	pb.vals = pb.vals[1:]
+	return v
 }
 
 // serverHandlers counts the rate_limit handlers provisioned in one HTTP
@@ -391,19 +419,23 @@ func (h *Handler) setPlaceholders(r *http.Request, z *zone, key string, d *algor
 		v, _ := repl.Get(phState)
 		p, _ = v.(*placeholders)
 	}
+	// The header values are needed unless setHeaders writes nothing.
+	withVals := h.rt.headers != headersOff || retryAfter > 0
 	if p == nil {
-		p = h.rt.placeholders.newPlaceholders()
+		p = h.rt.placeholders.newPlaceholders(withVals)
 		repl.Map(p.lookup)
+	} else if withVals && p.hdrVals == nil {
+		p.hdrVals = h.rt.placeholders.newVals()
 	}
 	limit := d.Limit
 	if z.tierMatches(d) {
 		limit = z.tiers[d.Tier].Events
 	}
-	p.zone = z.name
+	p.z = z
 	p.key = key
 	p.remaining = max(d.Remaining, 0)
 	p.limit = limit
 	p.retry = retryAfter
 	p.exceeded = rejected
-	return &p.hdrVals
+	return p.hdrVals
 }

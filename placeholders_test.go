@@ -99,3 +99,19 @@ func BenchmarkServeHTTPAllowedHeadersOffInServer(b *testing.B) {
 	benchServeIn(b, `{"headers":"off","zones":[{"name":"bench","key":"{http.request.remote.host}","algorithm":"gcra",
 		"limits":[{"events":1000000000,"window":"1s"}]}]}`, context.WithValue(context.Background(), caddyhttp.ServerCtxKey, new(caddyhttp.Server)))
 }
+
+// An outer handler with headers off leaves the request's placeholders
+// without header values; the inner handler's headers still get theirs,
+// its Retry-After too.
+func TestHeadersAfterAHandlerWithHeadersOff(t *testing.T) {
+	outer := provision(t, `{"headers":"off","zones":[{"name":"outer","key":"k","limits":[{"events":10,"window":"1m"}]}]}`, newClock())
+	inner := provision(t, `{"zones":[{"name":"inner","key":"k","limits":[{"events":1,"window":"1m"}]}]}`, newClock())
+	res := serveNested(outer, inner)
+	expectHeaders(t, res, map[string]string{"RateLimit": `"inner";r=0;t=60`, "X-RateLimit-Remaining": "0", "Retry-After": ""})
+	res = serveNested(outer, inner)
+	if res.code != http.StatusTooManyRequests {
+		t.Fatalf("code %d", res.code)
+	}
+	expectHeaders(t, res, map[string]string{"RateLimit": `"inner";r=0;t=60`, "Retry-After": "60"})
+	expectPlaceholders(t, res, map[string]string{"{http.rate_limit.exceeded.name}": "inner", "{http.rate_limit.retry_after}": "60"})
+}
