@@ -21,18 +21,11 @@ type outcome uint8
 
 const (
 	zoneSkipped     outcome = iota // the zone does not apply, or lets it through unasked (on_error open)
-	zoneAdmitted                   // admitted: taken is kept, to undo or release
+	zoneAdmitted                   // admitted: the taken is kept, to undo or release
 	zoneDenied                     // denied (by the store, empty_key deny, or a full wait line)
 	zoneUnavailable                // the store failed and on_error closed refuses: 503
 	zoneFailed                     // answered with err: a matcher failed, or the client went away
 )
-
-// zoneDecision is one zone's outcome for the request.
-type zoneDecision struct {
-	outcome outcome
-	taken   taken // with zoneAdmitted and zoneDenied
-	err     error // with zoneUnavailable and zoneFailed
-}
 
 // taken is one zone's admission of the request, kept to be undone.
 type taken struct {
@@ -49,18 +42,21 @@ const maxKeyLen = 256
 
 // decide decides the request in zone z: whether the zone applies (its
 // matchers, its key), then the store's decision for the key and the
-// request's cost (take, or takeOrWait with on_limit wait). down is take's:
-// set once a store call of the request failed.
-func (h *Handler) decide(r *http.Request, z *zone, down *bool) zoneDecision {
+// request's cost (take, or takeOrWait with on_limit wait). With
+// zoneAdmitted and zoneDenied, the decision is written to t (in place: a
+// taken is large, and most requests are decided in one zone); err comes
+// with zoneUnavailable and zoneFailed. down is take's: set once a store
+// call of the request failed.
+func (h *Handler) decide(r *http.Request, z *zone, down *bool, t *taken) (outcome, error) {
 	rt := &h.rt
 	ctx := r.Context()
 	if len(z.matchers) > 0 {
 		ok, err := z.matchers.AnyMatchWithError(r)
 		if err != nil {
-			return zoneDecision{outcome: zoneFailed, err: err}
+			return zoneFailed, err
 		}
 		if !ok {
-			return zoneDecision{outcome: zoneSkipped}
+			return zoneSkipped, nil
 		}
 	}
 
@@ -77,9 +73,10 @@ func (h *Handler) decide(r *http.Request, z *zone, down *bool) zoneDecision {
 	if key == "" {
 		switch z.emptyKey {
 		case emptyKeyAllow:
-			return zoneDecision{outcome: zoneSkipped}
+			return zoneSkipped, nil
 		case emptyKeyDeny:
-			return zoneDecision{outcome: zoneDenied, taken: taken{z: z, key: key, d: z.emptyKeyDenial()}}
+			*t = taken{z: z, key: key, d: z.emptyKeyDenial()}
+			return zoneDenied, nil
 		}
 	}
 
@@ -91,18 +88,18 @@ func (h *Handler) decide(r *http.Request, z *zone, down *bool) zoneDecision {
 		case ctx.Err() != nil:
 			// The client went away (while waiting, or while the store
 			// answered): nobody reads a response.
-			return zoneDecision{outcome: zoneFailed, err: caddyhttp.Error(statusClientClosed, err)}
+			return zoneFailed, caddyhttp.Error(statusClientClosed, err)
 		case rt.onError == onErrorClosed && !rt.dryRun:
-			return zoneDecision{outcome: zoneUnavailable, err: err}
+			return zoneUnavailable, err
 		}
 		// on_error open: this zone lets the request through.
-		return zoneDecision{outcome: zoneSkipped}
+		return zoneSkipped, nil
 	}
-	zd := zoneDecision{outcome: zoneAdmitted, taken: taken{z: z, st: st, key: key, cost: cost, d: d}}
+	*t = taken{z: z, st: st, key: key, cost: cost, d: d}
 	if !d.Allowed {
-		zd.outcome = zoneDenied
+		return zoneDenied, nil
 	}
-	return zd
+	return zoneAdmitted, nil
 }
 
 // take decides zone z for key: one call to the zone's store. When the store
@@ -125,21 +122,23 @@ func (h *Handler) take(ctx context.Context, z *zone, key string, cost int64, dow
 		err = errStoreDown
 	} else if z.breaker.Allow() {
 		start := time.Now()
-		if d, ok := z.denies.Denied(key, start); ok {
-			return d, z.store, nil // still denied: no need to ask Redis
-		}
 		var at time.Time // zero: the store's clock (Redis TIME, a test's)
 		if z.sharesClock {
 			at = start // one clock reading for the memory store and the metric
 		}
 		if z.denies != nil {
+			if d, ok := z.denies.Denied(key, start); ok {
+				return d, z.store, nil // still denied: no need to ask Redis
+			}
 			d, err = z.denies.Ask(ctx, key, at, cost) // the cache was asked above
 		} else {
 			d, err = z.store.Take(ctx, key, at, cost)
 		}
 		z.m.observe(start)
 		if err == nil {
-			z.breaker.Record(nil)
+			if z.breaker != nil { // the memory store's is nil: no call
+				z.breaker.Record(nil)
+			}
 			return d, z.store, nil
 		}
 		if ctx.Err() != nil {

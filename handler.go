@@ -63,63 +63,75 @@ func (h *Handler) admit(w http.ResponseWriter, r *http.Request) (held []taken, d
 	applied := appliedBuf[:0] // zones that decided, for RateLimit-Policy
 
 	// The decision reported in the headers: the one with the fewest
-	// remaining, or the first (dry-run) denial.
-	var rep taken
-	reported, repDenied := false, false
+	// remaining (rep, an index in takes), or the first (dry-run) denial
+	// (dry, when dryDenied).
+	rep := -1
+	var dry taken
+	dryDenied := false
 
 	var delay time.Duration
 	hasHeld := false
 	down := false // Redis failed: the later zones do not call it (see take)
 
 	for _, z := range rt.zones {
-		zd := h.decide(r, z, &down)
-		switch zd.outcome {
+		// Decided in place, in the next slot of takes; dropped from it
+		// unless admitted.
+		takes = append(takes, taken{})
+		t := &takes[len(takes)-1]
+		oc, err := h.decide(r, z, &down, t)
+		if oc != zoneAdmitted {
+			takes = takes[:len(takes)-1]
+		}
+		switch oc {
 		case zoneSkipped:
 			continue
 		case zoneFailed:
 			h.undoAll(ctx, takes, down)
-			return nil, true, zd.err
+			return nil, true, err
 		case zoneUnavailable:
 			h.undoAll(ctx, takes, down)
-			return nil, true, h.unavailable(w, r, z, zd.err)
+			return nil, true, h.unavailable(w, r, z, err)
 		}
-		t := &zd.taken
 		z = t.z // under the request's own limits, if the zone takes them from it
 		applied = append(applied, z)
 
-		if zd.outcome == zoneDenied {
+		if oc == zoneDenied {
 			if !rt.dryRun {
 				h.undoAll(ctx, takes, down)
 				return nil, true, h.reject(w, r, z, t.key, &t.d, h.policy(applied))
 			}
 			z.m.dryRun.Inc()
 			h.logDenial(r, z, t.key, &t.d, true)
-			if !repDenied {
-				rep, reported, repDenied = *t, true, true
+			if !dryDenied {
+				// Off takes, whose slot the next zone decides in.
+				dry, dryDenied = *t, true
 			}
 			continue
 		}
 
 		z.m.allowed.Inc()
-		takes = append(takes, *t)
 		if z.lease || z.countStatus != nil {
 			hasHeld = true
 		}
 		if z.shape && t.d.Delay > delay && !rt.dryRun {
 			delay = t.d.Delay
 		}
-		if !repDenied && (!reported || t.d.Remaining < rep.d.Remaining) {
-			rep, reported = *t, true
+		if rep < 0 || t.d.Remaining < takes[rep].d.Remaining {
+			rep = len(takes) - 1
 		}
 	}
 
-	if reported {
-		var retry int64
-		if !rep.d.Allowed {
-			retry = max(ceilSeconds(rep.d.RetryAfter), 1)
+	if rep >= 0 || dryDenied {
+		t := &dry
+		if !dryDenied {
+			t = &takes[rep]
 		}
-		vals := setPlaceholders(r, rep.z, rep.key, &rep.d, retry, false)
-		h.setHeaders(w.Header(), rep.z, &rep.d, h.policy(applied), 0, vals)
+		var retry int64
+		if !t.d.Allowed {
+			retry = max(ceilSeconds(t.d.RetryAfter), 1)
+		}
+		vals := h.setPlaceholders(r, t.z, t.key, &t.d, retry, false)
+		h.setHeaders(w.Header(), t.z, &t.d, h.policy(applied), 0, vals)
 	}
 
 	if delay > 0 {
@@ -148,7 +160,7 @@ func (h *Handler) admit(w http.ResponseWriter, r *http.Request) (held []taken, d
 func (h *Handler) reject(w http.ResponseWriter, r *http.Request, z *zone, key string, d *algorithms.Decision, policy []string) error {
 	rt := &h.rt
 	retry := retryAfterSeconds(d.RetryAfter, rt.jitter)
-	vals := setPlaceholders(r, z, key, d, retry, true)
+	vals := h.setPlaceholders(r, z, key, d, retry, true)
 	h.setHeaders(w.Header(), z, d, policy, retry, vals)
 	z.m.denied.Inc()
 	h.logDenial(r, z, key, d, false)

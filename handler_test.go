@@ -785,12 +785,16 @@ func (w *discardWriter) Header() http.Header         { return w.h }
 func (w *discardWriter) Write(b []byte) (int, error) { return len(b), nil }
 func (w *discardWriter) WriteHeader(int)             {}
 
-func benchServe(b *testing.B, config string) {
+func benchServe(b *testing.B, config string) { benchServeIn(b, config, context.Background()) }
+
+// benchServeIn is benchServe with the handler provisioned in parent (a
+// server's context, say).
+func benchServeIn(b *testing.B, config string, parent context.Context) {
 	h := new(Handler)
 	if err := json.Unmarshal([]byte(config), h); err != nil {
 		b.Fatal(err)
 	}
-	ctx, cancel := caddy.NewContext(caddy.Context{Context: context.Background()})
+	ctx, cancel := caddy.NewContext(caddy.Context{Context: parent})
 	defer cancel()
 	if err := h.Provision(ctx); err != nil {
 		b.Fatal(err)

@@ -6,6 +6,8 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/caddyserver/caddy/v2"
@@ -261,30 +263,36 @@ func (z *zone) tierMatches(d *algorithms.Decision) bool {
 // one request. They are published lazily: the request's replacer gets a
 // provider that formats a value only when a placeholder is used (an access
 // log, an error page), because setting five static values costs more than
-// the rest of a decision. The request's vars hold the one placeholders of
-// the request, so that a later rate_limit handler (an inner route's) updates
-// it and the placeholders describe the latest decision, as Set would.
+// the rest of a decision. The provider also answers phState with the
+// placeholders themselves, so that a later rate_limit handler (an inner
+// route's) finds and updates them, and the placeholders describe the
+// latest decision, as Set would.
 type placeholders struct {
-	zone      string
+	z         *zone // the zone that decided
 	key       string
 	remaining int64
 	limit     int64
 	retry     int64
 	exceeded  bool // a rejection: {http.rate_limit.exceeded.name} is set
 
-	// hdrVals are the request's rate-limit header values (see setHeaders),
-	// here to share the placeholders' allocation.
-	hdrVals [4]string
+	// hdrVals are the request's rate-limit header values (see
+	// setHeaders), from the same arrays as the placeholders; nil until a
+	// handler writes headers.
+	hdrVals *[4]string
 }
 
-// varPlaceholders is the request vars key of a request's *placeholders.
-const varPlaceholders = "\x00rate_limit.placeholders"
+// phState is the replacer key of a request's *placeholders. One byte: no
+// placeholder is that short, and the providers the replacer asks before
+// ours (Caddy's) dismiss it on its length. Cheaper than keeping the
+// placeholders in the request's vars: another walk up Caddy's request
+// context, and a map insertion on every request.
+const phState = "\x00"
 
 // lookup is the provider the replacer calls for an unknown placeholder.
 func (p *placeholders) lookup(key string) (any, bool) {
 	switch key {
 	case phZone:
-		return p.zone, true
+		return p.z.name, true
 	case phKey:
 		return p.key, true
 	case phRemaining:
@@ -295,40 +303,139 @@ func (p *placeholders) lookup(key string) (any, bool) {
 		return p.retry, true
 	case phExceeded:
 		if p.exceeded {
-			return p.zone, true
+			return p.z.name, true
 		}
+	case phState:
+		return p, true
 	}
 	return nil, false
+}
+
+// placeholderBatch is how many requests' placeholders (and header values)
+// are allocated at once (see newPlaceholders): 31 of 64 bytes and the
+// 8-byte header of an object with pointers fill a 2 kB size class.
+const placeholderBatch = 31
+
+// placeholderBatches hands out the placeholders and header values of
+// requests from arrays of placeholderBatch: one allocation for that many
+// requests rather than one each. Nothing is reused: a request's
+// placeholders live as long as its replacer (an access log reads them
+// after the handler returns), and an array as long as any of its requests,
+// which costs a long-lived request (a WebSocket) the arrays' 2 kB rather
+// than its own 64 bytes.
+type placeholderBatches struct {
+	mu   sync.Mutex
+	free []placeholders // the rest of the current arrays
+	vals [][4]string
+}
+
+// newPlaceholders returns new placeholders for a request, with header
+// values if withVals.
+func (pb *placeholderBatches) newPlaceholders(withVals bool) *placeholders {
+	if pb == nil { // an unprovisioned handler
+		return &placeholders{hdrVals: new([4]string)}
+	}
+	pb.mu.Lock()
+	if len(pb.free) == 0 {
+		pb.free = make([]placeholders, placeholderBatch)
+	}
+	p := &pb.free[0]
+	pb.free = pb.free[1:]
+	if withVals {
+		p.hdrVals = pb.newValsLocked()
+	}
+	pb.mu.Unlock()
+	return p
+}
+
+// newVals returns new header values for placeholders without (a handler
+// with headers off decided the request first).
+func (pb *placeholderBatches) newVals() *[4]string {
+	if pb == nil {
+		return new([4]string)
+	}
+	pb.mu.Lock()
+	defer pb.mu.Unlock()
+	return pb.newValsLocked()
+}
+
+// newValsLocked is newVals with pb.mu held.
+func (pb *placeholderBatches) newValsLocked() *[4]string {
+	if len(pb.vals) == 0 {
+		pb.vals = make([][4]string, placeholderBatch)
+	}
+	v := &pb.vals[0]
+	pb.vals = pb.vals[1:]
+	return v
+}
+
+// serverHandlers counts the rate_limit handlers provisioned in one HTTP
+// server's routes (its error and named routes too): a request passes
+// through no others, so with one there is no earlier handler whose
+// placeholders to look for.
+type serverHandlers struct{ n atomic.Int32 }
+
+// serverHandlersKey is the pool key of a server's serverHandlers.
+type serverHandlersKey struct{ srv *caddyhttp.Server }
+
+func (*serverHandlers) Destruct() error { return nil }
+
+// provisionPlaceholders prepares the allocation of the requests'
+// placeholders, and counts the handler among its server's (see
+// serverHandlers); outside a server (nil handlers), every request looks
+// for earlier placeholders. The count only grows: a handler cleaned up
+// while its requests run still counts for them.
+func (h *Handler) provisionPlaceholders(ctx caddy.Context) error {
+	h.rt.placeholders = new(placeholderBatches)
+	srv, _ := ctx.Context.Value(caddyhttp.ServerCtxKey).(*caddyhttp.Server)
+	if srv == nil {
+		return nil
+	}
+	key := serverHandlersKey{srv}
+	v, _, err := pool.LoadOrNew(key, func() (caddy.Destructor, error) {
+		return new(serverHandlers), nil
+	})
+	if err != nil {
+		return err
+	}
+	h.rt.poolKeys = append(h.rt.poolKeys, key)
+	h.rt.siblings = v.(*serverHandlers)
+	h.rt.siblings.n.Add(1)
+	return nil
 }
 
 // setPlaceholders publishes decision d of zone z for key on the request's
 // replacer (see placeholders); retryAfter > 0 marks a rejection. It
 // returns the array for the request's header values, the placeholders'
 // (nil without a replacer).
-func setPlaceholders(r *http.Request, z *zone, key string, d *algorithms.Decision, retryAfter int64, rejected bool) *[4]string {
-	ctx := r.Context()
-	repl, _ := ctx.Value(caddy.ReplacerCtxKey).(*caddy.Replacer)
+func (h *Handler) setPlaceholders(r *http.Request, z *zone, key string, d *algorithms.Decision, retryAfter int64, rejected bool) *[4]string {
+	repl, _ := r.Context().Value(caddy.ReplacerCtxKey).(*caddy.Replacer)
 	if repl == nil {
 		return nil
 	}
-	vars, _ := ctx.Value(caddyhttp.VarsCtxKey).(map[string]any)
-	p, _ := vars[varPlaceholders].(*placeholders)
+	var p *placeholders
+	if s := h.rt.siblings; s == nil || s.n.Load() > 1 {
+		// Another rate_limit handler may have decided the request.
+		v, _ := repl.Get(phState)
+		p, _ = v.(*placeholders)
+	}
+	// The header values are needed unless setHeaders writes nothing.
+	withVals := h.rt.headers != headersOff || retryAfter > 0
 	if p == nil {
-		p = new(placeholders)
-		if vars != nil {
-			vars[varPlaceholders] = p
-		}
+		p = h.rt.placeholders.newPlaceholders(withVals)
 		repl.Map(p.lookup)
+	} else if withVals && p.hdrVals == nil {
+		p.hdrVals = h.rt.placeholders.newVals()
 	}
 	limit := d.Limit
 	if z.tierMatches(d) {
 		limit = z.tiers[d.Tier].Events
 	}
-	p.zone = z.name
+	p.z = z
 	p.key = key
 	p.remaining = max(d.Remaining, 0)
 	p.limit = limit
 	p.retry = retryAfter
 	p.exceeded = rejected
-	return &p.hdrVals
+	return p.hdrVals
 }

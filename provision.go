@@ -81,6 +81,12 @@ type handlerRuntime struct {
 	// value (CaddyModule).
 	inflight *atomic.Int64
 
+	// placeholders allocates the requests' placeholders, and siblings
+	// counts the rate_limit handlers of the handler's server (nil outside
+	// one; see provisionPlaceholders). Pointers, as inflight.
+	placeholders *placeholderBatches
+	siblings     *serverHandlers
+
 	// opts are the handler's clock and pool scope (see provisionOptions).
 	opts provisionOptions
 }
@@ -211,6 +217,9 @@ func (h *Handler) provision(ctx caddy.Context, opts provisionOptions) error {
 	h.rt.jitter = h.Jitter
 	h.rt.problemDetails = h.ProblemDetails
 	h.rt.errorRoutes = errorRoutesFor(ctx)
+	if err := h.provisionPlaceholders(ctx); err != nil {
+		return err
+	}
 	var err error
 	if h.rt.metrics, err = h.provisionMetrics(ctx); err != nil {
 		return err

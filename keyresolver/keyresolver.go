@@ -114,6 +114,11 @@ func (t *Template) Key(r *http.Request) (string, error) {
 		return t.template, nil
 	}
 	if t.remoteHost {
+		if (t.v4bits <= 0 || t.v4bits >= 32) && (r.TLS == nil || r.TLS.HandshakeComplete) {
+			if host, ok := canonicalIPv4Host(r.RemoteAddr); ok {
+				return host, nil // the common key, in one pass
+			}
+		}
 		return t.Group(remoteHost(r)), nil
 	}
 	if t.clientIP {
@@ -191,29 +196,64 @@ func GroupAddr(s string, v4bits, v6bits int) string {
 }
 
 // canonicalIPv4 reports whether s is an IPv4 address as netip.Addr.String
-// writes it (four decimal fields of 0-255, without leading zeros): the
-// result of grouping it by /32, found without parsing and formatting it.
+// writes it: the result of grouping it by /32, found without parsing and
+// formatting it.
 func canonicalIPv4(s string) bool {
-	fields, n, digits := 0, 0, 0
-	for i := 0; i < len(s); i++ {
-		switch c := s[i]; {
-		case c >= '0' && c <= '9':
-			if digits > 0 && n == 0 {
-				return false // a leading zero
-			}
-			n = n*10 + int(c-'0')
-			digits++
-			if n > 255 {
-				return false
-			}
-		case c == '.' && digits > 0:
-			fields++
-			n, digits = 0, 0
-		default:
-			return false
+	n := canonicalIPv4Len(s)
+	return n > 0 && n == len(s)
+}
+
+// canonicalIPv4Host returns the host of hostport when hostport is an IPv4
+// address as netip.Addr.String writes it and a port ("192.0.2.1:1234", a
+// RemoteAddr): what net.SplitHostPort, then GroupAddr with the full
+// prefix, make of it, in one pass.
+func canonicalIPv4Host(hostport string) (string, bool) {
+	n := canonicalIPv4Len(hostport)
+	if n == 0 || n == len(hostport) || hostport[n] != ':' {
+		return "", false
+	}
+	for i := n + 1; i < len(hostport); i++ {
+		switch hostport[i] {
+		case ':', '[', ']': // net.SplitHostPort's errors
+			return "", false
 		}
 	}
-	return fields == 3 && digits > 0
+	return hostport[:n], true
+}
+
+// canonicalIPv4Len returns the length of the IPv4 address that s starts
+// with, up to its first byte that is neither a digit nor a dot, if that is
+// an address as netip.Addr.String writes it (four decimal fields of 0-255,
+// without leading zeros); 0 if it is not.
+func canonicalIPv4Len(s string) int {
+	fields, n, digits := 0, 0, 0
+	i := 0
+	for ; i < len(s); i++ {
+		c := s[i]
+		if c == '.' {
+			if digits == 0 {
+				return 0
+			}
+			fields++
+			n, digits = 0, 0
+			continue
+		}
+		if c < '0' || c > '9' {
+			break
+		}
+		if digits > 0 && n == 0 {
+			return 0 // a leading zero
+		}
+		n = n*10 + int(c-'0')
+		digits++
+		if n > 255 {
+			return 0
+		}
+	}
+	if fields != 3 || digits == 0 {
+		return 0
+	}
+	return i
 }
 
 // mayBeAddr is a cheap filter so that keys that are plainly not addresses
