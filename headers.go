@@ -322,10 +322,16 @@ const placeholderBatch = 31
 // placeholders live as long as its replacer (an access log reads them
 // after the handler returns), and an array as long as any of its requests,
 // which costs a long-lived request (a WebSocket) the arrays' 2 kB rather
-// than its own 64 bytes.
+// than its own 64 bytes. The arrays being cut are held in a sync.Pool, so
+// that concurrent requests take from arrays of their own processor's
+// rather than wait on one lock.
 type placeholderBatches struct {
-	mu   sync.Mutex
-	free []placeholders // the rest of the current arrays
+	pool sync.Pool // of *placeholderCursor
+}
+
+// placeholderCursor is what is left of the arrays one processor cuts.
+type placeholderCursor struct {
+	free []placeholders
 	vals [][4]string
 }
 
@@ -335,16 +341,16 @@ func (pb *placeholderBatches) newPlaceholders(withVals bool) *placeholders {
 	if pb == nil { // an unprovisioned handler
 		return &placeholders{hdrVals: new([4]string)}
 	}
-	pb.mu.Lock()
-	if len(pb.free) == 0 {
-		pb.free = make([]placeholders, placeholderBatch)
+	c := pb.cursor()
+	if len(c.free) == 0 {
+		c.free = make([]placeholders, placeholderBatch)
 	}
-	p := &pb.free[0]
-	pb.free = pb.free[1:]
+	p := &c.free[0]
+	c.free = c.free[1:]
 	if withVals {
-		p.hdrVals = pb.newValsLocked()
+		p.hdrVals = c.newVals()
 	}
-	pb.mu.Unlock()
+	pb.pool.Put(c)
 	return p
 }
 
@@ -354,18 +360,27 @@ func (pb *placeholderBatches) newVals() *[4]string {
 	if pb == nil {
 		return new([4]string)
 	}
-	pb.mu.Lock()
-	defer pb.mu.Unlock()
-	return pb.newValsLocked()
+	c := pb.cursor()
+	v := c.newVals()
+	pb.pool.Put(c)
+	return v
 }
 
-// newValsLocked is newVals with pb.mu held.
-func (pb *placeholderBatches) newValsLocked() *[4]string {
-	if len(pb.vals) == 0 {
-		pb.vals = make([][4]string, placeholderBatch)
+// cursor takes a cursor from the pool, a new one if it has none.
+func (pb *placeholderBatches) cursor() *placeholderCursor {
+	if c, _ := pb.pool.Get().(*placeholderCursor); c != nil {
+		return c
 	}
-	v := &pb.vals[0]
-	pb.vals = pb.vals[1:]
+	return new(placeholderCursor)
+}
+
+// newVals cuts header values from c's array.
+func (c *placeholderCursor) newVals() *[4]string {
+	if len(c.vals) == 0 {
+		c.vals = make([][4]string, placeholderBatch)
+	}
+	v := &c.vals[0]
+	c.vals = c.vals[1:]
 	return v
 }
 
