@@ -51,11 +51,7 @@ for i = 1, N do
     break
   end
 end
-if allowed or COUNT_REJECTED then
-  for i = 1, N do
-    local p = P[i]
-    local c = COST
-    if c > 2 * p.burst then c = 2 * p.burst end -- the clamp below gives the same TAT
+--@insert bucket_charge_loop
     local nt = tat[i] + p.iv * c
     local limit = t + 2 * p.tau
     if not allowed and nt > limit then nt = limit end

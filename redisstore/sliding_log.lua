@@ -266,10 +266,7 @@ local function kth(i, k)
   return (run(r[1]))
 end
 
-local pick = win_pick(ok)
-for i = 1, N do
-  local p = P[i]
-  local reset, wait = 0, 0
+--@insert win_offer_loop
   if count[i] > 0 then reset = newest_ts[i] + p.W - t end
   if not ok then
     wait = win_wait(p, count[i], function() return kth(i, count[i] + COST - p.E) + p.W - t end)
