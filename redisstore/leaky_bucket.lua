@@ -9,13 +9,13 @@
 --          constants it was saved under (see load_params)
 -- ARGV[8..] per tier: rate, scale, cap, burst, window_us (from
 --           algorithms.BucketParams)
-local refused = blocked()
-if refused then return refused end
 local key = KEYS[1]
-local P = tier_params({'rate', 'scale', 'cap', 'burst', 'window'})
+local refused, s = load_blocked(key)
+if refused then return refused end
+--@insert bucket_params
 local SAVED = {'rate', 'scale', 'cap'}
 
-local last, level, old, exists = load_params(key, P, SAVED, function() return 0 end)
+local last, level, old, exists = load_params(s, P, SAVED, function() return 0 end)
 
 -- flow: the level lv leaked for dt µs under the constants p.
 local function flow(lv, dt, p)
@@ -29,7 +29,8 @@ end
 -- constants of this call.
 --@insert bucket_advance
 for i = 1, N do
-  level[i] = bucket_convert(level[i], old[i].scale, old[i].cap, P[i])
+  local o = old[i]
+  if o ~= P[i] then level[i] = bucket_convert(level[i], o.scale, o.cap, P[i]) end
 end
 
 -- save: the state lives until every bucket is empty.

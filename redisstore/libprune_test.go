@@ -36,7 +36,7 @@ func TestScriptsCarryTheLibTheyUse(t *testing.T) {
 		alg        string
 		has, lacks []string
 	}{
-		{"fixed_window", []string{"win_pick", "win_start", "load_state", "save_state", "ttl_ms", "cdiv", "idiv"}, []string{"bucket_result", "better_denied"}},
+		{"fixed_window", []string{"win_pick", "win_start", "load_blocked", "refusal", "state_of", "save_state", "ttl_ms", "cdiv", "idiv"}, []string{"bucket_result", "better_denied", "load_state", "blocked"}},
 		{"gcra", []string{"bucket_result", "better_denied", "better_allowed"}, []string{"win_pick", "win_start", "win_wait"}},
 	} {
 		text, err := scriptText(scriptFS, c.alg, true)

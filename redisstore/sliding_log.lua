@@ -31,11 +31,11 @@
 --               newest offset (see load_state)
 -- KEYS[1 + i]   sorted set of tier i's runs
 -- ARGV[8..]     per tier: events, window_us
-local refused = blocked()
-if refused then return refused end
 local mkey = KEYS[1]
-local P = tier_params({'E', 'W'})
-for i = 1, N do P[i].key = KEYS[1 + i] end
+local refused, s = load_blocked(mkey)
+if refused then return refused end
+local P = {}
+for i = 1, N do P[i] = {E = ARGV[6 + 2 * i] + 0, W = ARGV[7 + 2 * i] + 0, key = KEYS[1 + i]} end
 
 -- REBASE bounds the offsets: a run's end plus a cost (at most 2^51) stays
 -- below 2^53.
@@ -51,7 +51,7 @@ local function member(ts, n, id)
   return str(ts) .. ':' .. str(n) .. ':' .. id
 end
 
-local st, exists = load_state(mkey)
+local st, exists = state_of(s)
 local count, C = {}, {}
 local t = NOW
 if exists then

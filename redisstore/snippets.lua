@@ -7,16 +7,17 @@
 -- "--@end"; each one is inserted somewhere, and uses the names of the
 -- scripts that insert it.
 
--- The head of the window scripts (one string of state): a blocked key
--- answers before anything is read, then the tiers' constants and the
--- state.
+-- The head of the window scripts (one string of state): the state and the
+-- key's block in one MGET; a blocked key answers before anything else,
+-- then the tiers' constants and the state.
 --@snippet window_head
-local refused = blocked()
-if refused then return refused end
 local key = KEYS[1]
-local P = tier_params({'E', 'W'})
+local refused, s = load_blocked(key)
+if refused then return refused end
+local P = {}
+for i = 1, N do P[i] = {E = ARGV[6 + 2 * i] + 0, W = ARGV[7 + 2 * i] + 0} end
 
-local st, exists = load_state(key)
+local st, exists = state_of(s)
 --@end
 
 -- clamp: t, the instant of the call, never goes back from the latest one
@@ -57,6 +58,17 @@ local pick = win_pick(ok)
 for i = 1, N do
   local p = P[i]
   local reset, wait = 0, 0
+--@end
+
+-- bucket_params: the constants of each tier of the buckets (ARGV[8..]),
+-- one table constructor a tier (see tier_params).
+--@snippet bucket_params
+local P = {}
+for i = 1, N do
+  local o = 2 + 5 * i
+  P[i] = {rate = ARGV[o + 1] + 0, scale = ARGV[o + 2] + 0, cap = ARGV[o + 3] + 0,
+    burst = ARGV[o + 4] + 0, window = ARGV[o + 5] + 0}
+end
 --@end
 
 -- bucket_advance: clamp t to the latest instant seen and, when time went

@@ -7,13 +7,13 @@
 --          constants it was saved under (see load_params)
 -- ARGV[8..] per tier: rate, scale, cap, burst, window_us (from
 --           algorithms.BucketParams, so both twins use the same constants)
-local refused = blocked()
-if refused then return refused end
 local key = KEYS[1]
-local P = tier_params({'rate', 'scale', 'cap', 'burst', 'window'})
+local refused, s = load_blocked(key)
+if refused then return refused end
+--@insert bucket_params
 local SAVED = {'rate', 'scale', 'cap'}
 
-local last, level, old, exists = load_params(key, P, SAVED, function(p) return p.cap end)
+local last, level, old, exists = load_params(s, P, SAVED, function(p) return p.cap end)
 
 -- flow: the level lv refilled for dt µs under the constants p.
 local function flow(lv, dt, p)
@@ -29,7 +29,7 @@ end
 --@insert bucket_advance
 for i = 1, N do
   local o = old[i]
-  level[i] = P[i].cap - bucket_convert(o.cap - level[i], o.scale, o.cap, P[i])
+  if o ~= P[i] then level[i] = P[i].cap - bucket_convert(o.cap - level[i], o.scale, o.cap, P[i]) end
 end
 
 -- save: the state lives until every bucket is full again.
