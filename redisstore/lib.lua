@@ -70,10 +70,11 @@ local N = ARGV[7] + 0
 
 -- A peek runs the take of cost 0 with every write left out (save_state,
 -- and the scripts' own writes check PEEK): the operator's look at a key
--- changes nothing. peek_tier collects its answer.
+-- changes nothing. peek_tier collects its answer (a table made only for a
+-- peek).
 local PEEK = MODE == '2'
 if PEEK then COST = 0 end
-local peeked = {}
+local peeked = PEEK and {} or nil
 local function peek_tier(limit, rem, reset)
   if rem < 0 then rem = 0 end
   local n = #peeked

@@ -23,8 +23,10 @@ var libFunc = regexp.MustCompile(`^local function ([A-Za-z_][A-Za-z0-9_]*)\(`)
 // strings).
 var luaComment = regexp.MustCompile(`--[^\n]*`)
 
-// luaWord matches a Lua name.
-var luaWord = regexp.MustCompile(`[A-Za-z_][A-Za-z0-9_]*`)
+// luaWord matches a Lua name, with the dots in front of it: a name after
+// one dot is a field (math.fmod does not call lib.lua's fmod), after two a
+// concatenation's operand.
+var luaWord = regexp.MustCompile(`\.*[A-Za-z_][A-Za-z0-9_]*`)
 
 // libPart is a run of lib.lua's lines: a top-level function (name set), or
 // what stands between them (always kept).
@@ -72,7 +74,9 @@ func withLib(lib, src string) string {
 	words := map[string]bool{}
 	reach := func(code string) {
 		for _, w := range luaWord.FindAllString(luaComment.ReplaceAllString(code, ""), -1) {
-			words[w] = true
+			if !strings.HasPrefix(w, ".") || strings.HasPrefix(w, "..") {
+				words[strings.TrimLeft(w, ".")] = true
+			}
 		}
 	}
 	reach(src)
