@@ -6,6 +6,7 @@
 --          (µs), then per tier the window start (µs) and the count (see
 --          load_state)
 -- ARGV[8..] per tier: events, window_us
+local WORDS = 2
 --@insert window_head
 local start, cur = {}, {}
 for i = 1, N do

@@ -95,21 +95,37 @@ end
 -- costs the script about as much as its own logic, and a hash would need
 -- HMGET, HSET and PEXPIRE.
 --
--- state_of returns the integers of a state s and true, or an empty table
--- and false when the key does not exist (s is false).
-local function state_of(s)
-  if not s then return {}, false end
-  local v, n = {}, 0
-  for w in string.gmatch(s, '%S+') do
-    n = n + 1
-    v[n] = w + 0
+-- words returns the words of a state s in a table: its first k with one
+-- string.match when s has them (each followed by a space, as save_state
+-- writes them: the usual case), else all of them, a gmatch step each (a
+-- tier added since s was saved, a state of runs), which costs Redis twice
+-- as much. A pattern holds at most 32 captures.
+local function words(s, k)
+  local v = {}
+  if k > 0 and k <= 32 then v = {string.match(s, string.rep('(%S+) ', k))} end
+  if v[1] == nil then
+    local n = 0
+    for w in string.gmatch(s, '%S+') do
+      n = n + 1
+      v[n] = w
+    end
   end
+  return v
+end
+
+-- state_of returns the integers of a state s (k words when it holds every
+-- tier, see words) and true, or an empty table and false when the key does
+-- not exist (s is false).
+local function state_of(s, k)
+  if not s then return {}, false end
+  local v = words(s, k)
+  for j = 1, #v do v[j] = v[j] + 0 end
   return v, true
 end
 
--- load_state is state_of the string key holds.
+-- load_state is state_of the string key holds, of any length.
 local function load_state(key)
-  return state_of(redis.call('GET', key))
+  return state_of(redis.call('GET', key), 0)
 end
 
 -- save_state writes the integers of v to key, to expire in us microseconds
@@ -214,14 +230,9 @@ end
 -- compared with the ARGV's (interned strings: one comparison each) instead
 -- of being read as numbers.
 local function load_params(s, P, names, fresh)
-  local st, n = {}, 0
-  if s then
-    for x in string.gmatch(s, '%S+') do
-      n = n + 1
-      st[n] = x
-    end
-  end
   local w, a = 1 + #names, (#ARGV - 8) / N
+  local st = s and words(s, 1 + w * N) or {}
+  local exists = st[1] ~= nil
   local level, old = {}, {}
   for i = 1, N do
     local o = 1 + w * (i - 1)
@@ -240,7 +251,7 @@ local function load_params(s, P, names, fresh)
       level[i], old[i] = fresh(P[i]), P[i]
     end
   end
-  return n > 0 and st[1] + 0 or 0, level, old, n > 0
+  return exists and st[1] + 0 or 0, level, old, exists
 end
 
 -- save_params writes what load_params reads, with the constants of P, to

@@ -51,7 +51,7 @@ local function member(ts, n, id)
   return str(ts) .. ':' .. str(n) .. ':' .. id
 end
 
-local st, exists = state_of(s)
+local st, exists = state_of(s, 1 + 2 * N)
 local count, C = {}, {}
 local t = NOW
 if exists then

@@ -9,6 +9,7 @@
 --          instant seen (µs), then per tier the window start (µs), the
 --          previous and the current count (see load_state)
 -- ARGV[8..] per tier: events, window_us
+local WORDS = 3
 --@insert window_head
 local start, prev, cur = {}, {}, {}
 for i = 1, N do

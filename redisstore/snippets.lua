@@ -9,7 +9,7 @@
 
 -- The head of the window scripts (one string of state): the state and the
 -- key's block in one MGET; a blocked key answers before anything else,
--- then the tiers' constants and the state.
+-- then the tiers' constants and the state (WORDS integers a tier).
 --@snippet window_head
 local key = KEYS[1]
 local refused, s = load_blocked(key)
@@ -17,7 +17,7 @@ if refused then return refused end
 local P = {}
 for i = 1, N do P[i] = {E = ARGV[6 + 2 * i] + 0, W = ARGV[7 + 2 * i] + 0} end
 
-local st, exists = state_of(s)
+local st, exists = state_of(s, 1 + WORDS * N)
 --@end
 
 -- clamp: t, the instant of the call, never goes back from the latest one
