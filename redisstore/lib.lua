@@ -92,8 +92,8 @@ end
 -- sliding log's counts is one string key holding decimal integers separated
 -- by spaces: it is read with one GET (with the key's block: one MGET, see
 -- load_blocked) and written, with its TTL, by one SET PX. Each redis.call
--- costs the script about as much as its own logic, and a hash would need
--- HMGET, HSET and PEXPIRE.
+-- costs Redis 3,000-10,000 instructions, and a hash would need HMGET, HSET
+-- and PEXPIRE.
 --
 -- words returns the words of a state s in a table: its first k with one
 -- string.match when s has them (each followed by a space, as save_state
@@ -101,10 +101,11 @@ end
 -- tier added since s was saved, a state of runs), which costs Redis twice
 -- as much. A pattern holds at most 32 captures.
 local function words(s, k)
-  local v = {}
+  local v
   if k > 0 and k <= 32 then v = {string.match(s, string.rep('(%S+) ', k))} end
-  if v[1] == nil then
+  if v == nil or v[1] == nil then
     local n = 0
+    v = {}
     for w in string.gmatch(s, '%S+') do
       n = n + 1
       v[n] = w
