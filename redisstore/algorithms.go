@@ -3,6 +3,7 @@ package redisstore
 import (
 	"embed"
 	"fmt"
+	"io/fs"
 	"strconv"
 
 	"github.com/redis/go-redis/v9"
@@ -106,20 +107,47 @@ func loadScripts(all []*script) map[string]*script {
 	return m
 }
 
-// newScript is the embedded script name.lua, with the functions of lib.lua
-// it uses in front (withLib) when withLibLua is set. A script that does not
-// read is a broken build: it panics.
+// newScript is the embedded script name.lua (scriptText). A script that
+// does not build is a broken build: it panics.
 func newScript(name string, withLibLua bool) *redis.Script {
-	src, err := scriptFS.ReadFile(name + ".lua")
+	src, err := scriptText(scriptFS, name, withLibLua)
 	if err != nil {
 		panic(fmt.Sprintf("redisstore: script %s: %v", name, err))
 	}
-	if !withLibLua {
-		return redis.NewScript(string(src))
-	}
-	lib, err := scriptFS.ReadFile("lib.lua")
+	return redis.NewScript(src)
+}
+
+// scriptText is the text Redis runs for the script name.lua of fsys: its
+// snippets inserted (expandSnippets), after the functions of lib.lua it uses
+// (withLib) when withLibLua is set.
+func scriptText(fsys fs.FS, name string, withLibLua bool) (string, error) {
+	src, err := fs.ReadFile(fsys, name+".lua")
 	if err != nil {
-		panic(err)
+		return "", err
 	}
-	return redis.NewScript(withLib(string(lib), string(src)))
+	snips, err := fs.ReadFile(fsys, snippetsFile)
+	if err != nil {
+		return "", err
+	}
+	m, err := parseSnippets(string(snips))
+	if err != nil {
+		return "", err
+	}
+	text, err := expandSnippets(m, name+".lua", string(src))
+	if err != nil || !withLibLua {
+		return text, err
+	}
+	lib, err := fs.ReadFile(fsys, "lib.lua")
+	if err != nil {
+		return "", err
+	}
+	return withLib(string(lib), text), nil
+}
+
+// The snippets are checked once, whichever scripts are built: one inserted
+// nowhere is as broken as one that does not exist.
+func init() {
+	if err := checkSnippets(scriptFS); err != nil {
+		panic("redisstore: " + err.Error())
+	}
 }

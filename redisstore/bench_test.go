@@ -142,7 +142,11 @@ func BenchmarkScriptLib(b *testing.B) {
 		}
 		s := mustStore(b, c, mustLimiter(b, name, cfg), "lib-"+name)
 		whole := *s.script
-		whole.run = redis.NewScript(lib + "\n" + mustRead(b, name+".lua"))
+		src, err := scriptText(scriptFS, name, false)
+		if err != nil {
+			b.Fatal(err)
+		}
+		whole.run = redis.NewScript(lib + "\n" + src)
 		for _, v := range []struct {
 			form string
 			sc   *script

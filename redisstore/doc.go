@@ -60,10 +60,10 @@
 //	concurrency     <...>:cc:<d>        hash: last instant, last token, held
 //	                <...>:cc:<d>:l      sorted set of leases scored by expiry
 //
-// A string state is decimal integers separated by spaces, read with one GET
-// and written with its TTL by one SET PX (load_state and save_state in
-// lib.lua): fewer commands than a hash, and each command inside a script
-// costs Redis about as much as the script's arithmetic.
+// A string state is decimal integers separated by spaces, read with the
+// key's block by one MGET and written with its TTL by one SET PX
+// (load_blocked and save_state in lib.lua): fewer commands than a hash, and
+// each command inside a script costs Redis 3,000-10,000 instructions.
 //
 // Every call sets a TTL on every key it touches: the time until the
 // state is the same as a fresh one, plus a one-second margin (Margin), so

@@ -6,13 +6,17 @@
 --          it was saved under (see load_params)
 -- ARGV[8..] per tier: interval_us (T), tolerance_us (tau), burst, window_us
 --           (from algorithms.GCRAParams)
-local refused = blocked()
-if refused then return refused end
 local key = KEYS[1]
-local P = tier_params({'iv', 'tau', 'burst', 'window'})
+local refused, s = load_blocked(key)
+if refused then return refused end
+local P = {}
+for i = 1, N do
+  local o = 3 + 4 * i
+  P[i] = {iv = ARGV[o + 1] + 0, tau = ARGV[o + 2] + 0, burst = ARGV[o + 3] + 0, window = ARGV[o + 4] + 0}
+end
 local SAVED = {'iv', 'tau'}
 
-local last, tat, old, exists = load_params(key, P, SAVED, function() return 0 end)
+local last, tat, old, exists = load_params(s, P, SAVED, function() return 0 end)
 
 -- advance: clamp now to the latest instant seen, raise every TAT to it;
 -- then convert the debt, TAT - t, to the interval of this call (gcra is a
@@ -23,7 +27,7 @@ last = t
 for i = 1, N do
   if tat[i] < t then tat[i] = t end
   local p, o = P[i], old[i]
-  if o.iv ~= p.iv or o.tau ~= p.tau then
+  if o ~= p then
     tat[i] = t + bucket_convert(tat[i] - t, o.iv, o.tau, {scale = p.iv, cap = p.tau, burst = p.burst})
   end
 end
@@ -51,11 +55,7 @@ for i = 1, N do
     break
   end
 end
-if allowed or COUNT_REJECTED then
-  for i = 1, N do
-    local p = P[i]
-    local c = COST
-    if c > 2 * p.burst then c = 2 * p.burst end -- the clamp below gives the same TAT
+--@insert bucket_charge_loop
     local nt = tat[i] + p.iv * c
     local limit = t + 2 * p.tau
     if not allowed and nt > limit then nt = limit end

@@ -9,15 +9,16 @@
 --          constants it was saved under (see load_params)
 -- ARGV[8..] per tier: rate, scale, cap, burst, window_us (from
 --           algorithms.BucketParams)
-local refused = blocked()
-if refused then return refused end
 local key = KEYS[1]
-local P = tier_params({'rate', 'scale', 'cap', 'burst', 'window'})
+local refused, s = load_blocked(key)
+if refused then return refused end
+--@insert bucket_params
 local SAVED = {'rate', 'scale', 'cap'}
 
-local last, level, old, exists = load_params(key, P, SAVED, function() return 0 end)
+local last, level, old, exists = load_params(s, P, SAVED, function() return 0 end)
 
-local function leak(lv, dt, p)
+-- flow: the level lv leaked for dt µs under the constants p.
+local function flow(lv, dt, p)
   if lv <= 0 then return 0 end
   if dt >= cdiv(lv, p.rate) then return 0 end
   return lv - dt * p.rate
@@ -26,16 +27,10 @@ end
 -- advance: clamp now to the latest instant seen and leak to it, under the
 -- constants each tier was saved under; then convert the level to the
 -- constants of this call.
-local t = NOW
-if t <= last then
-  t = last
-else
-  local dt = t - last
-  last = t
-  for i = 1, N do level[i] = leak(level[i], dt, old[i]) end
-end
+--@insert bucket_advance
 for i = 1, N do
-  level[i] = bucket_convert(level[i], old[i].scale, old[i].cap, P[i])
+  local o = old[i]
+  if o ~= P[i] then level[i] = bucket_convert(level[i], o.scale, o.cap, P[i]) end
 end
 
 -- save: the state lives until every bucket is empty.
@@ -61,15 +56,11 @@ for i = 1, N do
   end
 end
 local delay = 0
-if allowed or COUNT_REJECTED then
-  for i = 1, N do
-    local p = P[i]
+--@insert bucket_charge_loop
     if allowed then
       local w = cdiv(level[i], p.rate)
       if w > delay then delay = w end
     end
-    local c = COST
-    if c > 2 * p.burst then c = 2 * p.burst end -- the clamp below gives the same level
     local lv = level[i] + c * p.scale
     if lv > 2 * p.cap then lv = 2 * p.cap end
     level[i] = lv

@@ -37,8 +37,7 @@ local names = {
 local P = tier_params(names[ALG])
 local key = KEYS[1]
 local st, exists = load_state(key)
-local t = NOW
-if exists and t < st[1] then t = st[1] end
+--@insert clamp
 
 -- share: the units leased out of `avail` lendable ones: at most WANT and
 -- half of an equal share among the instances that leased within two lease
@@ -146,10 +145,7 @@ if ALG == 'fixed_window' or ALG == 'sliding_window' then
     x = math.min(t + L, ends)
   end
   save()
-  local pick = win_pick(ok)
-  for i = 1, N do
-    local p = P[i]
-    local reset, wait = 0, 0
+  --@insert win_offer_loop
     if cur[i] > 0 or prev[i] > 0 then reset = start[i] + p.W - t end
     if not ok then
       -- The room a sliding window's previous count leaves grows during
@@ -309,11 +305,5 @@ if ok then
 end
 save()
 return answer(bucket_result(ok, P, function(i)
-  local p, lv = P[i], level[i]
-  local rem, wait, more = 0, 0, 0
-  if lv > 0 then rem = idiv(lv, p.scale) end
-  local need = COST * p.scale - lv
-  if need > 0 then wait = cdiv(need, p.rate) end
-  if rem < p.burst then more = cdiv((rem + 1) * p.scale - lv, p.rate) end
-  return rem, cdiv(p.cap - lv, p.rate), wait, more
+  --@insert token_tier
 end, 0), k, x)

@@ -26,7 +26,10 @@
 --
 -- Arithmetic: all values are integers below 2^53, exact in Lua's doubles.
 -- Lua 5.1 has no integer division: idiv truncates toward zero as Go's / does
--- (math.fmod is exact), cdiv is the Go twins' ceiling (a+b-1)/b.
+-- (math.fmod is exact), cdiv is the Go twins' ceiling (a+b-1)/b. Decimal
+-- strings that are always integers (ARGV, TIME's answer, a state's words)
+-- are read with s + 0, Lua's own coercion: the number tonumber(s) gives, at
+-- half the cost (tonumber is a C function call that parses s twice).
 if redis.replicate_commands then redis.replicate_commands() end
 
 local function idiv(a, b)
@@ -46,9 +49,9 @@ end
 local function now_us(arg)
   if arg == nil or arg == '' or arg == '0' then
     local t = redis.call('TIME')
-    return tonumber(t[1]) * 1000000 + tonumber(t[2])
+    return t[1] * 1000000 + t[2]
   end
-  return tonumber(arg)
+  return arg + 0
 end
 
 -- str formats an integer for Redis without an exponent (tostring would
@@ -59,18 +62,19 @@ end
 
 local MODE = ARGV[1]
 local NOW = now_us(ARGV[2])
-local COST = tonumber(ARGV[3])
+local COST = ARGV[3] + 0
 if COST < 0 then COST = 0 end
 local COUNT_REJECTED = ARGV[4] == '1'
-local MARGIN_MS = tonumber(ARGV[6])
-local N = tonumber(ARGV[7])
+local MARGIN_MS = ARGV[6] + 0
+local N = ARGV[7] + 0
 
 -- A peek runs the take of cost 0 with every write left out (save_state,
 -- and the scripts' own writes check PEEK): the operator's look at a key
--- changes nothing. peek_tier collects its answer.
+-- changes nothing. peek_tier collects its answer (a table made only for a
+-- peek).
 local PEEK = MODE == '2'
 if PEEK then COST = 0 end
-local peeked = {}
+local peeked = PEEK and {} or nil
 local function peek_tier(limit, rem, reset)
   if rem < 0 then rem = 0 end
   local n = #peeked
@@ -86,21 +90,43 @@ end
 
 -- State keys. The state of gcra, the buckets, the window counters and the
 -- sliding log's counts is one string key holding decimal integers separated
--- by spaces: it is read with one GET and written, with its TTL, by one SET
--- PX. Each redis.call costs the script about as much as its own logic, and
--- a hash would need HMGET, HSET and PEXPIRE.
+-- by spaces: it is read with one GET (with the key's block: one MGET, see
+-- load_blocked) and written, with its TTL, by one SET PX. Each redis.call
+-- costs Redis 3,000-10,000 instructions, and a hash would need HMGET, HSET
+-- and PEXPIRE.
 --
--- load_state returns the integers key holds and true, or an empty table and
--- false when the key does not exist.
-local function load_state(key)
-  local s = redis.call('GET', key)
-  if not s then return {}, false end
-  local v, n = {}, 0
-  for w in string.gmatch(s, '%S+') do
-    n = n + 1
-    v[n] = tonumber(w)
+-- words returns the words of a state s in a table: its first k with one
+-- string.match when s has them (each followed by a space, as save_state
+-- writes them: the usual case), else all of them, a gmatch step each (a
+-- tier added since s was saved, a state of runs), which costs Redis twice
+-- as much. A pattern holds at most 32 captures.
+local function words(s, k)
+  local v
+  if k > 0 and k <= 32 then v = {string.match(s, string.rep('(%S+) ', k))} end
+  if v == nil or v[1] == nil then
+    local n = 0
+    v = {}
+    for w in string.gmatch(s, '%S+') do
+      n = n + 1
+      v[n] = w
+    end
   end
+  return v
+end
+
+-- state_of returns the integers of a state s (k words when it holds every
+-- tier, see words) and true, or an empty table and false when the key does
+-- not exist (s is false).
+local function state_of(s, k)
+  if not s then return {}, false end
+  local v = words(s, k)
+  for j = 1, #v do v[j] = v[j] + 0 end
   return v, true
+end
+
+-- load_state is state_of the string key holds, of any length.
+local function load_state(key)
+  return state_of(redis.call('GET', key), 0)
 end
 
 -- save_state writes the integers of v to key, to expire in us microseconds
@@ -158,12 +184,15 @@ local function win_pick(allowed)
 end
 
 -- tier_params returns, per tier, a table of the named constants ARGV[8..]
--- holds for it (names lists them in order; the same number per tier).
+-- holds for it (names lists them in order; the same number per tier). The
+-- algorithms' own scripts build each tier's table with one constructor
+-- instead (see snippets.lua): sized once, where a table filled a field at a
+-- time is grown up to three times.
 local function tier_params(names)
   local P, w = {}, #names
   for i = 1, N do
     local o, p = 7 + (i - 1) * w, {}
-    for j = 1, w do p[names[j]] = tonumber(ARGV[o + j]) end
+    for j = 1, w do p[names[j]] = ARGV[o + j] + 0 end
     P[i] = p
   end
   return P
@@ -190,29 +219,40 @@ local function save_tiers(key, v, us)
   return save_state(key, v, horizon)
 end
 
--- load_params reads the state of gcra and the buckets, "<t> <level_1>
+-- load_params reads s, the state of gcra and the buckets, "<t> <level_1>
 -- <c_1> ... <level_n> <c_n>": the latest instant seen (µs), then per tier
 -- its level and the constants it was saved under (the names of P[i] that
--- names lists), so that a level saved under other limits is converted. It
--- returns the instant, the levels, the constants per tier and whether the
--- state exists; a tier without state (a new key, an added tier) gets
--- fresh(P[i]) and the constants of P[i].
-local function load_params(key, P, names, fresh)
-  local st, exists = load_state(key)
-  local w = 1 + #names
+-- names lists, the first of the tier's ARGV), so that a level saved under
+-- other limits is converted. It returns the instant, the levels, the
+-- constants per tier and whether the state exists; a tier without state (a
+-- new key, an added tier) gets fresh(P[i]) and the constants of P[i]. A
+-- tier saved under this call's constants, the usual case, gets P[i] itself
+-- (the scripts convert only when old[i] ~= P[i]): its constants' text is
+-- compared with the ARGV's (interned strings: one comparison each) instead
+-- of being read as numbers.
+local function load_params(s, P, names, fresh)
+  local w, a = 1 + #names, (#ARGV - 8) / N
+  local st = s and words(s, 1 + w * N) or {}
+  local exists = st[1] ~= nil
   local level, old = {}, {}
   for i = 1, N do
     local o = 1 + w * (i - 1)
     if st[o + w] ~= nil then
-      level[i] = st[o + 1]
-      local q = {}
-      for j = 1, #names do q[names[j]] = st[o + 1 + j] end
+      level[i] = st[o + 1] + 0
+      local b, q = 7 + a * (i - 1), P[i]
+      for j = 1, #names do
+        if st[o + 1 + j] ~= ARGV[b + j] then q = nil break end
+      end
+      if not q then
+        q = {}
+        for j = 1, #names do q[names[j]] = st[o + 1 + j] + 0 end
+      end
       old[i] = q
     else
       level[i], old[i] = fresh(P[i]), P[i]
     end
   end
-  return st[1] or 0, level, old, exists
+  return exists and st[1] + 0 or 0, level, old, exists
 end
 
 -- save_params writes what load_params reads, with the constants of P, to
@@ -322,7 +362,7 @@ end
 -- blocked) before the algorithm's body: nothing is counted, and the block
 -- is not extended.
 local BLOCK_KEY = KEYS[#KEYS]
-local BLOCK_FOR = tonumber(ARGV[#ARGV])
+local BLOCK_FOR = ARGV[#ARGV] + 0
 
 -- blocking returns r, the answer of a take: when r denies and the zone has
 -- block_for, the key is blocked from now for that long, and r waits at
@@ -338,15 +378,32 @@ local function blocking(r)
   return r
 end
 
--- blocked returns the answer of a take refused by the key's block, or
--- nil. Every algorithm's script calls it first: while the block lasts the
--- algorithm's body does not run.
-local function blocked()
-  if MODE ~= '0' then return nil end
-  local ends = tonumber(redis.call('GET', BLOCK_KEY) or '0') or 0
+-- refusal returns the answer of a take refused by a block that ends at
+-- `ends` (the block key's value, false when there is none: the usual case,
+-- decided before any tonumber), or nil.
+local function refusal(ends)
+  if not ends then return nil end
+  ends = tonumber(ends) or 0
   if ends > NOW then
     local left = ends - NOW
     return {0, 0, 0, 0, left, left, 0, 0, left, 1}
   end
   return nil
+end
+
+-- blocked returns the answer of a take refused by the key's block, or
+-- nil. Every algorithm's script calls it, or load_blocked, first: while the
+-- block lasts the algorithm's body does not run.
+local function blocked()
+  if MODE ~= '0' then return nil end
+  return refusal(redis.call('GET', BLOCK_KEY))
+end
+
+-- load_blocked reads a state key and the key's block with one MGET (both
+-- hold the key's hash tag: one slot in a Cluster) and returns what blocked
+-- returns, then the state's string (false when the key does not exist).
+local function load_blocked(key)
+  local r = redis.call('MGET', key, BLOCK_KEY)
+  if MODE ~= '0' then return nil, r[1] end
+  return refusal(r[2]), r[1]
 end

@@ -31,11 +31,11 @@
 --               newest offset (see load_state)
 -- KEYS[1 + i]   sorted set of tier i's runs
 -- ARGV[8..]     per tier: events, window_us
-local refused = blocked()
-if refused then return refused end
 local mkey = KEYS[1]
-local P = tier_params({'E', 'W'})
-for i = 1, N do P[i].key = KEYS[1 + i] end
+local refused, s = load_blocked(mkey)
+if refused then return refused end
+local P = {}
+for i = 1, N do P[i] = {E = ARGV[6 + 2 * i] + 0, W = ARGV[7 + 2 * i] + 0, key = KEYS[1 + i]} end
 
 -- REBASE bounds the offsets: a run's end plus a cost (at most 2^51) stays
 -- below 2^53.
@@ -51,7 +51,7 @@ local function member(ts, n, id)
   return str(ts) .. ':' .. str(n) .. ':' .. id
 end
 
-local st, exists = load_state(mkey)
+local st, exists = state_of(s, 1 + 2 * N)
 local count, C = {}, {}
 local t = NOW
 if exists then
@@ -266,10 +266,7 @@ local function kth(i, k)
   return (run(r[1]))
 end
 
-local pick = win_pick(ok)
-for i = 1, N do
-  local p = P[i]
-  local reset, wait = 0, 0
+--@insert win_offer_loop
   if count[i] > 0 then reset = newest_ts[i] + p.W - t end
   if not ok then
     wait = win_wait(p, count[i], function() return kth(i, count[i] + COST - p.E) + p.W - t end)

@@ -9,21 +9,16 @@
 --          instant seen (µs), then per tier the window start (µs), the
 --          previous and the current count (see load_state)
 -- ARGV[8..] per tier: events, window_us
-local refused = blocked()
-if refused then return refused end
-local key = KEYS[1]
-local P = tier_params({'E', 'W'})
-
-local st, exists = load_state(key)
+local WORDS = 3
+--@insert window_head
 local start, prev, cur = {}, {}, {}
 for i = 1, N do
   start[i] = st[3 * i - 1] or 0
-  prev[i] = st[3 * i] or 0
   cur[i] = st[3 * i + 1] or 0
+  prev[i] = st[3 * i] or 0
 end
 
-local t = NOW
-if exists and t < st[1] then t = st[1] end
+--@insert clamp
 
 -- save: the state lives until no window holding units weighs any more.
 local function save()
@@ -40,13 +35,8 @@ local function save()
   end)
 end
 
-if MODE == '1' then
-  return undo(exists, function(i)
-    if start[i] == win_start(t, P[i].W) then
-      cur[i] = cur[i] - math.min(COST, cur[i])
-    end
-  end, save)
-end
+--@insert window_undo
+local ok = true
 
 -- weighted: the part of a previous count pc still inside the rolling window
 -- at offset e.
@@ -109,7 +99,6 @@ local function remaining(i)
   return rem
 end
 
-local ok = true
 for i = 1, N do
   local p = P[i]
   local ws = win_start(t, p.W)
@@ -120,17 +109,9 @@ for i = 1, N do
   end
   if COST > p.E or not fits(p, prev[i], cur[i], t - start[i], COST) then ok = false end
 end
-if ok then
-  for i = 1, N do cur[i] = cur[i] + COST end
-elseif COUNT_REJECTED then
-  for i = 1, N do cur[i] = add_capped(cur[i], P[i].E) end
-end
-save()
+--@insert window_count
 
-local pick = win_pick(ok)
-for i = 1, N do
-  local p = P[i]
-  local reset, wait = 0, 0
+--@insert win_offer_loop
   if cur[i] > 0 then
     reset = start[i] + 2 * p.W - t
   elseif prev[i] > 0 then

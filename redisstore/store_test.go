@@ -299,7 +299,7 @@ func TestNoScript(t *testing.T) {
 
 // scriptInner are the commands the scripts run inside Redis.
 var scriptInner = map[string]bool{
-	"time": true, "get": true, "set": true, "del": true, "exists": true,
+	"time": true, "get": true, "mget": true, "set": true, "del": true, "exists": true,
 	"hmget": true, "hset": true, "pexpire": true,
 	"zadd": true, "zcard": true, "zrange": true, "zrangebyscore": true,
 	"zrem": true, "zremrangebyscore": true, "zremrangebyrank": true,

@@ -7,15 +7,16 @@
 --          constants it was saved under (see load_params)
 -- ARGV[8..] per tier: rate, scale, cap, burst, window_us (from
 --           algorithms.BucketParams, so both twins use the same constants)
-local refused = blocked()
-if refused then return refused end
 local key = KEYS[1]
-local P = tier_params({'rate', 'scale', 'cap', 'burst', 'window'})
+local refused, s = load_blocked(key)
+if refused then return refused end
+--@insert bucket_params
 local SAVED = {'rate', 'scale', 'cap'}
 
-local last, level, old, exists = load_params(key, P, SAVED, function(p) return p.cap end)
+local last, level, old, exists = load_params(s, P, SAVED, function(p) return p.cap end)
 
-local function fill(lv, dt, p)
+-- flow: the level lv refilled for dt µs under the constants p.
+local function flow(lv, dt, p)
   local deficit = p.cap - lv
   if deficit <= 0 then return lv end
   if dt >= cdiv(deficit, p.rate) then return p.cap end
@@ -25,17 +26,10 @@ end
 -- advance: clamp now to the latest instant seen and refill to it, under
 -- the constants each tier was saved under; then convert what it has
 -- spent (cap - level) to the constants of this call.
-local t = NOW
-if t <= last then
-  t = last
-else
-  local dt = t - last
-  last = t
-  for i = 1, N do level[i] = fill(level[i], dt, old[i]) end
-end
+--@insert bucket_advance
 for i = 1, N do
   local o = old[i]
-  level[i] = P[i].cap - bucket_convert(o.cap - level[i], o.scale, o.cap, P[i])
+  if o ~= P[i] then level[i] = P[i].cap - bucket_convert(o.cap - level[i], o.scale, o.cap, P[i]) end
 end
 
 -- save: the state lives until every bucket is full again.
@@ -60,11 +54,7 @@ for i = 1, N do
     break
   end
 end
-if allowed or COUNT_REJECTED then
-  for i = 1, N do
-    local p = P[i]
-    local c = COST
-    if c > 2 * p.burst then c = 2 * p.burst end -- the clamp below gives the same level
+--@insert bucket_charge_loop
     local lv = level[i] - c * p.scale
     if lv < -p.cap then lv = -p.cap end
     level[i] = lv
@@ -73,12 +63,5 @@ end
 save()
 
 return blocking(bucket_result(allowed, P, function(i)
-  local p, lv = P[i], level[i]
-  local rem, wait = 0, 0
-  if lv > 0 then rem = idiv(lv, p.scale) end
-  local need = COST * p.scale - lv
-  if need > 0 then wait = cdiv(need, p.rate) end
-  local more = 0
-  if rem < p.burst then more = cdiv((rem + 1) * p.scale - lv, p.rate) end
-  return rem, cdiv(p.cap - lv, p.rate), wait, more
+  --@insert token_tier
 end, 0))

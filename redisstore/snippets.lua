@@ -1,0 +1,110 @@
+-- snippets.lua: Lua that several scripts share word for word, written once.
+-- The Go side places a snippet where a script says "--@insert <name>" on a
+-- line of its own, with that line's indentation, before Redis ever sees the
+-- script (see libprune.go): the script runs as if written out, at no cost a
+-- call, where a function of lib.lua would be a closure built and called on
+-- every call. A snippet is the text between "--@snippet <name>" and
+-- "--@end"; each one is inserted somewhere, and uses the names of the
+-- scripts that insert it.
+
+-- The head of the window scripts (one string of state): the state and the
+-- key's block in one MGET; a blocked key answers before anything else,
+-- then the tiers' constants and the state (WORDS integers a tier).
+--@snippet window_head
+local key = KEYS[1]
+local refused, s = load_blocked(key)
+if refused then return refused end
+local P = {}
+for i = 1, N do P[i] = {E = ARGV[6 + 2 * i] + 0, W = ARGV[7 + 2 * i] + 0} end
+
+local st, exists = state_of(s, 1 + WORDS * N)
+--@end
+
+-- clamp: t, the instant of the call, never goes back from the latest one
+-- seen, st[1] (load_state).
+--@snippet clamp
+local t = NOW
+if exists and t < st[1] then t = st[1] end
+--@end
+
+-- window_undo: an undo gives back COST units to each tier's current
+-- window, if the units were counted in it.
+--@snippet window_undo
+if MODE == '1' then
+  return undo(exists, function(i)
+    if start[i] == win_start(t, P[i].W) then
+      cur[i] = cur[i] - math.min(COST, cur[i])
+    end
+  end, save)
+end
+--@end
+
+-- window_count: count COST in every tier when all admit it, else (with
+-- count_rejected) up to each tier's limit; then save.
+--@snippet window_count
+if ok then
+  for i = 1, N do cur[i] = cur[i] + COST end
+elseif COUNT_REJECTED then
+  for i = 1, N do cur[i] = add_capped(cur[i], P[i].E) end
+end
+save()
+--@end
+
+-- win_offer_loop opens the loop that offers each tier to win_pick once the
+-- state is saved; the script computes the tier's reset and wait, offers it,
+-- and closes the loop.
+--@snippet win_offer_loop
+local pick = win_pick(ok)
+for i = 1, N do
+  local p = P[i]
+  local reset, wait = 0, 0
+--@end
+
+-- bucket_params: the constants of each tier of the buckets (ARGV[8..]),
+-- one table constructor a tier (see tier_params).
+--@snippet bucket_params
+local P = {}
+for i = 1, N do
+  local o = 2 + 5 * i
+  P[i] = {rate = ARGV[o + 1] + 0, scale = ARGV[o + 2] + 0, cap = ARGV[o + 3] + 0,
+    burst = ARGV[o + 4] + 0, window = ARGV[o + 5] + 0}
+end
+--@end
+
+-- bucket_advance: clamp t to the latest instant seen and, when time went
+-- on, move every tier's level to t with the script's flow(lv, dt, p) under
+-- the constants it was saved under (old[i]).
+--@snippet bucket_advance
+local t = NOW
+if t <= last then
+  t = last
+else
+  local dt = t - last
+  last = t
+  for i = 1, N do level[i] = flow(level[i], dt, old[i]) end
+end
+--@end
+
+-- bucket_charge_loop opens the loop that charges each tier a take's cost,
+-- when all admit it or count_rejected; c is the cost, capped for the
+-- clamp that follows. The script applies c to the tier and closes the
+-- loop and the if.
+--@snippet bucket_charge_loop
+if allowed or COUNT_REJECTED then
+  for i = 1, N do
+    local p = P[i]
+    local c = COST
+    if c > 2 * p.burst then c = 2 * p.burst end -- the clamp below gives the same level
+--@end
+
+-- token_tier is the body of a token bucket's tier(i) for bucket_result: its
+-- remaining units, reset, wait and more (µs) at level[i] under P[i].
+--@snippet token_tier
+local p, lv = P[i], level[i]
+local rem, wait, more = 0, 0, 0
+if lv > 0 then rem = idiv(lv, p.scale) end
+local need = COST * p.scale - lv
+if need > 0 then wait = cdiv(need, p.rate) end
+if rem < p.burst then more = cdiv((rem + 1) * p.scale - lv, p.rate) end
+return rem, cdiv(p.cap - lv, p.rate), wait, more
+--@end
