@@ -118,15 +118,18 @@ func (p *Pipeliner) lead(mine *scriptCall) {
 
 	x.mu.Lock()
 	next := x.queue
+	keep := len(next) > 0 && failed == nil && !x.closing
 	if len(next) > 0 {
 		x.queue, x.spare = x.spare[:0], nil
-		if len(next) > maxPipeline {
+		// Without a next leader (keep false), every call queued fails
+		// now: one left queued would wait for a call that may never
+		// come.
+		if keep && len(next) > maxPipeline {
 			x.queue = append(x.queue, next[maxPipeline:]...)
 			next = next[:maxPipeline]
 		}
 	}
 	x.written = false
-	keep := len(next) > 0 && failed == nil && !x.closing
 	if x.closing {
 		x.d.close()
 		close(x.stopped)

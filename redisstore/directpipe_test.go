@@ -156,3 +156,45 @@ func TestDirectPipelinerLeaderPanics(t *testing.T) {
 		t.Fatal("a call still waits a minute after the leader panicked")
 	}
 }
+
+// When a batch fails (the redis-server is gone), every call queued behind
+// it fails with it, more than a batch holds (maxPipeline) too: none is
+// left queued with no leader, waiting for a call that may never come.
+func TestDirectPipelinerFailedBatchFailsAllQueued(t *testing.T) {
+	srv := redistest.Start(t)
+	c, p := directPipeliner(t, &redis.Options{Addr: srv.Addr, ReadTimeout: time.Minute}, 0)
+	s := pipelinedStore(t, c, p, algorithms.GCRA, oneTier(1000, time.Hour), "failall")
+	ctx := context.Background()
+	if _, err := s.Take(ctx, "warm", time.Time{}, 1); err != nil {
+		t.Fatal(err)
+	}
+	srv.Pause()
+	errs := make(chan error, maxPipeline+3)
+	take := func() {
+		_, err := s.Take(ctx, "k", time.Time{}, 1)
+		errs <- err
+	}
+	go take()
+	storetest.WaitFor(t, "the first call in flight", func() bool {
+		x := p.direct
+		x.mu.Lock()
+		defer x.mu.Unlock()
+		return x.busy
+	})
+	const queued = maxPipeline + 2
+	for range queued {
+		go take()
+	}
+	storetest.WaitFor(t, "the calls queued", func() bool { return p.queued() == queued })
+	srv.Stop()
+	for i := range queued + 1 {
+		select {
+		case err := <-errs:
+			if err == nil {
+				t.Fatal("a call succeeded without a redis-server")
+			}
+		case <-time.After(time.Minute):
+			t.Fatalf("%d of %d calls answered a minute after the batch failed; %d still queued", i, queued+1, p.queued())
+		}
+	}
+}
