@@ -385,9 +385,10 @@ func (c *placeholderCursor) newVals() *[4]string {
 }
 
 // serverHandlers counts the rate_limit handlers provisioned in one HTTP
-// server's routes (its error and named routes too): a request passes
-// through no others, so with one there is no earlier handler whose
-// placeholders to look for.
+// server's routes (its error and named routes too; twice in a server with
+// named routes, see provisionPlaceholders): a request passes through no
+// others, so with one there is no earlier handler whose placeholders to
+// look for.
 type serverHandlers struct{ n atomic.Int32 }
 
 // serverHandlersKey is the pool key of a server's serverHandlers.
@@ -415,7 +416,14 @@ func (h *Handler) provisionPlaceholders(ctx caddy.Context) error {
 	}
 	h.rt.poolKeys = append(h.rt.poolKeys, key)
 	h.rt.siblings = v.(*serverHandlers)
-	h.rt.siblings.n.Add(1)
+	n := int32(1)
+	if len(srv.NamedRoutes) > 0 {
+		// A named route's handler runs once per invoke of the route,
+		// so maybe twice in a request: it must find its own
+		// placeholders.
+		n = 2
+	}
+	h.rt.siblings.n.Add(n)
 	return nil
 }
 

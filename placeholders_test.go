@@ -115,3 +115,23 @@ func TestHeadersAfterAHandlerWithHeadersOff(t *testing.T) {
 	expectHeaders(t, res, map[string]string{"RateLimit": `"inner";r=0;t=60`, "Retry-After": "60"})
 	expectPlaceholders(t, res, map[string]string{"{http.rate_limit.exceeded.name}": "inner", "{http.rate_limit.retry_after}": "60"})
 }
+
+// A handler of a named route runs once per invoke of the route, so twice
+// in a request that invokes it twice, though it is its server's only
+// rate_limit handler: the placeholders describe its latest decision.
+func TestPlaceholdersNamedRouteInvokedTwice(t *testing.T) {
+	srv := &caddyhttp.Server{NamedRoutes: map[string]*caddyhttp.Route{"limited": {}}}
+	h := provisionIn(t, `{"zones":[{"name":"z","key":"k","limits":[{"events":10,"window":"1m"}]}]}`, srv)
+	t.Cleanup(func() { _ = h.Cleanup() })
+	res := serve(h, newReq("192.0.2.1:1"), func(w http.ResponseWriter, r *http.Request) error {
+		return h.ServeHTTP(w, r, caddyhttp.HandlerFunc(func(w http.ResponseWriter, r *http.Request) error {
+			w.WriteHeader(http.StatusOK)
+			return nil
+		}))
+	})
+	if res.code != http.StatusOK {
+		t.Fatalf("code %d", res.code)
+	}
+	expectPlaceholders(t, res, map[string]string{"{http.rate_limit.remaining}": "8"})
+	expectHeaders(t, res, map[string]string{"RateLimit": `"z";r=8;t=60`})
+}
