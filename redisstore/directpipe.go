@@ -136,6 +136,12 @@ func (p *Pipeliner) lead(mine *scriptCall) {
 		failed = redis.ErrClosed
 	}
 	x.busy = keep
+	if keep {
+		// Set under the lock: a leader that gave the lead up sets
+		// spare under it too, after it answered its batch. No one takes
+		// spare while this lead lasts, so batch is answered first.
+		x.spare = batch[:0]
+	}
 	x.mu.Unlock()
 	// Without the lead (keep false), only what is local is used from
 	// here: another caller may lead already.
@@ -158,7 +164,6 @@ func (p *Pipeliner) lead(mine *scriptCall) {
 		x.mu.Unlock()
 		return
 	}
-	x.spare = batch[:0]
 	x.batch = next
 	for _, c := range next {
 		if !c.watch {

@@ -198,3 +198,31 @@ func TestDirectPipelinerFailedBatchFailsAllQueued(t *testing.T) {
 		}
 	}
 }
+
+// Callers that come and go take the lead from one another many times,
+// some batches followed by a queue (the leader keeps the lead and hands it
+// on) and some not (the leader gives it up and a newcomer takes it): under
+// the race detector, what a leader that gave the lead up still does must
+// not race with the next leader. Every call is answered, one EVALSHA each.
+func TestDirectPipelinerLeadTurnover(t *testing.T) {
+	srv := redistest.Start(t)
+	c, p := directPipeliner(t, &redis.Options{Addr: srv.Addr}, 0)
+	s := pipelinedStore(t, c, p, algorithms.GCRA, oneTier(1<<20, time.Hour), "turnover")
+	ctx := context.Background()
+	if _, err := s.Take(ctx, "warm", time.Time{}, 1); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := redistest.Do(srv.Addr, "CONFIG", "RESETSTAT"); err != nil {
+		t.Fatal(err)
+	}
+	const goroutines, n = 48, 100
+	admitted := takeConcurrently(t, goroutines, n, func(int, int) (algorithms.Decision, error) {
+		return s.Take(ctx, "k", time.Time{}, 1)
+	})
+	if admitted != goroutines*n {
+		t.Errorf("admitted %d of %d", admitted, goroutines*n)
+	}
+	if got := commandStats(t, c)["evalsha"]; got != goroutines*n {
+		t.Errorf("%d EVALSHA for %d Takes", got, goroutines*n)
+	}
+}
