@@ -94,8 +94,9 @@ func (p *Pipeliner) runDirect(ctx context.Context, c *scriptCall) reply {
 // as the next batch, before the batch's callers are woken (Redis works on
 // them meanwhile), and the first of them whose caller waits without a
 // deadline is handed the lead: it reads their replies. The calls queued
-// behind a batch that failed fail with its error, unsent, before the
-// batch's callers go on (a call they make next did not queue behind it).
+// behind a batch that failed, all of them, fail with its error, unsent:
+// they leave the queue before the batch's callers are woken (a call they
+// make next did not queue behind it).
 func (p *Pipeliner) lead(mine *scriptCall) {
 	x := p.direct
 	batch := x.batch
