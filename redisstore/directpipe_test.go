@@ -50,14 +50,8 @@ func TestDirectPipelinerCallersLead(t *testing.T) {
 // still go out, as the next batch, once the batch ahead is answered, and
 // the calls after them are answered as usual.
 func TestDirectPipelinerCallersLeave(t *testing.T) {
-	srv := redistest.Start(t)
-	c, p := directPipeliner(t, &redis.Options{Addr: srv.Addr, ReadTimeout: time.Minute}, 0)
-	s := pipelinedStore(t, c, p, algorithms.GCRA, oneTier(100, time.Hour), "leave")
+	srv, p, s := pausedStore(t, 100, "leave")
 	ctx := context.Background()
-	if _, err := s.Take(ctx, "warm", time.Time{}, 1); err != nil {
-		t.Fatal(err)
-	}
-	srv.Pause()
 	resumed := false
 	defer func() {
 		if !resumed {
@@ -69,12 +63,7 @@ func TestDirectPipelinerCallersLeave(t *testing.T) {
 		_, err := s.Take(ctx, "k", time.Time{}, 1)
 		first <- err
 	}()
-	storetest.WaitFor(t, "the first call in flight", func() bool {
-		x := p.direct
-		x.mu.Lock()
-		defer x.mu.Unlock()
-		return x.busy
-	})
+	waitLead(t, p)
 	const leaving = 10
 	errs := make(chan error, leaving)
 	for range leaving {
@@ -102,6 +91,32 @@ func TestDirectPipelinerCallersLeave(t *testing.T) {
 	if d, err := s.Take(ctx, "k", time.Time{}, 1); err != nil || d.Remaining != 100-12 {
 		t.Fatalf("after the stop: %+v, %v; want %d remaining", d, err, 100-12)
 	}
+}
+
+// pausedStore returns a gcra Store of limit events an hour through a
+// direct Pipeliner, its script loaded, on a redis-server it then pauses
+// (SIGSTOP): what is sent is not answered until it resumes.
+func pausedStore(t *testing.T, limit int64, zone string) (*redistest.Server, *Pipeliner, *Store) {
+	t.Helper()
+	srv := redistest.Start(t)
+	c, p := directPipeliner(t, &redis.Options{Addr: srv.Addr, ReadTimeout: time.Minute}, 0)
+	s := pipelinedStore(t, c, p, algorithms.GCRA, oneTier(limit, time.Hour), zone)
+	if _, err := s.Take(context.Background(), "warm", time.Time{}, 1); err != nil {
+		t.Fatal(err)
+	}
+	srv.Pause()
+	return srv, p, s
+}
+
+// waitLead waits until a call of p's leads: a batch is in flight.
+func waitLead(t *testing.T, p *Pipeliner) {
+	t.Helper()
+	storetest.WaitFor(t, "the first call in flight", func() bool {
+		x := p.direct
+		x.mu.Lock()
+		defer x.mu.Unlock()
+		return x.busy
+	})
 }
 
 // panicHook panics in the first pipeline it sees.
@@ -161,26 +176,15 @@ func TestDirectPipelinerLeaderPanics(t *testing.T) {
 // it fails with it, more than a batch holds (maxPipeline) too: none is
 // left queued with no leader, waiting for a call that may never come.
 func TestDirectPipelinerFailedBatchFailsAllQueued(t *testing.T) {
-	srv := redistest.Start(t)
-	c, p := directPipeliner(t, &redis.Options{Addr: srv.Addr, ReadTimeout: time.Minute}, 0)
-	s := pipelinedStore(t, c, p, algorithms.GCRA, oneTier(1000, time.Hour), "failall")
+	srv, p, s := pausedStore(t, 1000, "failall")
 	ctx := context.Background()
-	if _, err := s.Take(ctx, "warm", time.Time{}, 1); err != nil {
-		t.Fatal(err)
-	}
-	srv.Pause()
 	errs := make(chan error, maxPipeline+3)
 	take := func() {
 		_, err := s.Take(ctx, "k", time.Time{}, 1)
 		errs <- err
 	}
 	go take()
-	storetest.WaitFor(t, "the first call in flight", func() bool {
-		x := p.direct
-		x.mu.Lock()
-		defer x.mu.Unlock()
-		return x.busy
-	})
+	waitLead(t, p)
 	const queued = maxPipeline + 2
 	for range queued {
 		go take()
