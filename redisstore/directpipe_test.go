@@ -20,12 +20,7 @@ import (
 // is answered with its own decision, exactly (the limit admits 100 of
 // 320), one EVALSHA each.
 func TestDirectPipelinerCallersLead(t *testing.T) {
-	srv := redistest.Start(t)
-	c, p := directPipeliner(t, &redis.Options{Addr: srv.Addr}, 0)
-	s := pipelinedStore(t, c, p, algorithms.GCRA, oneTier(100, time.Hour), "lead")
-	if _, err := s.Take(context.Background(), "warm", time.Time{}, 1); err != nil {
-		t.Fatal(err)
-	}
+	srv, c, _, s := warmedStore(t, 0, 100, "lead")
 	if _, err := redistest.Do(srv.Addr, "CONFIG", "RESETSTAT"); err != nil {
 		t.Fatal(err)
 	}
@@ -93,17 +88,26 @@ func TestDirectPipelinerCallersLeave(t *testing.T) {
 	}
 }
 
-// pausedStore returns a gcra Store of limit events an hour through a
-// direct Pipeliner, its script loaded, on a redis-server it then pauses
-// (SIGSTOP): what is sent is not answered until it resumes.
-func pausedStore(t *testing.T, limit int64, zone string) (*redistest.Server, *Pipeliner, *Store) {
+// warmedStore returns a gcra Store of limit events an hour through a direct
+// Pipeliner whose client has read timeout readTimeout (0: go-redis's), on a
+// redis-server of its own, its script loaded.
+func warmedStore(t *testing.T, readTimeout time.Duration, limit int64, zone string) (*redistest.Server, *redis.Client, *Pipeliner, *Store) {
 	t.Helper()
 	srv := redistest.Start(t)
-	c, p := directPipeliner(t, &redis.Options{Addr: srv.Addr, ReadTimeout: time.Minute}, 0)
+	c, p := directPipeliner(t, &redis.Options{Addr: srv.Addr, ReadTimeout: readTimeout}, 0)
 	s := pipelinedStore(t, c, p, algorithms.GCRA, oneTier(limit, time.Hour), zone)
 	if _, err := s.Take(context.Background(), "warm", time.Time{}, 1); err != nil {
 		t.Fatal(err)
 	}
+	return srv, c, p, s
+}
+
+// pausedStore is warmedStore with a read timeout of a minute, on a
+// redis-server it then pauses (SIGSTOP): what is sent is not answered
+// until it resumes.
+func pausedStore(t *testing.T, limit int64, zone string) (*redistest.Server, *Pipeliner, *Store) {
+	t.Helper()
+	srv, _, p, s := warmedStore(t, time.Minute, limit, zone)
 	srv.Pause()
 	return srv, p, s
 }
@@ -203,30 +207,60 @@ func TestDirectPipelinerFailedBatchFailsAllQueued(t *testing.T) {
 	}
 }
 
-// Callers that come and go take the lead from one another many times,
-// some batches followed by a queue (the leader keeps the lead and hands it
-// on) and some not (the leader gives it up and a newcomer takes it): under
-// the race detector, what a leader that gave the lead up still does must
-// not race with the next leader. Every call is answered, one EVALSHA each.
-func TestDirectPipelinerLeadTurnover(t *testing.T) {
-	srv := redistest.Start(t)
-	c, p := directPipeliner(t, &redis.Options{Addr: srv.Addr}, 0)
-	s := pipelinedStore(t, c, p, algorithms.GCRA, oneTier(1<<20, time.Hour), "turnover")
-	ctx := context.Background()
-	if _, err := s.Take(ctx, "warm", time.Time{}, 1); err != nil {
-		t.Fatal(err)
+// A leader that gave the lead up (nothing queued behind its batch) and
+// one that keeps it (a call queued behind its batch) both put their batch's
+// slice back as spare, each once it has woken its callers. Here each one's
+// caller is slow to be woken (an unbuffered done channel), so that the
+// first puts its slice back while the second is between its lock and its
+// own: under the race detector, the two must not race. The three calls are
+// answered in order, each with its own decision.
+func TestDirectPipelinerLeadersPutBackSpare(t *testing.T) {
+	_, _, p, s := warmedStore(t, 0, 10, "spare")
+	call := func(done chan struct{}) *scriptCall {
+		return &scriptCall{evalCall: evalCall{script: s.script.run, take: storeCall{s: s, key: "k", cost: 1}}, done: done}
 	}
-	if _, err := redistest.Do(srv.Addr, "CONFIG", "RESETSTAT"); err != nil {
-		t.Fatal(err)
+	first, second, queued := call(make(chan struct{})), call(make(chan struct{})), call(make(chan struct{}, 1))
+	signaled := func(c *scriptCall) func() bool {
+		return func() bool { return c.state.Load() == callSignaled }
 	}
-	const goroutines, n = 48, 100
-	admitted := takeConcurrently(t, goroutines, n, func(int, int) (algorithms.Decision, error) {
-		return s.Take(ctx, "k", time.Time{}, 1)
-	})
-	if admitted != goroutines*n {
-		t.Errorf("admitted %d of %d", admitted, goroutines*n)
+	x := p.direct
+	lead := func(batch, queue []*scriptCall) chan struct{} {
+		x.mu.Lock()
+		x.busy, x.batch = true, batch
+		x.queue = append(x.queue, queue...)
+		x.mu.Unlock()
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			p.lead(nil)
+		}()
+		return done
 	}
-	if got := commandStats(t, c)["evalsha"]; got != goroutines*n {
-		t.Errorf("%d EVALSHA for %d Takes", got, goroutines*n)
+
+	// The first leader, nothing queued: it gives the lead up, then waits
+	// to wake its caller.
+	firstDone := lead([]*scriptCall{first}, nil)
+	storetest.WaitFor(t, "the first leader waking its caller", signaled(first))
+	// The second, a call queued: it keeps the lead, sends the queued
+	// call, then waits to wake its caller.
+	secondDone := lead([]*scriptCall{second}, []*scriptCall{queued})
+	storetest.WaitFor(t, "the second leader waking its caller", signaled(second))
+	// Each woken before the other is done: nothing orders what they do
+	// next but the lock.
+	<-second.done
+	<-first.done
+	<-firstDone
+	<-secondDone
+	// The queued call's caller was handed the lead: it reads its reply.
+	<-queued.done
+	if !queued.lead {
+		t.Fatal("the queued call's caller was not handed the lead")
+	}
+	p.lead(queued)
+	for i, c := range []*scriptCall{first, second, queued} {
+		r := c.reply
+		if want := int64(9 - i); r.err != nil || r.n < 4 || r.vals[0] != 1 || r.vals[3] != want {
+			t.Errorf("call %d: %v %v, want admitted with %d remaining", i+1, r.ints(), r.err, want)
+		}
 	}
 }
