@@ -152,12 +152,12 @@ func (z *zone) precomputeHeaders() {
 		qu = `;qu="` + u + `"`
 	}
 	items := make([]string, len(z.tiers))
-	z.limitVals = make([][]string, len(z.tiers))
+	z.limitVals = make([]string, len(z.tiers))
 	z.rlPrefixes = make([]string, len(z.tiers))
 	for i, t := range z.tiers {
 		w := max(ceilSeconds(t.Window), 1)
 		items[i] = `"` + names[i] + `";q=` + strconv.FormatInt(t.Events, 10) + qu + ";w=" + strconv.FormatInt(w, 10)
-		z.limitVals[i] = []string{strconv.FormatInt(t.Events, 10)}
+		z.limitVals[i] = strconv.FormatInt(t.Events, 10)
 		z.rlPrefixes[i] = `"` + names[i] + `";r=`
 	}
 	z.policy = strings.Join(items, ", ")
@@ -176,20 +176,29 @@ func quotaSeconds(d *algorithms.Decision, retryAfter int64) int64 {
 	return t
 }
 
+// headerValues are one request's rate-limit header values, in the slots
+// RateLimit, X-RateLimit-Remaining, X-RateLimit-Reset, Retry-After,
+// RateLimit-Policy and X-RateLimit-Limit.
+type headerValues [6]string
+
 // setHeaders writes the configured rate-limit headers for decision d of
 // zone z, and Retry-After when retryAfter > 0; policy is the
 // RateLimit-Policy value of the zones that applied. The per-request values
 // are formatted into one string, whose parts vals holds (the request's
 // placeholders carry the array, so that it costs no allocation of its own;
 // nil: a new one). Every value slice has cap == len, so that a later
-// Header.Add never writes into a shared array.
-func (h *Handler) setHeaders(hdr http.Header, z *zone, d *algorithms.Decision, policy []string, retryAfter int64, vals *[4]string) {
+// Header.Add never writes into a shared array, and every slice is the
+// request's own: Caddy's header handler replaces values in place
+// (hdr[name][i] = ...), also after this handler (a deferred header), and
+// a slice shared by every request would carry one request's edit to the
+// next, racing.
+func (h *Handler) setHeaders(hdr http.Header, z *zone, d *algorithms.Decision, policy []string, retryAfter int64, vals *headerValues) {
 	mode := h.rt.headers
 	if mode == headersOff && retryAfter <= 0 {
 		return
 	}
 	if vals == nil {
-		vals = new([4]string)
+		vals = new(headerValues)
 	}
 	// ends[i] is where value i (RateLimit, X-RateLimit-Remaining,
 	// X-RateLimit-Reset, Retry-After) ends in b; it starts where the one
@@ -229,16 +238,18 @@ func (h *Handler) setHeaders(hdr http.Header, z *zone, d *algorithms.Decision, p
 	if mode&headersIETF != 0 {
 		vals[0] = s[:ends[0]]
 		if policy != nil {
-			hdr[hdrPolicy] = policy
+			vals[4] = policy[0]
+			hdr[hdrPolicy] = vals[4:5:5]
 		}
 		hdr[hdrRateLimit] = vals[0:1:1]
 	}
 	if mode&headersLegacy != 0 {
 		if z.tierMatches(d) {
-			hdr[hdrLimit] = z.limitVals[d.Tier]
+			vals[5] = z.limitVals[d.Tier]
 		} else {
-			hdr[hdrLimit] = []string{strconv.FormatInt(d.Limit, 10)}
+			vals[5] = strconv.FormatInt(d.Limit, 10)
 		}
+		hdr[hdrLimit] = vals[5:6:6]
 		vals[1], vals[2] = s[ends[0]:ends[1]], s[ends[1]:ends[2]]
 		hdr[hdrRemaining] = vals[1:2:2]
 		hdr[hdrReset] = vals[2:3:3]
@@ -278,7 +289,7 @@ type placeholders struct {
 	// hdrVals are the request's rate-limit header values (see
 	// setHeaders), from the same arrays as the placeholders; nil until a
 	// handler writes headers.
-	hdrVals *[4]string
+	hdrVals *headerValues
 }
 
 // phState is the replacer key of a request's *placeholders. One byte: no
@@ -332,14 +343,14 @@ type placeholderBatches struct {
 // placeholderCursor is what is left of the arrays one processor cuts.
 type placeholderCursor struct {
 	free []placeholders
-	vals [][4]string
+	vals []headerValues
 }
 
 // newPlaceholders returns new placeholders for a request, with header
 // values if withVals.
 func (pb *placeholderBatches) newPlaceholders(withVals bool) *placeholders {
 	if pb == nil { // an unprovisioned handler
-		return &placeholders{hdrVals: new([4]string)}
+		return &placeholders{hdrVals: new(headerValues)}
 	}
 	c := pb.cursor()
 	if len(c.free) == 0 {
@@ -356,9 +367,9 @@ func (pb *placeholderBatches) newPlaceholders(withVals bool) *placeholders {
 
 // newVals returns new header values for placeholders without (a handler
 // with headers off decided the request first).
-func (pb *placeholderBatches) newVals() *[4]string {
+func (pb *placeholderBatches) newVals() *headerValues {
 	if pb == nil {
-		return new([4]string)
+		return new(headerValues)
 	}
 	c := pb.cursor()
 	v := c.newVals()
@@ -375,9 +386,9 @@ func (pb *placeholderBatches) cursor() *placeholderCursor {
 }
 
 // newVals cuts header values from c's array.
-func (c *placeholderCursor) newVals() *[4]string {
+func (c *placeholderCursor) newVals() *headerValues {
 	if len(c.vals) == 0 {
-		c.vals = make([][4]string, placeholderBatch)
+		c.vals = make([]headerValues, placeholderBatch)
 	}
 	v := &c.vals[0]
 	c.vals = c.vals[1:]
@@ -431,7 +442,7 @@ func (h *Handler) provisionPlaceholders(ctx caddy.Context) error {
 // replacer (see placeholders); retryAfter > 0 marks a rejection. It
 // returns the array for the request's header values, the placeholders'
 // (nil without a replacer).
-func (h *Handler) setPlaceholders(r *http.Request, z *zone, key string, d *algorithms.Decision, retryAfter int64, rejected bool) *[4]string {
+func (h *Handler) setPlaceholders(r *http.Request, z *zone, key string, d *algorithms.Decision, retryAfter int64, rejected bool) *headerValues {
 	repl, _ := r.Context().Value(caddy.ReplacerCtxKey).(*caddy.Replacer)
 	if repl == nil {
 		return nil

@@ -2,9 +2,11 @@ package ratelimit
 
 import (
 	"net/http"
+	"net/http/httptest"
 	"testing"
 	"time"
 
+	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
 	"github.com/zonelimit/caddy-ratelimit/algorithms"
 )
 
@@ -230,5 +232,38 @@ func TestSinceShortensMoreAfter(t *testing.T) {
 	}
 	if d = since(d, at, at.Add(time.Minute)); d.ResetAfter != 0 || d.MoreAfter != 0 || d.RetryAfter != 0 {
 		t.Fatalf("long after: %+v", d)
+	}
+}
+
+// Caddy's header handler replaces values in place (hdr[name][i] = ...),
+// also after rate_limit (a deferred header): every value slice a response
+// gets must be its own, or an edit of one response shows in the next.
+func TestHeaderValuesAreTheRequests(t *testing.T) {
+	h := provision(t, `{"problem_details":true,"zones":[
+		{"name":"api","key":"{http.request.remote.host}","limits":[{"events":2,"window":"1m"}]}]}`, newClock())
+	next := caddyhttp.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) error {
+		w.WriteHeader(200)
+		return nil
+	})
+	for i := range 4 {
+		w := httptest.NewRecorder()
+		if err := h.ServeHTTP(w, newReq("192.0.2.1:1"), next); err != nil {
+			t.Fatal(err)
+		}
+		for name, vals := range w.Header() {
+			for _, v := range vals {
+				if v == "edited" {
+					t.Fatalf("request %d: %s is %q: another response's edit", i+1, name, v)
+				}
+			}
+		}
+		if i >= 2 {
+			expectProblem(t, w, 429, "api")
+		}
+		for _, vals := range w.Header() {
+			for j := range vals {
+				vals[j] = "edited"
+			}
+		}
 	}
 }

@@ -22,9 +22,8 @@ const (
 // problemBody is a zone's problem+json body around the one member that
 // varies per rejection: the seconds to wait, in detail.
 type problemBody struct {
-	head        []byte   // up to the seconds of detail
-	tail        []byte   // after them
-	contentType []string // []string{problemContentType}, cap == len
+	head []byte // up to the seconds of detail
+	tail []byte // after them
 }
 
 // newProblemBody prepares the body of zone name's rejections with status.
@@ -45,7 +44,7 @@ func newProblemBody(name string, status int) problemBody {
 	tail := []byte(`s.","violated-policies":[`)
 	tail = append(tail, str(name)...)
 	tail = append(tail, "]}"...)
-	return problemBody{head: head, tail: tail, contentType: []string{problemContentType}}
+	return problemBody{head: head, tail: tail}
 }
 
 // writeProblem writes a rejection with status and the zone's problem
@@ -57,9 +56,12 @@ func (z *zone) writeProblem(w http.ResponseWriter, status int, retry int64) erro
 	body = append(body, p.head...)
 	body = strconv.AppendInt(body, retry, 10)
 	body = append(body, p.tail...)
+	// The request's own value slices, as setHeaders's: a deferred header
+	// handler edits values in place.
+	vals := []string{problemContentType, strconv.Itoa(len(body))}
 	hdr := w.Header()
-	hdr["Content-Type"] = p.contentType
-	hdr["Content-Length"] = []string{strconv.Itoa(len(body))}
+	hdr["Content-Type"] = vals[0:1:1]
+	hdr["Content-Length"] = vals[1:2:2]
 	w.WriteHeader(status)
 	// A failed write is a client gone: nothing left to answer.
 	_, _ = w.Write(body)

@@ -172,10 +172,10 @@ type zone struct {
 	waiters *waitLines
 
 	// Precomputed header material.
-	policy     string     // RateLimit-Policy items of this zone
-	policyVals []string   // []string{policy}
-	rlPrefixes []string   // per tier: `"<policy name>";r=`
-	limitVals  [][]string // per tier: []string{events}
+	policy     string   // RateLimit-Policy items of this zone
+	policyVals []string // []string{policy}
+	rlPrefixes []string // per tier: `"<policy name>";r=`
+	limitVals  []string // per tier: events, formatted
 
 	storeErrLog *logThrottle // store failures at warn at most every storeErrorLogEvery
 	rejectError error
