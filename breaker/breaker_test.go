@@ -463,7 +463,10 @@ func TestOnStateChangeOncePerTransition(t *testing.T) {
 			t.Fatalf("cycle %d: %d transitions after the trip, want %d: %v", c, got, 2*c+1, tr.list())
 		}
 		release <- struct{}{}
-		storetest.WaitFor(t, "the breaker to close", func() bool { return b.State() == Closed })
+		// The state reads Closed a moment before the prober reports it
+		// (State takes no lock): wait for the report.
+		storetest.WaitFor(t, "the close reported", func() bool { return len(tr.list()) >= 2*c+2 })
+		expectState(t, b, Closed, fmt.Sprintf("cycle %d: closed", c))
 		if got := len(tr.list()); got != 2*c+2 {
 			t.Fatalf("cycle %d: %d transitions after closing, want %d: %v", c, got, 2*c+2, tr.list())
 		}
