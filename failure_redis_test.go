@@ -148,7 +148,11 @@ func TestBreakerStaysOpenWhileScriptsFail(t *testing.T) {
 			}
 
 			fix()
-			storetest.WaitFor(t, "the breaker to close", func() bool { return br.State() == breaker.Closed })
+			// The state reads Closed a moment before the close is logged.
+			storetest.WaitFor(t, "the breaker's close logged", func() bool { return count(msgBreakerClosed) >= 1 })
+			if br.State() != breaker.Closed {
+				t.Fatalf("breaker %s once its close is logged", br.State())
+			}
 			for i := 0; i < 3; i++ {
 				if res := serve(h, newReq("192.0.2.1:1")); res.code != 200 || res.hdr.Get("X-RateLimit-Remaining") == "" {
 					t.Fatalf("once fixed, request %d: code %d, headers %v: want a decision of Redis", i+1, res.code, res.hdr)

@@ -280,7 +280,9 @@ func TestProberClosesAfterProbeSucceeds(t *testing.T) {
 				b.RecordAt(t0, errDown)
 			}
 			expectState(t, b, Open, "3 failures")
-			storetest.WaitFor(t, "the breaker to close", func() bool { return b.State() == Closed })
+			// The state reads Closed a moment before the close is reported.
+			storetest.WaitFor(t, "the close reported", func() bool { return len(tr.list()) >= 2 })
+			expectState(t, b, Closed, "the close reported")
 			if !b.Allow() {
 				t.Fatal("Allow false once closed")
 			}
