@@ -114,7 +114,7 @@ func (t *Template) Key(r *http.Request) (string, error) {
 		return t.template, nil
 	}
 	if t.remoteHost {
-		if (t.v4bits <= 0 || t.v4bits >= 32) && (r.TLS == nil || r.TLS.HandshakeComplete) {
+		if fullV4(t.v4bits) && !earlyData(r) {
 			if host, ok := canonicalIPv4Host(r.RemoteAddr); ok {
 				return host, nil // the common key, in one pass
 			}
@@ -137,8 +137,7 @@ func (t *Template) Key(r *http.Request) (string, error) {
 // remoteHost is the value of {http.request.remote.host}, as Caddy's
 // replacer computes it.
 func remoteHost(r *http.Request) string {
-	if r.TLS != nil && !r.TLS.HandshakeComplete {
-		// TLS early data: the address may be spoofed.
+	if earlyData(r) {
 		return ""
 	}
 	host, _, err := net.SplitHostPort(r.RemoteAddr)
@@ -146,6 +145,18 @@ func remoteHost(r *http.Request) string {
 		return r.RemoteAddr // a unix socket
 	}
 	return host
+}
+
+// earlyData reports whether r came in TLS early data, whose address may be
+// spoofed.
+func earlyData(r *http.Request) bool {
+	return r.TLS != nil && !r.TLS.HandshakeComplete
+}
+
+// fullV4 reports whether an IPv4 prefix of v4bits keeps the whole address
+// (out of range: clamped to 32).
+func fullV4(v4bits int) bool {
+	return v4bits <= 0 || v4bits >= 32
 }
 
 // Group returns s grouped by the template's prefixes if s is an IP address
@@ -160,7 +171,7 @@ func (t *Template) Group(s string) string {
 // the full length, and otherwise as the masked network in prefix form
 // ("10.1.2.0/24", "2001:db8::/64"). Bits out of range are clamped.
 func GroupAddr(s string, v4bits, v6bits int) string {
-	if (v4bits <= 0 || v4bits >= 32) && canonicalIPv4(s) {
+	if fullV4(v4bits) && canonicalIPv4(s) {
 		return s // the common key, already in its canonical form
 	}
 	if !mayBeAddr(s) {

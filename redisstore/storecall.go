@@ -24,6 +24,14 @@ type storeCall struct {
 	n uint64
 }
 
+// mode returns ARGV[1] of c: a take's or an undo's.
+func (c *storeCall) mode() any {
+	if c.undo {
+		return modeUndo
+	}
+	return modeTake
+}
+
 // extra returns ARGV[5] of c (see Store.args): the Take's sorted-set
 // member, or the Undo's token.
 func (c *storeCall) extra() string {
@@ -42,11 +50,7 @@ func (e *evalCall) keysArgs() ([]string, []any) {
 	if c.s == nil {
 		return e.keys, e.args
 	}
-	mode := modeTake
-	if c.undo {
-		mode = modeUndo
-	}
-	return c.s.scriptKeys(c.key), c.s.args(mode, c.now, c.cost, c.extra())
+	return c.s.scriptKeys(c.key), c.s.args(c.mode(), c.now, c.cost, c.extra())
 }
 
 // encoded holds the parts of a Store's EVALSHAs that are the same for
@@ -87,11 +91,7 @@ func (s *Store) appendCall(b []byte, script *redis.Script, c *storeCall) []byte 
 		b = append(b, '\r', '\n')
 	}
 	var n [24]byte
-	mode := modeTake
-	if c.undo {
-		mode = modeUndo
-	}
-	b = appendArg(b, mode)
+	b = appendArg(b, c.mode())
 	if c.now.IsZero() {
 		b = appendBulk(b, "")
 	} else {
