@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"net/url"
 	"strings"
@@ -42,6 +43,10 @@ type AdminAPI struct {
 	// Caddy starts the admin endpoint anew with every config load, and
 	// each load has its own metrics registry (see loadKey).
 	reg *prometheus.Registry
+
+	// active returns the registry of the config load Caddy runs, nil
+	// when none runs. nil means caddy.ActiveContext's; tests replace it.
+	active func() *prometheus.Registry
 }
 
 // CaddyModule returns the Caddy module information.
@@ -108,24 +113,42 @@ func (rz *runningZones) get(name string) *zone {
 	return rz.zones[name].zone
 }
 
-// running returns the zones of the router's config load (none when it has
-// no rate_limit handler).
+// running returns the zones of the config load Caddy runs (none when it
+// has no rate_limit handler). That is not always the router's own load:
+// Caddy starts the admin endpoint of a new load before provisioning the
+// load's apps, so during a reload the old config still runs, and after a
+// reload that fails the old config keeps running while the new load's
+// router stays. The router's own load is taken only when no config runs
+// (a router provisioned outside Caddy's config loading).
 func (a *AdminAPI) running() *runningZones {
-	var rz *runningZones
-	if a.reg == nil {
-		return new(runningZones)
+	reg := a.activeRegistry()
+	if reg == nil {
+		reg = a.reg
 	}
-	pool.Range(func(k, v any) bool {
-		if lk, ok := k.(loadKey); ok && lk.reg == a.reg {
-			rz = &v.(*loadZones).running
-			return false
-		}
-		return true
-	})
+	var rz *runningZones
+	if reg != nil {
+		pool.Range(func(k, v any) bool {
+			if lk, ok := k.(loadKey); ok && lk.reg == reg {
+				rz = &v.(*loadZones).running
+				return false
+			}
+			return true
+		})
+	}
 	if rz == nil {
 		return new(runningZones)
 	}
 	return rz
+}
+
+// activeRegistry is the metrics registry of the config load Caddy runs,
+// which identifies its zones (see loadKey); nil when none runs.
+func (a *AdminAPI) activeRegistry() *prometheus.Registry {
+	if a.active != nil {
+		return a.active()
+	}
+	ctx := caddy.ActiveContext()
+	return ctx.GetMetricsRegistry()
 }
 
 // Answers of the API.
@@ -199,8 +222,9 @@ type (
 	// adminBlockRequest is the body of POST .../block.
 	adminBlockRequest struct {
 		// Duration is how long the key is refused, e.g. "1h" or "2d"
-		// (or nanoseconds). Required, positive.
-		Duration caddy.Duration `json:"duration"`
+		// (or nanoseconds). Required, positive, at most 3650d (the
+		// longest window: a store's block is exact up to it).
+		Duration *caddy.Duration `json:"duration"`
 	}
 )
 
@@ -231,6 +255,10 @@ func (a *AdminAPI) serveHTTP(w http.ResponseWriter, r *http.Request) error {
 	rawKey, err := url.PathUnescape(parts[3])
 	if err != nil {
 		return apiError(http.StatusBadRequest, fmt.Sprintf("key: %v", err))
+	}
+	if len(zoneName) > maxZoneName {
+		// Not echoed: it may be as long as the admin endpoint's header limit.
+		return apiError(http.StatusNotFound, fmt.Sprintf("unknown zone: a zone name is at most %d characters", maxZoneName))
 	}
 	z := a.running().get(zoneName)
 	if z == nil {
@@ -291,13 +319,11 @@ func (a *AdminAPI) serveHTTP(w http.ResponseWriter, r *http.Request) error {
 
 // block blocks (POST) or unblocks (DELETE) key in z.
 func (a *AdminAPI) block(w http.ResponseWriter, r *http.Request, z *zone, key string) error {
-	var req adminBlockRequest
+	var d time.Duration
 	if r.Method == http.MethodPost {
-		if err := json.NewDecoder(http.MaxBytesReader(w, r.Body, 1<<10)).Decode(&req); err != nil {
-			return apiError(http.StatusBadRequest, fmt.Sprintf(`body: want {"duration": "1h"}: %v`, err))
-		}
-		if req.Duration <= 0 {
-			return apiError(http.StatusBadRequest, fmt.Sprintf("duration must be positive, got %s", time.Duration(req.Duration)))
+		var err error
+		if d, err = blockDuration(w, r); err != nil {
+			return err
 		}
 	}
 	b, ok := z.store.(store.Blocker)
@@ -311,12 +337,45 @@ func (a *AdminAPI) block(w http.ResponseWriter, r *http.Request, z *zone, key st
 		}
 		return writeJSON(w, out)
 	}
-	until, err := b.Block(r.Context(), key, time.Time{}, time.Duration(req.Duration))
+	until, err := b.Block(r.Context(), key, time.Time{}, d)
 	if err != nil {
 		return apiError(http.StatusBadGateway, fmt.Sprintf("zone %q: blocking key: %v", z.name, err))
 	}
 	out.BlockedUntil = &until
 	return writeJSON(w, out)
+}
+
+// maxBlockBody bounds the body of POST .../block, {"duration": "1h"}.
+const maxBlockBody = 1 << 10
+
+// blockDuration reads the body of POST .../block: one adminBlockRequest,
+// nothing else, with a duration the stores can keep.
+func blockDuration(w http.ResponseWriter, r *http.Request) (time.Duration, error) {
+	bad := func(format string, args ...any) (time.Duration, error) {
+		return 0, apiError(http.StatusBadRequest, `body: want {"duration": "1h"}: `+fmt.Sprintf(format, args...))
+	}
+	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, maxBlockBody))
+	dec.DisallowUnknownFields()
+	var req adminBlockRequest
+	if err := dec.Decode(&req); err != nil {
+		return bad("%v", err)
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		return bad("more after the object")
+	}
+	if req.Duration == nil {
+		return bad("duration is missing")
+	}
+	d := time.Duration(*req.Duration)
+	if d <= 0 {
+		return bad("duration must be positive, got %s", d)
+	}
+	if d > maxWindow {
+		// The memory store's end instant would overflow, and Redis's
+		// arithmetic is exact only up to the longest window.
+		return bad("duration must be at most %dd (about 10 years), got %s", maxWindow/(24*time.Hour), d)
+	}
+	return d, nil
 }
 
 func (a *AdminAPI) listZones() adminZones {
