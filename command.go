@@ -49,6 +49,11 @@ admin address of the config file given with --config, else the default.
 			cmd.PersistentFlags().StringP("config", "c", "", "Configuration file to read the admin address from")
 			cmd.PersistentFlags().StringP("adapter", "a", "", "Name of config adapter to apply")
 			cmd.Args = cobra.NoArgs
+			// Without a RunE cobra answers a missing or unknown
+			// subcommand with the help and success.
+			cmd.RunE = func(*cobra.Command, []string) error {
+				return errors.New("missing subcommand: want zones, get, reset, block or unblock (see caddy rate-limit --help)")
+			}
 			for _, sub := range rateLimitSubcommands() {
 				c := &cobra.Command{Use: sub.name, Short: sub.short, Args: cobra.NoArgs}
 				if sub.key {
