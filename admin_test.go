@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/caddyserver/caddy/v2"
+	"github.com/prometheus/client_golang/prometheus"
 )
 
 // adminSetup provisions the handlers given as JSON in one config load,
@@ -243,5 +244,165 @@ func TestAdminBlock(t *testing.T) {
 	}
 	if res := req(); res.code != 200 {
 		t.Fatalf("request after the unblock: %d", res.code)
+	}
+}
+
+// TestAdminRunningLoad: the router answers for the config load Caddy runs,
+// not for the load it was provisioned with. Caddy starts the admin endpoint
+// of a new load before provisioning its handlers, so during a reload the
+// old config runs under the new router, and it keeps running when the new
+// load fails.
+func TestAdminRunningLoad(t *testing.T) {
+	const api = `{"zones": [{"name": "api", "key": "{http.request.remote.host}", "limits": [{"events": 5, "window": 60000000000}]}]}`
+	const conflicting = `{"zones": [{"name": "api", "key": "{http.request.remote.host}", "limits": [{"events": 6, "window": 60000000000}]}]}`
+	clock := newClock()
+	running := testContext(t)
+	hs := provisionLoad(t, running, clock, api)
+	serve(hs[0], newReq("192.0.2.1:1"))
+
+	// The reload: its router, then its handlers, the second of which
+	// fails; Caddy then cleans up what it provisioned.
+	failed := testContext(t)
+	a := new(AdminAPI)
+	if err := a.Provision(failed); err != nil {
+		t.Fatal(err)
+	}
+	active := running.GetMetricsRegistry()
+	a.active = func() *prometheus.Registry { return active }
+	first := provisionLoad(t, failed, clock, api)[0]
+	zonesNamed := func(what, want string) {
+		t.Helper()
+		var names []string
+		code, body := adminCall(t, a, "GET", "/rate_limit/zones", "")
+		for _, z := range decodeAs[adminZones](t, body).Zones {
+			names = append(names, z.Name)
+		}
+		if code != 200 || strings.Join(names, " ") != want {
+			t.Fatalf("%s: zones %d %v, want [%s]", what, code, names, want)
+		}
+	}
+	used := func(what string, want int64) {
+		t.Helper()
+		code, body := adminCall(t, a, "GET", "/rate_limit/zones/api/keys/192.0.2.1", "")
+		if code != 200 || decodeAs[adminKey](t, body).Tiers[0].Used != want {
+			t.Fatalf("%s: GET key %d %s, want %d used", what, code, body, want)
+		}
+	}
+	used("while the reload provisions", 1)
+	h := new(Handler)
+	if err := json.Unmarshal([]byte(conflicting), h); err != nil {
+		t.Fatal(err)
+	}
+	if err := provisionOn(failed, h, clock); err == nil || !strings.Contains(err.Error(), "defined differently") {
+		t.Fatalf("the conflicting handler provisioned: %v", err)
+	}
+	first.Cleanup()
+	zonesNamed("after the failed reload", "api")
+	used("after the failed reload", 1)
+	if code, body := adminCall(t, a, "DELETE", "/rate_limit/zones/api/keys/192.0.2.1", ""); code != 200 {
+		t.Fatalf("DELETE key: %d %s", code, body)
+	}
+	used("after the reset", 0)
+
+	// A reload to a config without rate_limit handlers: no zones.
+	plain := testContext(t)
+	active = plain.GetMetricsRegistry()
+	zonesNamed("a running config without rate_limit", "")
+	if code, body := adminCall(t, a, "GET", "/rate_limit/zones/api/keys/192.0.2.1", ""); code != 404 {
+		t.Fatalf("GET key of a config without rate_limit: %d %s, want 404", code, body)
+	}
+
+	// No config running (a router provisioned outside Caddy's loading):
+	// the router's own load.
+	active = nil
+	a.reg = running.GetMetricsRegistry()
+	zonesNamed("no config running", "api")
+}
+
+// adminCase is a request to the API and what it must get: the status and
+// a part of the body.
+type adminCase struct {
+	method, path, body string
+	code               int
+	msg                string
+}
+
+// hostileCases are requests an operator's typo or a hostile client may
+// send about key k of zone, whose store can inspect and block: each gets
+// a 4xx with a message, or is served.
+func hostileCases(zone string) []adminCase {
+	keys := "/rate_limit/zones/" + zone + "/keys/"
+	block := keys + "k/block"
+	return []adminCase{
+		{"GET", keys + "a%2Fb", "", 200, `"key":"a/b"`},
+		{"GET", keys + "a%00b", "", 200, `"key":"a\u0000b"`},
+		{"GET", keys + strings.Repeat("k", 1<<20), "", 200, `"key":"#`},
+		{"GET", "/rate_limit/zones/" + strings.Repeat("z", 1<<20) + "/keys/k", "", 404, "unknown zone: a zone name is at most 128 characters"},
+		{"GET", "/rate_limit/zones/nope%2F/keys/k", "", 404, `unknown zone "nope/"`},
+		{"GET", "/rate_limit/zones/" + zone + "%00/keys/k", "", 404, `unknown zone "` + zone + `\x00"`},
+		{"PATCH", keys + "k", "", 405, "PATCH not allowed"},
+		{"HEAD", keys + "k", "", 405, "HEAD not allowed"},
+		{"PUT", block, `{"duration": "1h"}`, 405, "PUT not allowed"},
+		{"GET", block, "", 405, "GET not allowed"},
+		{"POST", keys + "k", `{"duration": "1h"}`, 405, "POST not allowed"},
+		{"POST", block, `{"duration": "-1h"}`, 400, "duration must be positive, got -1h0m0s"},
+		{"POST", block, `{"duration": "0s"}`, 400, "duration must be positive, got 0s"},
+		{"POST", block, `{"duration": 0}`, 400, "duration must be positive, got 0s"},
+		{"POST", block, `{"duration": 9223372036854775807}`, 400, "duration must be at most 3650d"},
+		{"POST", block, `{"duration": "3651d"}`, 400, "duration must be at most 3650d"},
+		{"POST", block, `{"duration": "100000000h"}`, 400, "invalid duration"},
+		{"POST", block, `{"duration": 1e400}`, 400, "cannot unmarshal number 1e400"},
+		{"POST", block, `{"duration": "1e400"}`, 400, "1e400"},
+		{"POST", block, `{"duration": "soon"}`, 400, "body"},
+		{"POST", block, `{}`, 400, "duration is missing"},
+		{"POST", block, `{"duration": null}`, 400, "duration is missing"},
+		{"POST", block, `null`, 400, "duration is missing"},
+		{"POST", block, ``, 400, "EOF"},
+		{"POST", block, `[1]`, 400, "cannot unmarshal array"},
+		{"POST", block, `{"duration": "1h", "for": "2h"}`, 400, `unknown field "for"`},
+		{"POST", block, `{"duration": "1h"} {"duration": "2h"}`, 400, "more after the object"},
+		{"POST", block, `{"duration": "1h"}x`, 400, "more after the object"},
+		{"POST", block, `{"duration": "1h", "pad": "` + strings.Repeat("a", 10<<20) + `"}`, 400, "request body too large"},
+		{"POST", block, `{"duration": "3650d"}`, 200, `"blocked_until"`},
+		{"DELETE", block, `{"duration": "1h"}`, 200, `"key":"k"`},
+		{"GET", keys + "k", strings.Repeat("a", 10<<20), 200, `"key":"k"`},
+		{"DELETE", keys + "k", "", 200, `"key":"k"`},
+	}
+}
+
+// checkAdminCase runs c through a; a status other than c.code, or a body
+// without c.msg, fails the test.
+func checkAdminCase(t *testing.T, a *AdminAPI, c adminCase) {
+	t.Helper()
+	code, body := adminCall(t, a, c.method, c.path, c.body)
+	if code != c.code || !strings.Contains(body, c.msg) {
+		t.Errorf("%s %.80s %.40s: %d %.200q, want %d and %q", c.method, c.path, c.body, code, body, c.code, c.msg)
+	}
+}
+
+// TestAdminHostileRequests: malformed, oversized and unexpected requests
+// to a memory zone get a 4xx with a message (never a 500 or a panic); an
+// address typed with or without the zone's prefixes is the key the
+// handler forms for it.
+func TestAdminHostileRequests(t *testing.T) {
+	clock := newClock()
+	a, hs := adminSetup(t, clock, `{"zones": [{"name": "ip", "key": "{http.request.remote.host}", "ipv4_prefix": 24, "ipv6_prefix": 64,
+		"limits": [{"events": 5, "window": 60000000000}]}]}`)
+	serve(hs[0], newReq("203.0.113.7:1"))
+	serve(hs[0], newReq("[2001:db8::1]:1"))
+	for _, c := range hostileCases("ip") {
+		checkAdminCase(t, a, c)
+	}
+	for _, c := range []struct{ key, want string }{
+		{"203.0.113.99", "203.0.113.0/24"},
+		{"203.0.113.0%2F24", "203.0.113.0/24"},
+		{"2001:db8::ffff", "2001:db8::/64"},
+		{"%5B2001:db8::1%5D", "2001:db8::/64"},
+		{"2001:db8::%2F64", "2001:db8::/64"},
+	} {
+		code, body := adminCall(t, a, "GET", "/rate_limit/zones/ip/keys/"+c.key, "")
+		if k := decodeAs[adminKey](t, body); code != 200 || k.Key != c.want || k.Tiers[0].Used != 1 {
+			t.Errorf("GET key %s: %d %s, want key %s with 1 used", c.key, code, body, c.want)
+		}
 	}
 }
