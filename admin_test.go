@@ -3,6 +3,7 @@ package ratelimit
 import (
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -11,6 +12,8 @@ import (
 
 	"github.com/caddyserver/caddy/v2"
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/zonelimit/caddy-ratelimit/internal/redistest"
 )
 
 // adminSetup provisions the handlers given as JSON in one config load,
@@ -403,6 +406,39 @@ func TestAdminHostileRequests(t *testing.T) {
 		code, body := adminCall(t, a, "GET", "/rate_limit/zones/ip/keys/"+c.key, "")
 		if k := decodeAs[adminKey](t, body); code != 200 || k.Key != c.want || k.Tiers[0].Used != 1 {
 			t.Errorf("GET key %s: %d %s, want key %s with 1 used", c.key, code, body, c.want)
+		}
+	}
+}
+
+// TestAdminHostileRequestsRedis: hostileCases for zones on Redis: store
+// redis, the two-layer store of sync_interval, and lease, whose store can
+// neither inspect nor block (501 where the others answer).
+func TestAdminHostileRequestsRedis(t *testing.T) {
+	srv := redistest.Start(t)
+	zone := func(name, extra string) string {
+		return fmt.Sprintf(`{%s"store": "redis", "redis": {"addresses": [%q]}, "zones": [{"name": %q, "key": "{http.request.remote.host}",
+			"algorithm": "sliding_window", "ipv4_prefix": 24, "limits": [{"events": 5, "window": 3600000000000}]}]}`, extra, srv.Addr, name)
+	}
+	ctx := testContext(t)
+	provisionLoad(t, ctx, nil, zone("adm_hostile_redis", ""), zone("adm_hostile_sync", `"sync_interval": 3600000000000,`),
+		zone("adm_hostile_lease", `"lease": 1000000000,`))
+	a := new(AdminAPI)
+	if err := a.Provision(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{"adm_hostile_redis", "adm_hostile_sync", "adm_hostile_lease"} {
+		for _, c := range hostileCases(name) {
+			if name == "adm_hostile_lease" && c.code == 200 {
+				c.code, c.msg = http.StatusNotImplemented, "its store cannot"
+			}
+			checkAdminCase(t, a, c)
+		}
+		if name == "adm_hostile_lease" {
+			continue
+		}
+		code, body := adminCall(t, a, "GET", "/rate_limit/zones/"+name+"/keys/203.0.113.7", "")
+		if k := decodeAs[adminKey](t, body); code != 200 || k.Key != "203.0.113.0/24" {
+			t.Errorf("%s: GET an address: %d %s, want the key 203.0.113.0/24", name, code, body)
 		}
 	}
 }
