@@ -351,31 +351,30 @@ const maxBlockBody = 1 << 10
 // blockDuration reads the body of POST .../block: one adminBlockRequest,
 // nothing else, with a duration the stores can keep.
 func blockDuration(w http.ResponseWriter, r *http.Request) (time.Duration, error) {
-	bad := func(format string, args ...any) (time.Duration, error) {
-		return 0, apiError(http.StatusBadRequest, `body: want {"duration": "1h"}: `+fmt.Sprintf(format, args...))
-	}
 	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, maxBlockBody))
 	dec.DisallowUnknownFields()
 	var req adminBlockRequest
-	if err := dec.Decode(&req); err != nil {
-		return bad("%v", err)
+	err := dec.Decode(&req)
+	if err == nil {
+		if _, next := dec.Token(); next != io.EOF {
+			err = errors.New("more after the object")
+		} else if req.Duration == nil {
+			err = errors.New("duration is missing")
+		}
 	}
-	if _, err := dec.Token(); err != io.EOF {
-		return bad("more after the object")
+	if err != nil {
+		return 0, apiError(http.StatusBadRequest, fmt.Sprintf(`body: want {"duration": "1h"}: %v`, err))
 	}
-	if req.Duration == nil {
-		return bad("duration is missing")
-	}
-	d := time.Duration(*req.Duration)
-	if d <= 0 {
-		return bad("duration must be positive, got %s", d)
-	}
-	if d > maxWindow {
+	switch d := time.Duration(*req.Duration); {
+	case d <= 0:
+		return 0, apiError(http.StatusBadRequest, fmt.Sprintf("duration must be positive, got %s", d))
+	case d > maxWindow:
 		// The memory store's end instant would overflow, and Redis's
 		// arithmetic is exact only up to the longest window.
-		return bad("duration must be at most %dd (about 10 years), got %s", maxWindow/(24*time.Hour), d)
+		return 0, apiError(http.StatusBadRequest, fmt.Sprintf("duration must be at most %dd (about 10 years), got %s", maxWindow/(24*time.Hour), d))
+	default:
+		return d, nil
 	}
-	return d, nil
 }
 
 func (a *AdminAPI) listZones() adminZones {

@@ -90,3 +90,32 @@ func TestAdminAfterFailedReload(t *testing.T) {
 		t.Fatalf("a key of a zone no longer loaded: %d %s, want 404", code, body)
 	}
 }
+
+// TestRateLimitCommandErrors: `caddy rate-limit` with a missing or unknown
+// subcommand, missing flags or a block the stores cannot keep fails with a
+// message saying what is wrong.
+func TestRateLimitCommandErrors(t *testing.T) {
+	const zone = "ops_admcli_mem"
+	live.LoadSites(t, live.HostSite("cli.test", caddytesting.Zone(zone, caddytesting.ClientKey, "limit 3 1h"), `respond "ok"`))
+	for _, c := range []struct {
+		args []string
+		msg  string
+	}{
+		{nil, "missing subcommand: want zones, get, reset, block or unblock"},
+		{[]string{"bogus"}, `unknown command "bogus"`},
+		{[]string{"zones", "extra"}, `unknown command "extra"`},
+		{[]string{"get", "--zone", zone}, "--zone and --key are required"},
+		{[]string{"get", "--zone", "nope", "--key", "k"}, `unknown zone "nope" (HTTP 404)`},
+		{[]string{"block", "--zone", zone, "--key", "k"}, "--for: want a positive duration"},
+		{[]string{"block", "--zone", zone, "--key", "k", "--for", "-1h"}, "--for: want a positive duration"},
+		{[]string{"block", "--zone", zone, "--key", "k", "--for", "4000d"}, "duration must be at most 3650d (about 10 years), got 96000h0m0s (HTTP 400)"},
+		{[]string{"zones", "--for", "1h"}, "unknown flag: --for"},
+	} {
+		if out, err := rateLimitCLI(t, c.args...); err == nil || !strings.Contains(err.Error(), c.msg) {
+			t.Errorf("rate-limit %v: %v (printed %q), want an error with %q", c.args, err, out, c.msg)
+		}
+	}
+	if code, body := adminDo(t, "GET", "/rate_limit/zones/"+zone+"/keys/k", ""); code != 200 || strings.Contains(body, "blocked_until") {
+		t.Errorf("key k after the refused blocks: %d %s, want not blocked", code, body)
+	}
+}
