@@ -132,3 +132,38 @@ func TestLeaseHeldWhileBreakerOpen(t *testing.T) {
 		})
 	}
 }
+
+// A request a zone admitted from its lease and a later zone refused
+// because Redis failed (on_error closed) gives its units back to the
+// lease, as the leasing store's undo needs no Redis: the lease still
+// admits every unit it holds.
+func TestLeaseUndoAfterFailure(t *testing.T) {
+	srv := redistest.Start(t)
+	h := provision(t, fmt.Sprintf(`{"store":"redis","lease":"1s","on_error":"closed","redis":{"addresses":[%q]},"zones":[
+		{"name":"la","key":"{http.request.remote.host}","algorithm":"fixed_window","limits":[{"events":1000,"window":"1m"}]},
+		{"name":"lb","match":[{"path":["/b"]}],"key":"{http.request.remote.host}","algorithm":"fixed_window","limits":[{"events":1000,"window":"1m"}]}]}`,
+		srv.Addr), newClock())
+	const warm = 12
+	for i := 0; i < warm; i++ {
+		if res := serve(h, newReq("192.0.2.1:1")); res.code != 200 {
+			t.Fatalf("request %d: %d", i, res.code)
+		}
+	}
+	held := leaseCharged(t, srv.Addr, "la", "192.0.2.1") - warm
+	if held <= 3 {
+		t.Fatalf("%d units held after %d requests, want a lease of more than 3", held, warm)
+	}
+	srv.Stop()
+	for i := 0; i < 3; i++ {
+		if res := serve(h, newReq("192.0.2.1:1", path("/b"))); res.code != 503 {
+			t.Fatalf("zone lb failing, request %d: code %d, want 503", i, res.code)
+		}
+	}
+	admitted := int64(0)
+	for admitted <= held && serve(h, newReq("192.0.2.1:1")).code == 200 {
+		admitted++
+	}
+	if admitted != held {
+		t.Fatalf("the lease of %d admitted %d after 3 requests refused, want all %d", held, admitted, held)
+	}
+}
