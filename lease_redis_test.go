@@ -73,6 +73,24 @@ func leaseCharged(t *testing.T, addr, zone, key string) int64 {
 	return 0
 }
 
+// warmLease sends h requests of 192.0.2.1 (the clock standing still: the
+// key is hot, its leases grow) and returns the units its lease in zone
+// holds then, none of them used.
+func warmLease(t *testing.T, h *Handler, addr, zone string) int64 {
+	t.Helper()
+	const warm = 12
+	for i := 0; i < warm; i++ {
+		if res := serve(h, newReq("192.0.2.1:1")); res.code != 200 {
+			t.Fatalf("request %d: %d", i, res.code)
+		}
+	}
+	held := leaseCharged(t, addr, zone, "192.0.2.1") - warm
+	if held <= 0 {
+		t.Fatalf("%d units held after %d requests, want a lease", held, warm)
+	}
+	return held
+}
+
 // openBreaker stops srv and sends h requests of a key that holds no
 // lease, each a Redis call that fails, until h's breaker opens.
 func openBreaker(t *testing.T, h *Handler, srv *redistest.Server, remote string) {
@@ -99,17 +117,7 @@ func TestLeaseHeldWhileBreakerOpen(t *testing.T) {
 				"zones":[{"name":"lz","key":"{http.request.remote.host}","algorithm":"fixed_window","limits":[{"events":1000,"window":"1m"}]}]}`,
 				mode, srv.Addr), newClock())
 			z := h.rt.zones[0]
-			// The clock stands still: the key is hot, its leases grow.
-			const warm = 12
-			for i := 0; i < warm; i++ {
-				if res := serve(h, newReq("192.0.2.1:1")); res.code != 200 {
-					t.Fatalf("request %d: %d", i, res.code)
-				}
-			}
-			held := leaseCharged(t, srv.Addr, "lz", "192.0.2.1") - warm
-			if held <= 0 {
-				t.Fatalf("%d units held after %d requests, want a lease", held, warm)
-			}
+			held := warmLease(t, h, srv.Addr, "lz")
 			openBreaker(t, h, srv, "192.0.2.2:1")
 
 			failed := counterValue(t, z.m.failed)
@@ -143,15 +151,9 @@ func TestLeaseUndoAfterFailure(t *testing.T) {
 		{"name":"la","key":"{http.request.remote.host}","algorithm":"fixed_window","limits":[{"events":1000,"window":"1m"}]},
 		{"name":"lb","match":[{"path":["/b"]}],"key":"{http.request.remote.host}","algorithm":"fixed_window","limits":[{"events":1000,"window":"1m"}]}]}`,
 		srv.Addr), newClock())
-	const warm = 12
-	for i := 0; i < warm; i++ {
-		if res := serve(h, newReq("192.0.2.1:1")); res.code != 200 {
-			t.Fatalf("request %d: %d", i, res.code)
-		}
-	}
-	held := leaseCharged(t, srv.Addr, "la", "192.0.2.1") - warm
+	held := warmLease(t, h, srv.Addr, "la")
 	if held <= 3 {
-		t.Fatalf("%d units held after %d requests, want a lease of more than 3", held, warm)
+		t.Fatalf("a lease of %d units, want more than 3", held)
 	}
 	srv.Stop()
 	for i := 0; i < 3; i++ {
