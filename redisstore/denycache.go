@@ -3,6 +3,7 @@ package redisstore
 import (
 	"context"
 	"errors"
+	"sync/atomic"
 	"time"
 
 	"github.com/zonelimit/caddy-ratelimit/algorithms"
@@ -34,6 +35,7 @@ import (
 type DenyCache struct {
 	store.Store
 	denials *store.LRU[deniedUntil]
+	blocks  atomic.Bool // a block's denial was cached: admissions forget the key's
 }
 
 var (
@@ -103,7 +105,7 @@ func (c *DenyCache) Ask(ctx context.Context, key string, now time.Time, cost int
 			at = time.Now()
 		}
 		c.put(key, at, d)
-	default:
+	case c.blocks.Load():
 		// A block's denial is kept past blockRecheck for TakeHeld: an
 		// admission says it was lifted.
 		c.forget(key)
@@ -169,6 +171,9 @@ func (c *DenyCache) put(key string, now time.Time, d algorithms.Decision) {
 	expires := until
 	if d.Blocked {
 		expires = min(until, ns+int64(blockRecheck))
+		if !c.blocks.Load() {
+			c.blocks.Store(true)
+		}
 	}
 	e.Value = deniedUntil{at: ns, until: until, expires: expires, d: d}
 	s.Unlock()
