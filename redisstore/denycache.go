@@ -27,7 +27,8 @@ import (
 //
 // A blocked key's denial (Decision.Blocked) is answered from the cache for
 // at most blockRecheck, however long the block lasts, so that an
-// operator's Unblock on any instance reaches this one soon.
+// operator's Unblock on any instance reaches this one soon; TakeHeld, for
+// a caller that cannot reach the store, answers it until the block ends.
 //
 // Undo goes to the wrapped store, and so do Block, Unblock and
 // BlockedUntil. DenyCache is safe for concurrent use; a nil *DenyCache
@@ -96,7 +97,7 @@ func (c *DenyCache) TakeHeld(key string, now time.Time, _ int64) (algorithms.Dec
 func (c *DenyCache) Ask(ctx context.Context, key string, now time.Time, cost int64) (algorithms.Decision, error) {
 	d, err := c.Store.Take(ctx, key, now, cost)
 	switch {
-	case err != nil:
+	case err != nil: // nothing learned
 	case !d.Allowed:
 		at := now
 		if at.IsZero() {
