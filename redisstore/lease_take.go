@@ -103,6 +103,15 @@ func (e *leaseEntry) here(t, cost int64) (admit, ok bool) {
 	return false, t < e.deny && cost >= e.denyCost
 }
 
+// refused returns until when the last call's denial holds in Redis (its
+// Retry-After), or 0 when the last call admitted.
+func (e *leaseEntry) refused() int64 {
+	if e.deny == 0 {
+		return 0
+	}
+	return e.baseAt + e.base.RetryAfter.Microseconds()
+}
+
 // TakeHeld decides a Take of key and cost at now (the Now clock when
 // zero) from what this instance holds alone, for a caller that cannot
 // call Redis (failing, its circuit breaker open): admitted from the key's
@@ -124,7 +133,7 @@ func (s *LeaseStore) TakeHeld(key string, now time.Time, cost int64) (d algorith
 		// Take asks Redis again after a lease duration, in case units
 		// came back; without Redis, the denial holds until its
 		// Retry-After, as Redis said.
-		if ok = here || e.deny != 0 && cost >= e.denyCost && t < e.baseAt+e.base.RetryAfter.Microseconds(); ok {
+		if ok = here || cost >= e.denyCost && t < e.refused(); ok {
 			d = e.local(t, admit)
 		}
 	}

@@ -555,8 +555,8 @@ func TestLeaseTakeHeld(t *testing.T) {
 		if d, err := s.Take(ctx, "full", t0, 100); err != nil || !d.Allowed {
 			t.Fatalf("%s: the whole limit at once: %+v %v", name, d, err)
 		}
-		if d, err := s.Take(ctx, "full", t0, 100); err != nil || d.Allowed || d.RetryAfter <= 2*dur {
-			t.Fatalf("%s: a second whole limit: %+v %v, want a denial longer than two leases", name, d, err)
+		if d, err := s.Take(ctx, "full", t0, 100); err != nil || d.Allowed || d.RetryAfter <= 10*dur {
+			t.Fatalf("%s: a second whole limit: %+v %v, want a denial longer than ten leases", name, d, err)
 		}
 		stores[name] = store{s, clk}
 	}
@@ -590,6 +590,16 @@ func TestLeaseTakeHeld(t *testing.T) {
 			}
 			if got, ok := s.TakeHeld("full", after, 100); !ok || got.Allowed || got.RetryAfter != d.RetryAfter-2*dur {
 				t.Fatalf("TakeHeld two leases after the denial: %+v, %v; want a denial for %s", got, ok, d.RetryAfter-2*dur)
+			}
+			// Idle for more than two leases, the key is kept while its
+			// denial holds.
+			idle := t0.Add(5 * dur)
+			st.clk.us.Store(idle.UnixMicro())
+			if err := s.Reap(ctx, false); err != nil {
+				t.Fatal(err)
+			}
+			if got, ok := s.TakeHeld("full", idle, 100); !ok || got.Allowed {
+				t.Fatalf("TakeHeld after a reap, idle for five leases: %+v, %v; want the denial", got, ok)
 			}
 			if _, ok := s.TakeHeld("full", t0.Add(d.RetryAfter), 100); ok {
 				t.Fatal("TakeHeld refused at the denial's Retry-After")
