@@ -13,6 +13,7 @@ import (
 	"go.uber.org/zap/zapcore"
 
 	"github.com/zonelimit/caddy-ratelimit/algorithms"
+	"github.com/zonelimit/caddy-ratelimit/redisstore"
 	"github.com/zonelimit/caddy-ratelimit/store"
 )
 
@@ -111,10 +112,15 @@ func (h *Handler) decide(r *http.Request, z *zone, down *bool, t *taken) (outcom
 // all: the request is decided by on_error at once. Nor is it once the same
 // request has seen it fail (*down, set here, is the request's): a request
 // pays at most one Redis timeout, however many zones it goes through.
+// Either way, what the instance holds still decides first (see heldTaker):
+// only a request that needs Redis goes to on_error.
 func (h *Handler) take(ctx context.Context, z *zone, key string, cost int64, down *bool) (algorithms.Decision, store.Store, error) {
-	if d, never := z.neverAdmitted(cost); never {
-		return d, z.store, nil // no store call: its answer is known
+	nd, never := z.neverAdmitted(cost)
+	if never && z.blockFor == 0 {
+		return nd, z.store, nil // no store call: its answer is known
 	}
+	// With block_for the store decides even such a request: a blocked
+	// key's answer is its block's, and the denial blocks the key.
 	var d algorithms.Decision
 	err := errBreakerOpen
 	if *down && z.breaker != nil {
@@ -150,6 +156,14 @@ func (h *Handler) take(ctx context.Context, z *zone, key string, cost int64, dow
 		z.m.storeErrors.Inc()
 		h.logStoreError(z, key, err)
 	}
+	if ht, ok := z.store.(heldTaker); ok {
+		if d, ok := ht.TakeHeld(key, time.Time{}, cost); ok {
+			return d, z.store, nil
+		}
+	}
+	if never {
+		return nd, z.store, nil
+	}
 	z.m.failed.Inc()
 	if z.fallback != nil {
 		d, err = z.fallback.Take(ctx, key, time.Time{}, cost)
@@ -157,6 +171,23 @@ func (h *Handler) take(ctx context.Context, z *zone, key string, cost int64, dow
 	}
 	return d, z.store, err
 }
+
+// heldTaker is a Redis store that can decide some requests from what this
+// instance holds, without Redis: the leasing store from a lease (its units
+// are charged in Redis already) and a denial it saw, the deny cache from a
+// denial until its Retry-After. take asks it when it cannot ask Redis, in
+// every on_error mode: those answers are Redis's own, and on_error is for
+// the requests only Redis could decide.
+type heldTaker interface {
+	// TakeHeld decides a Take of key and cost at now (the store's clock
+	// when zero) without calling Redis, and reports whether it could.
+	TakeHeld(key string, now time.Time, cost int64) (algorithms.Decision, bool)
+}
+
+var (
+	_ heldTaker = (*redisstore.LeaseStore)(nil)
+	_ heldTaker = (*redisstore.DenyCache)(nil)
+)
 
 // errBreakerOpen is the error of a decision not asked of Redis because its
 // circuit breaker is open.

@@ -13,13 +13,20 @@ import (
 	"github.com/redis/go-redis/v9"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
+
+	"github.com/zonelimit/caddy-ratelimit/redisstore"
 )
 
 // skipUndo reports whether giving back t would call a Redis that failed
 // earlier in the request (down): it would most likely fail too, after
 // another timeout. The admission then stays counted until its keys expire.
+// The leasing store gives back to its lease, without Redis.
 func skipUndo(t *taken, down bool) bool {
-	return down && t.z.breaker != nil && t.st == t.z.store
+	if !down || t.z.breaker == nil || t.st != t.z.store {
+		return false
+	}
+	_, lease := t.st.(*redisstore.LeaseStore)
+	return !lease
 }
 
 // unavailable answers a request that on_error closed refuses because the

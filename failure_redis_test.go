@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -467,5 +468,44 @@ func TestRedisHint(t *testing.T) {
 		if (tc.want == "") != (got == "") || !strings.Contains(got, tc.want) {
 			t.Errorf("%s: hint %q, want one with %q", tc.err, got, tc.want)
 		}
+	}
+}
+
+// While the circuit breaker is open, a key the deny cache holds as denied
+// stays denied (429, its Retry-After counting down), in every on_error
+// mode; a key the instance knows nothing of is decided by on_error.
+func TestDenyCacheHeldWhileBreakerOpen(t *testing.T) {
+	for _, mode := range []string{"open", "closed", "local"} {
+		t.Run(mode, func(t *testing.T) {
+			srv := redistest.Start(t)
+			h := provision(t, redisConfig(srv.Addr, 1, `"on_error":"`+mode+`",`), nil)
+			z := h.rt.zones[0]
+			if z.denies == nil {
+				t.Fatal("the zone has no deny cache")
+			}
+			serve(h, newReq("192.0.2.1:1"))
+			if res := serve(h, newReq("192.0.2.1:1")); res.code != 429 {
+				t.Fatalf("second request: %d", res.code)
+			}
+			openBreaker(t, h, srv, "192.0.2.2:1")
+
+			failed := counterValue(t, z.m.failed)
+			for i := 0; i < 5; i++ {
+				res := serve(h, newReq("192.0.2.1:1"))
+				if ra, _ := strconv.Atoi(res.hdr.Get("Retry-After")); res.code != 429 || res.called || ra < 1 || ra > 60 {
+					t.Fatalf("denied key, request %d: code %d, Retry-After %q; want 429 until the denial's Retry-After", i, res.code, res.hdr.Get("Retry-After"))
+				}
+			}
+			if n := counterValue(t, z.m.failed) - failed; n != 0 {
+				t.Fatalf("%v requests of the denied key decided by on_error", n)
+			}
+			res := serve(h, newReq("192.0.2.3:1"))
+			if want := map[string]int{"open": 200, "closed": 503, "local": 200}[mode]; res.code != want {
+				t.Fatalf("a key never seen: code %d, want %d (on_error %s)", res.code, want, mode)
+			}
+			if n := counterValue(t, z.m.failed) - failed; n != 1 {
+				t.Fatalf("a key never seen: %v requests decided by on_error, want 1", n)
+			}
+		})
 	}
 }

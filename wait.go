@@ -203,8 +203,8 @@ func (h *Handler) takeOrWait(ctx context.Context, z *zone, key string, cost int6
 	if !z.wait || h.rt.dryRun {
 		return h.take(ctx, z, key, cost, down)
 	}
-	if d, never := z.neverAdmitted(cost); never {
-		return d, z.store, nil // no wait would admit it
+	if _, never := z.neverAdmitted(cost); never {
+		return h.take(ctx, z, key, cost, down) // no wait would admit it
 	}
 	var own *algorithms.Decision // the request's own denial, if it asked
 	st := z.store

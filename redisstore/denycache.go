@@ -3,6 +3,7 @@ package redisstore
 import (
 	"context"
 	"errors"
+	"sync/atomic"
 	"time"
 
 	"github.com/zonelimit/caddy-ratelimit/algorithms"
@@ -26,7 +27,8 @@ import (
 //
 // A blocked key's denial (Decision.Blocked) is answered from the cache for
 // at most blockRecheck, however long the block lasts, so that an
-// operator's Unblock on any instance reaches this one soon.
+// operator's Unblock on any instance reaches this one soon; TakeHeld, for
+// a caller that cannot reach the store, answers it until the block ends.
 //
 // Undo goes to the wrapped store, and so do Block, Unblock and
 // BlockedUntil. DenyCache is safe for concurrent use; a nil *DenyCache
@@ -34,6 +36,7 @@ import (
 type DenyCache struct {
 	store.Store
 	denials *store.LRU[deniedUntil]
+	blocks  atomic.Bool // a block's denial was cached: admissions forget the key's
 }
 
 var (
@@ -75,11 +78,27 @@ func (c *DenyCache) Take(ctx context.Context, key string, now time.Time, cost in
 	return c.Ask(ctx, key, now, cost)
 }
 
+// TakeHeld answers a Take of key at now (the wall clock when zero) from
+// the cache alone, for a caller that cannot call the store (Redis
+// failing): the denial still in force, if any, and ok. Such a key stays
+// refused until its Retry-After, since quota only comes back with time;
+// a blocked key's until its block ends (not only blockRecheck: without
+// the store, no Unblock made through another instance reaches this one).
+// The cost is not looked at: a zone with a cache has one.
+func (c *DenyCache) TakeHeld(key string, now time.Time, _ int64) (algorithms.Decision, bool) {
+	if now.IsZero() {
+		now = time.Now()
+	}
+	return c.denied(key, now, true)
+}
+
 // Ask asks the store and remembers a denial until its Retry-After: Take
 // without its look at the cache, for a caller that asked Denied itself.
 func (c *DenyCache) Ask(ctx context.Context, key string, now time.Time, cost int64) (algorithms.Decision, error) {
 	d, err := c.Store.Take(ctx, key, now, cost)
-	if err == nil && !d.Allowed {
+	switch {
+	case err != nil: // nothing learned
+	case !d.Allowed:
 		at := now
 		if at.IsZero() {
 			// From the reply's arrival: the cached denial ends no earlier
@@ -87,6 +106,10 @@ func (c *DenyCache) Ask(ctx context.Context, key string, now time.Time, cost int
 			at = time.Now()
 		}
 		c.put(key, at, d)
+	case c.blocks.Load():
+		// A block's denial is kept past blockRecheck for TakeHeld: an
+		// admission says it was lifted.
+		c.forget(key)
 	}
 	return d, err
 }
@@ -97,6 +120,12 @@ func (c *DenyCache) Ask(ctx context.Context, key string, now time.Time, cost int
 // breaker, a latency metric) asks it first, so that such an answer is not
 // counted as one.
 func (c *DenyCache) Denied(key string, now time.Time) (algorithms.Decision, bool) {
+	return c.denied(key, now, false)
+}
+
+// denied is Denied; with whole, a blocked key's denial is answered until
+// its block ends, not only until it expires from the cache.
+func (c *DenyCache) denied(key string, now time.Time, whole bool) (algorithms.Decision, bool) {
 	if c == nil {
 		return algorithms.Decision{}, false
 	}
@@ -106,9 +135,13 @@ func (c *DenyCache) Denied(key string, now time.Time) (algorithms.Decision, bool
 	var e deniedUntil
 	entry := s.Get(key)
 	if entry != nil {
-		if e = entry.Value; ns >= e.expires {
+		e = entry.Value
+		switch {
+		case ns >= e.until:
 			s.Remove(entry)
 			entry = nil
+		case ns >= e.expires && !whole:
+			entry = nil // kept for a caller without the store
 		}
 	}
 	s.Unlock()
@@ -139,6 +172,9 @@ func (c *DenyCache) put(key string, now time.Time, d algorithms.Decision) {
 	expires := until
 	if d.Blocked {
 		expires = min(until, ns+int64(blockRecheck))
+		if !c.blocks.Load() {
+			c.blocks.Store(true)
+		}
 	}
 	e.Value = deniedUntil{at: ns, until: until, expires: expires, d: d}
 	s.Unlock()
@@ -172,13 +208,18 @@ func (c *DenyCache) Unblock(ctx context.Context, key string) error {
 	if err := b.Unblock(ctx, key); err != nil {
 		return err
 	}
+	c.forget(key)
+	return nil
+}
+
+// forget drops key's denial, if any.
+func (c *DenyCache) forget(key string) {
 	s := c.denials.Shard(key)
 	s.Lock()
 	if e := s.Get(key); e != nil {
 		s.Remove(e)
 	}
 	s.Unlock()
-	return nil
 }
 
 // BlockedUntil asks the wrapped store when key's block ends.

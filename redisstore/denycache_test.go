@@ -75,3 +75,51 @@ func TestDenyCache(t *testing.T) {
 		t.Error("nil cache answered")
 	}
 }
+
+// TestDenyCacheTakeHeld: without the store, a denial holds until its
+// Retry-After, and a block's until the block ends (not only
+// blockRecheck, as Denied does), until an admission says it was lifted.
+func TestDenyCacheTakeHeld(t *testing.T) {
+	ctx := context.Background()
+	inner := &answerStore{d: algorithms.Decision{Limit: 5, RetryAfter: 2 * time.Second, ResetAfter: 2 * time.Second}}
+	c := NewDenyCache(inner)
+	if _, err := c.Take(ctx, "k", t0, 1); err != nil {
+		t.Fatal(err)
+	}
+	if d, ok := c.TakeHeld("k", t0.Add(1500*time.Millisecond), 1); !ok || d.Allowed || d.RetryAfter != 500*time.Millisecond {
+		t.Fatalf("TakeHeld 1.5s after a denial of 2s: %+v, %v", d, ok)
+	}
+	if _, ok := c.TakeHeld("k", t0.Add(2*time.Second), 1); ok {
+		t.Fatal("TakeHeld answered at the denial's Retry-After")
+	}
+	if _, ok := c.TakeHeld("never seen", t0, 1); ok {
+		t.Fatal("TakeHeld answered a key never denied")
+	}
+
+	inner.d = algorithms.Decision{Limit: 5, RetryAfter: time.Minute, ResetAfter: time.Minute, Blocked: true}
+	if _, err := c.Take(ctx, "b", t0, 1); err != nil {
+		t.Fatal(err)
+	}
+	later := t0.Add(30 * time.Second)
+	if _, ok := c.Denied("b", later); ok {
+		t.Fatal("Denied answered a block past blockRecheck")
+	}
+	if d, ok := c.TakeHeld("b", later, 1); !ok || !d.Blocked || d.RetryAfter != 30*time.Second {
+		t.Fatalf("TakeHeld 30s into a block of 1m: %+v, %v", d, ok)
+	}
+	if _, ok := c.TakeHeld("b", t0.Add(time.Minute), 1); ok {
+		t.Fatal("TakeHeld answered at the block's end")
+	}
+
+	// Unblocked elsewhere: the store admits, and the block is forgotten.
+	if _, err := c.Take(ctx, "b", t0, 1); err != nil {
+		t.Fatal(err)
+	}
+	inner.d = algorithms.Decision{Allowed: true, Limit: 5}
+	if d, err := c.Take(ctx, "b", later, 1); err != nil || !d.Allowed {
+		t.Fatalf("after blockRecheck: %+v %v, want the store's admission", d, err)
+	}
+	if _, ok := c.TakeHeld("b", later, 1); ok {
+		t.Fatal("TakeHeld answered a block the store no longer has")
+	}
+}

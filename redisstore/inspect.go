@@ -64,12 +64,7 @@ func (c *DenyCache) Inspect(ctx context.Context, key string, now time.Time) (sto
 // wrapped store. Other instances' caches keep theirs until its
 // Retry-After.
 func (c *DenyCache) Reset(ctx context.Context, key string) error {
-	s := c.denials.Shard(key)
-	s.Lock()
-	if e := s.Get(key); e != nil {
-		s.Remove(e)
-	}
-	s.Unlock()
+	c.forget(key)
 	ins, ok := c.Store.(store.Inspector)
 	if !ok {
 		return errors.ErrUnsupported

@@ -207,7 +207,8 @@ func (s *LeaseStore) Reap(ctx context.Context, all bool) error {
 			}
 			e.left = 0
 		}
-		if e.left == 0 && t-e.last >= 2*s.dur && t >= e.deny {
+		// A denial is kept until its Retry-After, for TakeHeld.
+		if e.left == 0 && t-e.last >= 2*s.dur && t >= e.refused() {
 			sh.Remove(ent)
 		}
 	})

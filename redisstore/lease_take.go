@@ -69,18 +69,12 @@ func (s *LeaseStore) Take(ctx context.Context, key string, now time.Time, cost i
 		ent := s.entry(sh, key)
 		e := &ent.Value
 		t := e.clamp(now)
-		switch {
-		case cost <= e.left && t < e.ends:
-			e.left -= cost
-			e.used = t
-			d := e.local(t, true)
+		if admit, ok := e.here(t, cost); ok {
+			d := e.local(t, admit)
 			sh.Unlock()
 			return d, nil
-		case t < e.deny && cost >= e.denyCost:
-			d := e.local(t, false)
-			sh.Unlock()
-			return d, nil
-		case e.refill != nil:
+		}
+		if e.refill != nil {
 			ch := e.refill
 			e.waiting += cost
 			sh.Unlock()
@@ -93,6 +87,58 @@ func (s *LeaseStore) Take(ctx context.Context, key string, now time.Time, cost i
 		}
 		return s.refill(ctx, sh, ent, now, t, cost)
 	}
+}
+
+// here reports whether a Take of cost at t is decided from what e holds
+// (ok), and how: admitted from the lease while it lasts and holds cost
+// units (the units are taken), or denied while a denial seen here holds
+// for that cost. The shard's lock is held. Small enough to be inlined:
+// it is the hot path.
+func (e *leaseEntry) here(t, cost int64) (admit, ok bool) {
+	if cost <= e.left && t < e.ends {
+		e.left -= cost
+		e.used = t
+		return true, true
+	}
+	return false, t < e.deny && cost >= e.denyCost
+}
+
+// refused returns until when the last call's denial holds in Redis (its
+// Retry-After), or 0 when the last call admitted.
+func (e *leaseEntry) refused() int64 {
+	if e.deny == 0 {
+		return 0
+	}
+	return e.baseAt + e.base.RetryAfter.Microseconds()
+}
+
+// TakeHeld decides a Take of key and cost at now (the Now clock when
+// zero) from what this instance holds alone, for a caller that cannot
+// call Redis (failing, its circuit breaker open): admitted from the key's
+// lease as Take does, since Redis counts its units as taken already, or
+// refused while the key's last denial holds. ok is false when the Take
+// would need a script call. It never calls Redis, nor waits for a call in
+// flight.
+func (s *LeaseStore) TakeHeld(key string, now time.Time, cost int64) (d algorithms.Decision, ok bool) {
+	if now.IsZero() {
+		now = s.now()
+	}
+	cost = min(max(cost, 0), s.base.maxCost)
+	sh := s.keys.Shard(key)
+	sh.Lock()
+	if ent := sh.Use(key); ent != nil {
+		e := &ent.Value
+		t := e.clamp(now)
+		admit, here := e.here(t, cost)
+		// Take asks Redis again after a lease duration, in case units
+		// came back; without Redis, the denial holds until its
+		// Retry-After, as Redis said.
+		if ok = here || cost >= e.denyCost && t < e.refused(); ok {
+			d = e.local(t, admit)
+		}
+	}
+	sh.Unlock()
+	return d, ok
 }
 
 // refill makes the script call of a Take of cost at t that the lease does

@@ -525,3 +525,85 @@ func TestLeaseStranded(t *testing.T) {
 		})
 	}
 }
+
+// TestLeaseTakeHeld: without Redis, TakeHeld admits exactly the units a
+// key's lease holds, and not one more, until the lease ends; it refuses a
+// key Redis denied until the denial's Retry-After, beyond the lease
+// duration after which Take would ask Redis again; it knows nothing of
+// other keys.
+func TestLeaseTakeHeld(t *testing.T) {
+	srv := redistest.Start(t)
+	c := redis.NewClient(&redis.Options{Addr: srv.Addr, MaxRetries: -1})
+	defer c.Close()
+	ctx := context.Background()
+	const dur = time.Second
+	type store struct {
+		s   *LeaseStore
+		clk *synthClock
+	}
+	stores := map[string]store{}
+	for name, cfg := range leaseConfigs(100, time.Hour) {
+		clk := newSynthClock(t0)
+		s := leaseStores(t, c, mustLimiter(t, name, cfg), "held-"+name, 1, dur, clk)[0]
+		for i := 0; i < 10; i++ {
+			if d, err := s.Take(ctx, "hot", t0, 1); err != nil || !d.Allowed {
+				t.Fatalf("%s: take %d: %+v %v", name, i, d, err)
+			}
+		}
+		// Redis refuses a request of the whole limit: denied for a while
+		// (a bucket: until it refills; a window: until the hour ends).
+		if d, err := s.Take(ctx, "full", t0, 100); err != nil || !d.Allowed {
+			t.Fatalf("%s: the whole limit at once: %+v %v", name, d, err)
+		}
+		if d, err := s.Take(ctx, "full", t0, 100); err != nil || d.Allowed || d.RetryAfter <= 10*dur {
+			t.Fatalf("%s: a second whole limit: %+v %v, want a denial longer than ten leases", name, d, err)
+		}
+		stores[name] = store{s, clk}
+	}
+	srv.Stop()
+	for name, st := range stores {
+		t.Run(name, func(t *testing.T) {
+			s := st.s
+			held := s.held("hot")
+			if held == 0 {
+				t.Fatal("no lease held after 10 takes")
+			}
+			now := t0.Add(dur / 2)
+			for i := int64(0); i < held; i++ {
+				if d, ok := s.TakeHeld("hot", now, 1); !ok || !d.Allowed {
+					t.Fatalf("held take %d of %d: %+v, %v", i, held, d, ok)
+				}
+			}
+			if d, ok := s.TakeHeld("hot", now, 1); ok {
+				t.Fatalf("take %d of a lease of %d: %+v, want no answer", held+1, held, d)
+			}
+			if _, ok := s.TakeHeld("cold", now, 1); ok {
+				t.Fatal("a key without a lease answered")
+			}
+
+			// Past the lease duration Take asks Redis again; TakeHeld
+			// still refuses, until the Retry-After.
+			d, _ := s.Take(ctx, "full", t0, 100) // the denial, from the entry
+			after := t0.Add(2 * dur)
+			if _, err := s.Take(ctx, "full", after, 100); err == nil {
+				t.Fatal("Take past a lease duration, Redis down: no error")
+			}
+			if got, ok := s.TakeHeld("full", after, 100); !ok || got.Allowed || got.RetryAfter != d.RetryAfter-2*dur {
+				t.Fatalf("TakeHeld two leases after the denial: %+v, %v; want a denial for %s", got, ok, d.RetryAfter-2*dur)
+			}
+			// Idle for more than two leases, the key is kept while its
+			// denial holds.
+			idle := t0.Add(5 * dur)
+			st.clk.us.Store(idle.UnixMicro())
+			if err := s.Reap(ctx, false); err != nil {
+				t.Fatal(err)
+			}
+			if got, ok := s.TakeHeld("full", idle, 100); !ok || got.Allowed {
+				t.Fatalf("TakeHeld after a reap, idle for five leases: %+v, %v; want the denial", got, ok)
+			}
+			if _, ok := s.TakeHeld("full", t0.Add(d.RetryAfter), 100); ok {
+				t.Fatal("TakeHeld refused at the denial's Retry-After")
+			}
+		})
+	}
+}
