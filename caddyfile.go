@@ -221,6 +221,11 @@ func oneArg(d *caddyfile.Dispenser, name, usage string) (string, error) {
 	if len(args) != 1 {
 		return "", d.Errf("%s takes exactly one argument, %s, got %d", name, usage, len(args))
 	}
+	if args[0] == "" {
+		// JSON could not tell it from the option left out: it would
+		// silently mean the default.
+		return "", d.Errf("%s is empty (\"\"): give a value, or leave %s out for its default", name, name)
+	}
 	if err := noBlock(d, name); err != nil {
 		return "", err
 	}
@@ -253,6 +258,9 @@ func durationArg(d *caddyfile.Dispenser, name string) (time.Duration, error) {
 	if err != nil {
 		return 0, d.Errf("%s: bad duration %q: %v", name, v, err)
 	}
+	if err := checkJSONNumber(name, v, int64(dur)); err != nil {
+		return 0, d.WrapErr(err)
+	}
 	return dur, nil
 }
 
@@ -268,7 +276,22 @@ func positiveIntArg(d *caddyfile.Dispenser, name string) (int64, error) {
 	if n <= 0 {
 		return 0, d.Errf("%s must be positive, got %d", name, n)
 	}
+	if err := checkJSONNumber(name, v, n); err != nil {
+		return 0, d.WrapErr(err)
+	}
 	return n, nil
+}
+
+// checkJSONNumber refuses a number (v as written) that Caddy's JSON config
+// cannot carry exactly: Caddy reads the adapted config's numbers as
+// float64, so that 9223372036854775807 comes back out of range (failing
+// the load without a line) and 2^53+1 as 2^53.
+func checkJSONNumber(name, v string, n int64) error {
+	back, err := strconv.ParseInt(strconv.FormatFloat(float64(n), 'f', -1, 64), 10, 64)
+	if err != nil || back != n {
+		return fmt.Errorf("%s %s does not fit in Caddy's JSON config, which keeps numbers to 15 significant digits (a duration in nanoseconds)", name, v)
+	}
+	return nil
 }
 
 // parseEvents and parseWindow read the numbers of a limit; Validate checks
@@ -286,7 +309,7 @@ func parseWindow(v string) (time.Duration, error) {
 	if err != nil {
 		return 0, fmt.Errorf("window: bad duration %q: %v", v, err)
 	}
-	return w, nil
+	return w, checkJSONNumber("window", v, int64(w))
 }
 
 // setDurationArg reads the duration of an option whose 0 means "not set"

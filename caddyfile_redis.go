@@ -89,11 +89,19 @@ func unmarshalRedis(d *caddyfile.Dispenser) (*RedisConfig, error) {
 			if err != nil {
 				return nil, d.Errf("redis: db must be a database number (0 or more), got %q", v)
 			}
+			if err := checkJSONNumber("db", v, int64(n)); err != nil {
+				return nil, d.WrapErr(err)
+			}
 			rc.DB = n
 		case "tls":
 			t := new(RedisTLS)
 			args := d.RemainingArgs()
+			given := make(map[string]bool)
 			for i := 0; i < len(args); i++ {
+				if given[args[i]] {
+					return nil, d.Errf("redis: tls %s given twice", args[i])
+				}
+				given[args[i]] = true
 				switch args[i] {
 				case "insecure_skip_verify":
 					t.InsecureSkipVerify = true

@@ -7,9 +7,11 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"net"
 	"net/url"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -134,9 +136,14 @@ func (rc *RedisConfig) validate() error {
 	// An error in one option names it (zoneError), so that the Caddyfile
 	// reports the line that holds it.
 	for option, addrs := range map[string][]string{"address": rc.Addresses, "sentinel": rc.SentinelAddresses} {
-		for _, a := range addrs {
+		for i, a := range addrs {
 			if err := checkHostPort(a); err != nil {
 				return &zoneError{option: option, err: err}
+			}
+			// Two addresses make a Cluster: one given twice would
+			// silently turn a single node into one.
+			if slices.Contains(addrs[:i], a) {
+				return zoneErrf(option, "redis: address %q given twice", a)
 			}
 		}
 	}
@@ -154,8 +161,8 @@ func (rc *RedisConfig) validate() error {
 			return zoneErrf(t.option, "redis: %s: %v", t.name, err)
 		}
 	}
-	if rc.DB < 0 {
-		return zoneErrf("db", "redis: db must not be negative, got %d", rc.DB)
+	if err := checkDB(rc.DB); err != nil {
+		return &zoneError{option: "db", err: err}
 	}
 	if rc.DB != 0 && (rc.Cluster || len(rc.Addresses) > 1) {
 		return fmt.Errorf("redis: db %d: a Redis Cluster has only database 0", rc.DB)
@@ -206,6 +213,17 @@ func checkHostPort(a string) error {
 	return checkPort("address", a, port)
 }
 
+// checkDB checks a database number: Redis's SELECT takes 0 to 2^31-1.
+func checkDB(db int) error {
+	switch {
+	case db < 0:
+		return fmt.Errorf("redis: db must not be negative, got %d", db)
+	case db > math.MaxInt32:
+		return fmt.Errorf("redis: db must be at most %d, got %d", math.MaxInt32, db)
+	}
+	return nil
+}
+
 func checkPort(what, value, port string) error {
 	if n, err := strconv.Atoi(port); err != nil || n < 1 || n > 65535 {
 		return fmt.Errorf("redis: %s %q: port %q is not a TCP port (1 to 65535)", what, value, port)
@@ -236,6 +254,28 @@ func checkRedisURL(v string) (db string, err error) {
 		if err := checkPort("url", u.Redacted(), p); err != nil {
 			return "", err
 		}
+	}
+	// go-redis dials localhost for a URL without a host, and reads
+	// options after '?' that the store then replaces with its own.
+	if u.Hostname() == "" {
+		shown := v // Redacted would drop the empty authority's "//"
+		if _, secret := u.User.Password(); secret {
+			shown = u.Redacted()
+		}
+		return "", fmt.Errorf("redis: url %q has no host", shown)
+	}
+	if u.RawQuery != "" || u.Fragment != "" {
+		return "", fmt.Errorf("redis: url %q: nothing after '?' or '#' is read: give timeouts, pool_size and tls as options of the redis block", u.Redacted())
+	}
+	// What go-redis itself refuses (a database that is not a number, a
+	// longer path), now rather than when the store is set up. Its
+	// messages do not hold the password.
+	opt, err := redis.ParseURL(v)
+	if err != nil {
+		return "", fmt.Errorf("redis: url: %s", strings.TrimPrefix(err.Error(), "redis: "))
+	}
+	if err := checkDB(opt.DB); err != nil {
+		return "", err
 	}
 	return strings.Trim(u.Path, "/"), nil
 }
