@@ -44,13 +44,15 @@ const (
 // replacement) share one client, which outlives a config reload.
 type RedisConfig struct {
 	// Addresses are the host:port of the Redis node, or of some Cluster
-	// nodes (seeds) when there are several or Cluster is set. Default:
+	// nodes (seeds) when there are several or Cluster is set; each once.
+	// Default:
 	// 127.0.0.1:6379 (unless URL or Sentinel is set).
 	Addresses []string `json:"addresses,omitempty"`
 
 	// URL is a redis:// or rediss:// URL (user, password, host, port, db
 	// and TLS in one string), instead of Addresses. Username and Password
-	// override the URL's; DB may not be given in both.
+	// override the URL's; DB may not be given in both. It needs a host, and
+	// takes no ?options (the other fields are the options).
 	URL string `json:"url,omitempty"`
 
 	// Cluster makes a single address a Cluster seed. Several addresses
@@ -73,8 +75,8 @@ type RedisConfig struct {
 	// none.
 	Password string `json:"password,omitempty"`
 
-	// DB is the database number of a single node or Sentinel master
-	// (Cluster has only 0). Default: 0.
+	// DB is the database number of a single node or Sentinel master, 0 to
+	// 2147483647 (Cluster has only 0). Default: 0.
 	DB int `json:"db,omitempty"`
 
 	// TLS, when set, connects over TLS.

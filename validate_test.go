@@ -281,6 +281,17 @@ func TestValidateInvalid(t *testing.T) {
 			h.Redis = &RedisConfig{SentinelMaster: "env.MASTER}", SentinelAddresses: []string{"10.0.0.1:26379"}}
 		}), "redis: sentinel master: '}' closes no placeholder"},
 		{"redis pool_size above bound", redisOpts(func(h *Handler) { h.Redis = &RedisConfig{PoolSize: 1<<20 + 1} }), "pool_size must be at most 1048576"},
+		{"redis address twice", redisOpts(func(h *Handler) { h.Redis = &RedisConfig{Addresses: []string{"10.0.0.1:6379", "10.0.0.1:6379"}} }), `redis: address "10.0.0.1:6379" given twice`},
+		{"redis sentinel address twice", redisOpts(func(h *Handler) {
+			h.Redis = &RedisConfig{SentinelMaster: "m", SentinelAddresses: []string{"10.0.0.1:26379", "10.0.0.2:26379", "10.0.0.1:26379"}}
+		}), `redis: address "10.0.0.1:26379" given twice`},
+		{"redis url without host", redisOpts(func(h *Handler) { h.Redis = &RedisConfig{URL: "rediss://"} }), `redis: url "rediss://" has no host`},
+		{"redis url without host, with password", redisOpts(func(h *Handler) { h.Redis = &RedisConfig{URL: "redis://:pw@:6379"} }), `redis: url "redis://:xxxxx@:6379" has no host`},
+		{"redis url options", redisOpts(func(h *Handler) { h.Redis = &RedisConfig{URL: "redis://10.0.0.1:6379/0?pool_size=5"} }), `nothing after '?' or '#' is read`},
+		{"redis url fragment", redisOpts(func(h *Handler) { h.Redis = &RedisConfig{URL: "redis://10.0.0.1:6379#x"} }), `nothing after '?' or '#' is read`},
+		{"redis url database word", redisOpts(func(h *Handler) { h.Redis = &RedisConfig{URL: "redis://10.0.0.1:6379/zero"} }), `redis: url: invalid database number: "zero"`},
+		{"redis url database above Redis's", redisOpts(func(h *Handler) { h.Redis = &RedisConfig{URL: "redis://10.0.0.1:6379/2147483648"} }), "redis: db must be at most 2147483647, got 2147483648"},
+		{"redis db above Redis's", redisOpts(func(h *Handler) { h.Redis = &RedisConfig{DB: 99999999999} }), "redis: db must be at most 2147483647, got 99999999999"},
 		{"on_error closed with sync_interval", redisOpts(func(h *Handler) { h.SyncInterval = caddy.Duration(time.Second); h.OnError = "closed" }), "on_error closed does not apply with sync_interval"},
 		{"on_error local with sync_interval", redisOpts(func(h *Handler) { h.SyncInterval = caddy.Duration(time.Second); h.OnError = "local" }), "on_error local does not apply with sync_interval"},
 		{"sweep_interval with store redis", redisOpts(func(h *Handler) { h.SweepInterval = caddy.Duration(30 * time.Second) }), "sweep_interval applies to keys held in memory: with store redis only with on_error local"},
