@@ -45,8 +45,7 @@ const (
 type RedisConfig struct {
 	// Addresses are the host:port of the Redis node, or of some Cluster
 	// nodes (seeds) when there are several or Cluster is set; each once.
-	// Default:
-	// 127.0.0.1:6379 (unless URL or Sentinel is set).
+	// Default: 127.0.0.1:6379 (unless URL or Sentinel is set).
 	Addresses []string `json:"addresses,omitempty"`
 
 	// URL is a redis:// or rediss:// URL (user, password, host, port, db
