@@ -423,6 +423,8 @@ func TestCaddyfileErrors(t *testing.T) {
 		{"redis url database negative", site("\trate_limit {\n" + zoneZ + "\t\tstore redis\n\t\tredis {\n\t\t\turl redis://10.0.0.1:6379/-1\n\t\t}\n\t}"), []string{"Caddyfile:9", "redis: db must not be negative, got -1"}},
 		{"redis url options", site("\trate_limit {\n" + zoneZ + "\t\tstore redis\n\t\tredis {\n\t\t\turl redis://:secret@10.0.0.1:6379?dial_timeout=5s\n\t\t}\n\t}"), []string{"Caddyfile:9", `redis: url "redis://:xxxxx@10.0.0.1:6379?dial_timeout=5s": nothing after '?' or '#' is read`}},
 		{"redis url two paths", site("\trate_limit {\n" + zoneZ + "\t\tstore redis\n\t\tredis {\n\t\t\turl redis://:secret@10.0.0.1:6379/0/1\n\t\t}\n\t}"), []string{"Caddyfile:9", "redis: url: invalid URL path: /0/1"}},
+		{"redis url database on a cluster", site("\trate_limit {\n" + zoneZ + "\t\tstore redis\n\t\tredis {\n\t\t\tcluster\n\t\t\turl redis://10.0.0.1:7000/3\n\t\t}\n\t}"), []string{"Caddyfile:8", `redis: the url's database "3": a Redis Cluster has only database 0`}},
+		{"redis tls with a redis:// url", site("\trate_limit {\n" + zoneZ + "\t\tstore redis\n\t\tredis {\n\t\t\turl redis://10.0.0.1:6379\n\t\t\ttls server_name r.internal\n\t\t}\n\t}"), []string{"Caddyfile:10", "redis: tls with a redis:// url: write rediss:// for TLS"}},
 		{"redis db above Redis's", site("\trate_limit {\n" + zoneZ + "\t\tstore redis\n\t\tredis {\n\t\t\tdb 4294967296\n\t\t}\n\t}"), []string{"Caddyfile:9", "redis: db must be at most 2147483647, got 4294967296"}},
 	}
 	for _, tt := range tests {

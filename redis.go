@@ -78,7 +78,7 @@ type RedisConfig struct {
 	// 2147483647 (Cluster has only 0). Default: 0.
 	DB int `json:"db,omitempty"`
 
-	// TLS, when set, connects over TLS.
+	// TLS, when set, connects over TLS. With URL, only a rediss:// one.
 	TLS *RedisTLS `json:"tls,omitempty"`
 
 	// KeyPrefix starts every Redis key of the rate limiter, so that it can
@@ -155,6 +155,13 @@ func (rc *RedisConfig) validate() error {
 		}
 		if path != "" && rc.DB != 0 {
 			return fmt.Errorf("redis: db %d and the url's database %q: give the database once (in the url, or db)", rc.DB, path)
+		}
+		if rc.Cluster && path != "" && path != "0" {
+			return fmt.Errorf("redis: the url's database %q: a Redis Cluster has only database 0", path)
+		}
+		// The tls options would turn TLS on whatever the scheme says.
+		if rc.TLS != nil && strings.HasPrefix(rc.URL, "redis://") {
+			return zoneErrf("tls", "redis: tls with a redis:// url: write rediss:// for TLS (tls then sets its options), or leave tls out")
 		}
 	}
 	for _, t := range []struct{ option, name, v string }{{"sentinel", "sentinel master", rc.SentinelMaster}, {"tls", "tls server_name", tlsServerName(rc.TLS)}} {

@@ -3,6 +3,7 @@ package ratelimit
 import (
 	"encoding/json"
 	"math"
+	"net/http"
 	"strings"
 	"testing"
 	"time"
@@ -339,6 +340,7 @@ func TestValidateJSON(t *testing.T) {
 		{"key unclosed placeholder", `{"zones":[{"name":"a","key":"{http.request.header.X-Api-Key","limits":[{"events":10,"window":"1m"}]}]}`,
 			`zone "a": key: unclosed placeholder "{http.request.header.X-Api-Key"`},
 		{"mholt/caddy-ratelimit options", `{"zones":[{"name":"a","limits":[{"events":10,"window":"1m"}]},{"name":"b","key":"{http.request.remote.host}","ipv4_prefix":0,"ipv6_prefix":0,"limits":[{"events":1,"window":"1s"}]}],"jitter":3,"log_keys":true,"disable_metrics":true}`, ""},
+		{"key_resolver null", `{"zones":[{"name":"a","key":"{http.request.remote.host}","key_resolver":null,"empty_key":"deny","limits":[{"events":1,"window":"1s"}]}]}`, ""},
 		{"events missing", `{"zones":[{"name":"a","key":"k","limits":[{"window":"1s"}]}]}`, "events must be positive, got 0"},
 		{"limits empty", `{"zones":[{"name":"a","key":"k","limits":[]}]}`, "no limit"},
 		{"zones empty", `{"zones":[]}`, "no zones"},
@@ -369,6 +371,23 @@ func TestValidateJSON(t *testing.T) {
 				t.Fatalf("error %q does not contain %q", err, tt.want)
 			}
 		})
+	}
+}
+
+// TestKeyResolverNull checks that a key_resolver of null, as JSON written
+// by hand may have it, is no key_resolver: the zone's key is used.
+func TestKeyResolverNull(t *testing.T) {
+	h := provision(t, `{"zones":[{"name":"a","key":"{http.request.header.X}","key_resolver":null,"limits":[{"events":1,"window":"1m"}]}]}`, newClock())
+	if err := h.Validate(); err != nil {
+		t.Fatalf("Validate after Provision: %v", err)
+	}
+	for _, c := range []struct {
+		x    string
+		want int
+	}{{"a", http.StatusOK}, {"a", http.StatusTooManyRequests}, {"b", http.StatusOK}} {
+		if got := serve(h, newReq("192.0.2.1:1", header("X", c.x))).code; got != c.want {
+			t.Fatalf("X: %s: status %d, want %d", c.x, got, c.want)
+		}
 	}
 }
 
