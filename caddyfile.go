@@ -3,6 +3,7 @@ package ratelimit
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -190,7 +191,7 @@ func (h *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 			err = d.Errf("%s (from mholt/caddy-ratelimit) is not supported: this module shares counts between instances with its own store (see store)", sub)
 
 		default:
-			err = d.Errf("unknown subdirective %q in rate_limit (want one of %s)", sub, strings.Join(handlerSubdirectives, ", "))
+			err = d.Errf("unknown subdirective %q in rate_limit (want one of %s)%s", sub, strings.Join(handlerSubdirectives, ", "), elsewhere(sub))
 		}
 		if err != nil {
 			return err
@@ -213,6 +214,20 @@ func (h *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 		return errAt(tok, err)
 	}
 	return nil
+}
+
+// elsewhere names the block that takes subdirective sub, for one written
+// in another block.
+func elsewhere(sub string) string {
+	for _, b := range []struct {
+		name string
+		subs []string
+	}{{"a zone block (zone <name> { ... })", zoneSubdirectives}, {"the rate_limit block", handlerSubdirectives}, {"the redis block", redisSubdirectives}} {
+		if slices.Contains(b.subs, sub) {
+			return fmt.Sprintf(": %s goes in %s", sub, b.name)
+		}
+	}
+	return ""
 }
 
 // oneArg reads exactly one argument of subdirective name, and no block.

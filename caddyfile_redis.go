@@ -149,7 +149,7 @@ func unmarshalRedis(d *caddyfile.Dispenser) (*RedisConfig, error) {
 			}
 			rc.PoolSize = int(n)
 		default:
-			return nil, d.Errf("redis: unknown subdirective %q (want one of %s)", sub, strings.Join(redisSubdirectives, ", "))
+			return nil, d.Errf("redis: unknown subdirective %q (want one of %s)%s", sub, strings.Join(redisSubdirectives, ", "), elsewhere(sub))
 		}
 	}
 	// The checks are validate's: an error in one option is reported at

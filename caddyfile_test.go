@@ -383,6 +383,12 @@ func TestCaddyfileErrors(t *testing.T) {
 		{"store redis", site("\trate_limit {\n\t\tzone z {\n\t\t\tkey k\n\t\t\tlimit 1 1s\n\t\t}\n\t\tstore disk\n\t}"), []string{"Caddyfile:7", `unknown store "disk"`}},
 		{"store missing", site("\trate_limit {\n\t\tzone z {\n\t\t\tkey k\n\t\t\tlimit 1 1s\n\t\t}\n\t\tstore\n\t}"), []string{"Caddyfile:7", "store takes exactly one argument"}},
 
+		// An option in another block than its own says where it goes.
+		{"zone option at the handler level", site("\trate_limit {\n" + zoneZ + "\t\tburst 5\n\t}"), []string{"Caddyfile:7", `unknown subdirective "burst" in rate_limit`, "burst goes in a zone block (zone <name> { ... })"}},
+		{"handler option in a zone", zone("\t\t\tkey k\n\t\t\tlimit 5 1s\n\t\t\tstore redis"), []string{"Caddyfile:6", `unknown subdirective "store"`, "store goes in the rate_limit block"}},
+		{"redis option at the handler level", site("\trate_limit {\n" + zoneZ + "\t\tstore redis\n\t\taddress 10.0.0.1:6379\n\t}"), []string{"Caddyfile:8", "address goes in the redis block"}},
+		{"zone option in the redis block", site("\trate_limit {\n" + zoneZ + "\t\tstore redis\n\t\tredis {\n\t\t\tkey k\n\t\t}\n\t}"), []string{"Caddyfile:9", "key goes in a zone block"}},
+
 		// An empty value ("") is refused, not read as the option left out.
 		{"store empty", site("\trate_limit {\n" + zoneZ + "\t\tstore \"\"\n\t}"), []string{"Caddyfile:7", `store is empty ("")`}},
 		{"headers empty", site("\trate_limit {\n" + zoneZ + "\t\theaders \"\"\n\t}"), []string{"Caddyfile:7", `headers is empty ("")`}},

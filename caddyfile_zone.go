@@ -200,7 +200,7 @@ func (h *Handler) unmarshalZone(d *caddyfile.Dispenser, zoneLines map[string]int
 			*opt.value = v
 
 		default:
-			return d.Errf("zone %q: unknown subdirective %q (want one of %s)", name, sub, strings.Join(zoneSubdirectives, ", "))
+			return d.Errf("zone %q: unknown subdirective %q (want one of %s)%s", name, sub, strings.Join(zoneSubdirectives, ", "), elsewhere(sub))
 		}
 	}
 
