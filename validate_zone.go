@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/caddyserver/caddy/v2"
@@ -133,7 +132,7 @@ func (z *Zone) validate() error {
 	if err := z.validateCountStatus(); err != nil {
 		return err
 	}
-	if !strings.Contains(z.Key, "{") {
+	if !hasPlaceholder(z.Key) {
 		// Prefixes group the addresses a key template evaluates to, and
 		// empty_key applies to a key that evaluates to nothing: with a
 		// key_resolver, or a key without placeholders (one count for all
