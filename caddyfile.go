@@ -237,14 +237,19 @@ func oneArg(d *caddyfile.Dispenser, name, usage string) (string, error) {
 		return "", d.Errf("%s takes exactly one argument, %s, got %d", name, usage, len(args))
 	}
 	if args[0] == "" {
-		// JSON could not tell it from the option left out: it would
-		// silently mean the default.
-		return "", d.Errf("%s is empty (\"\"): give a value, or leave %s out for its default", name, name)
+		return "", d.WrapErr(errEmpty(name))
 	}
 	if err := noBlock(d, name); err != nil {
 		return "", err
 	}
 	return args[0], nil
+}
+
+// errEmpty is the error of option name given the empty value "", which
+// JSON could not tell from the option left out: it would silently mean the
+// default.
+func errEmpty(name string) error {
+	return fmt.Errorf("%s is empty (\"\"): give a value, or leave %s out for its default", name, name)
 }
 
 // noArgs checks that subdirective name has no arguments and no block.

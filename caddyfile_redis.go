@@ -109,6 +109,9 @@ func unmarshalRedis(d *caddyfile.Dispenser) (*RedisConfig, error) {
 					if i+1 >= len(args) {
 						return nil, d.Errf("redis: tls %s takes a value", args[i])
 					}
+					if args[i+1] == "" {
+						return nil, d.Errf("redis: %v", errEmpty("tls "+args[i]))
+					}
 					if args[i] == "ca_file" {
 						t.CAFile = args[i+1]
 					} else {

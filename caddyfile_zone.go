@@ -116,6 +116,8 @@ func (h *Handler) unmarshalZone(d *caddyfile.Dispenser, zoneLines map[string]int
 		case "on_limit":
 			args := d.RemainingArgs()
 			switch {
+			case len(args) >= 1 && args[0] == "":
+				return d.WrapErr(errEmpty("on_limit"))
 			case len(args) == 1 && args[0] == "reject":
 			case len(args) >= 1 && args[0] == "wait":
 				if len(args) != 2 {
