@@ -3,6 +3,7 @@ package ratelimit
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -190,7 +191,7 @@ func (h *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 			err = d.Errf("%s (from mholt/caddy-ratelimit) is not supported: this module shares counts between instances with its own store (see store)", sub)
 
 		default:
-			err = d.Errf("unknown subdirective %q in rate_limit (want one of %s)", sub, strings.Join(handlerSubdirectives, ", "))
+			err = d.Errf("unknown subdirective %q in rate_limit (want one of %s)%s", sub, strings.Join(handlerSubdirectives, ", "), elsewhere(sub))
 		}
 		if err != nil {
 			return err
@@ -215,16 +216,40 @@ func (h *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 	return nil
 }
 
+// elsewhere names the block that takes subdirective sub, for one written
+// in another block.
+func elsewhere(sub string) string {
+	for _, b := range []struct {
+		name string
+		subs []string
+	}{{"a zone block (zone <name> { ... })", zoneSubdirectives}, {"the rate_limit block", handlerSubdirectives}, {"the redis block", redisSubdirectives}} {
+		if slices.Contains(b.subs, sub) {
+			return fmt.Sprintf(": %s goes in %s", sub, b.name)
+		}
+	}
+	return ""
+}
+
 // oneArg reads exactly one argument of subdirective name, and no block.
 func oneArg(d *caddyfile.Dispenser, name, usage string) (string, error) {
 	args := d.RemainingArgs()
 	if len(args) != 1 {
 		return "", d.Errf("%s takes exactly one argument, %s, got %d", name, usage, len(args))
 	}
+	if args[0] == "" {
+		return "", d.WrapErr(errEmpty(name))
+	}
 	if err := noBlock(d, name); err != nil {
 		return "", err
 	}
 	return args[0], nil
+}
+
+// errEmpty is the error of option name given the empty value "", which
+// JSON could not tell from the option left out: it would silently mean the
+// default.
+func errEmpty(name string) error {
+	return fmt.Errorf("%s is empty (\"\"): give a value, or leave %s out for its default", name, name)
 }
 
 // noArgs checks that subdirective name has no arguments and no block.
@@ -253,6 +278,9 @@ func durationArg(d *caddyfile.Dispenser, name string) (time.Duration, error) {
 	if err != nil {
 		return 0, d.Errf("%s: bad duration %q: %v", name, v, err)
 	}
+	if err := checkJSONNumber(name, v, int64(dur)); err != nil {
+		return 0, d.WrapErr(err)
+	}
 	return dur, nil
 }
 
@@ -268,7 +296,22 @@ func positiveIntArg(d *caddyfile.Dispenser, name string) (int64, error) {
 	if n <= 0 {
 		return 0, d.Errf("%s must be positive, got %d", name, n)
 	}
+	if err := checkJSONNumber(name, v, n); err != nil {
+		return 0, d.WrapErr(err)
+	}
 	return n, nil
+}
+
+// checkJSONNumber refuses a number (v as written) that Caddy's JSON config
+// cannot carry exactly: Caddy reads the adapted config's numbers as
+// float64, so that 9223372036854775807 comes back out of range (failing
+// the load without a line) and 2^53+1 as 2^53.
+func checkJSONNumber(name, v string, n int64) error {
+	back, err := strconv.ParseInt(strconv.FormatFloat(float64(n), 'f', -1, 64), 10, 64)
+	if err != nil || back != n {
+		return fmt.Errorf("%s %s does not fit in Caddy's JSON config, which keeps numbers (durations in nanoseconds) to 15 significant digits", name, v)
+	}
+	return nil
 }
 
 // parseEvents and parseWindow read the numbers of a limit; Validate checks
@@ -286,7 +329,7 @@ func parseWindow(v string) (time.Duration, error) {
 	if err != nil {
 		return 0, fmt.Errorf("window: bad duration %q: %v", v, err)
 	}
-	return w, nil
+	return w, checkJSONNumber("window", v, int64(w))
 }
 
 // setDurationArg reads the duration of an option whose 0 means "not set"

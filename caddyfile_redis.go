@@ -89,17 +89,28 @@ func unmarshalRedis(d *caddyfile.Dispenser) (*RedisConfig, error) {
 			if err != nil {
 				return nil, d.Errf("redis: db must be a database number (0 or more), got %q", v)
 			}
+			if err := checkJSONNumber("db", v, int64(n)); err != nil {
+				return nil, d.WrapErr(err)
+			}
 			rc.DB = n
 		case "tls":
 			t := new(RedisTLS)
 			args := d.RemainingArgs()
+			given := make(map[string]bool)
 			for i := 0; i < len(args); i++ {
+				if given[args[i]] {
+					return nil, d.Errf("redis: tls %s given twice", args[i])
+				}
+				given[args[i]] = true
 				switch args[i] {
 				case "insecure_skip_verify":
 					t.InsecureSkipVerify = true
 				case "ca_file", "server_name":
 					if i+1 >= len(args) {
 						return nil, d.Errf("redis: tls %s takes a value", args[i])
+					}
+					if args[i+1] == "" {
+						return nil, d.Errf("redis: %v", errEmpty("tls "+args[i]))
 					}
 					if args[i] == "ca_file" {
 						t.CAFile = args[i+1]
@@ -141,7 +152,7 @@ func unmarshalRedis(d *caddyfile.Dispenser) (*RedisConfig, error) {
 			}
 			rc.PoolSize = int(n)
 		default:
-			return nil, d.Errf("redis: unknown subdirective %q (want one of %s)", sub, strings.Join(redisSubdirectives, ", "))
+			return nil, d.Errf("redis: unknown subdirective %q (want one of %s)%s", sub, strings.Join(redisSubdirectives, ", "), elsewhere(sub))
 		}
 	}
 	// The checks are validate's: an error in one option is reported at

@@ -382,6 +382,59 @@ func TestCaddyfileErrors(t *testing.T) {
 		{"disable_metrics twice", site("\trate_limit {\n\t\tdisable_metrics\n\t\tzone z {\n\t\t\tkey k\n\t\t\tlimit 1 1s\n\t\t}\n\t\tdisable_metrics\n\t}"), []string{"Caddyfile:8", "disable_metrics already specified (at line 3)"}},
 		{"store redis", site("\trate_limit {\n\t\tzone z {\n\t\t\tkey k\n\t\t\tlimit 1 1s\n\t\t}\n\t\tstore disk\n\t}"), []string{"Caddyfile:7", `unknown store "disk"`}},
 		{"store missing", site("\trate_limit {\n\t\tzone z {\n\t\t\tkey k\n\t\t\tlimit 1 1s\n\t\t}\n\t\tstore\n\t}"), []string{"Caddyfile:7", "store takes exactly one argument"}},
+
+		// An option in another block than its own says where it goes.
+		{"zone option at the handler level", site("\trate_limit {\n" + zoneZ + "\t\tburst 5\n\t}"), []string{"Caddyfile:7", `unknown subdirective "burst" in rate_limit`, "burst goes in a zone block (zone <name> { ... })"}},
+		{"handler option in a zone", zone("\t\t\tkey k\n\t\t\tlimit 5 1s\n\t\t\tstore redis"), []string{"Caddyfile:6", `unknown subdirective "store"`, "store goes in the rate_limit block"}},
+		{"redis option at the handler level", site("\trate_limit {\n" + zoneZ + "\t\tstore redis\n\t\taddress 10.0.0.1:6379\n\t}"), []string{"Caddyfile:8", "address goes in the redis block"}},
+		{"zone option in the redis block", site("\trate_limit {\n" + zoneZ + "\t\tstore redis\n\t\tredis {\n\t\t\tkey k\n\t\t}\n\t}"), []string{"Caddyfile:9", "key goes in a zone block"}},
+
+		// An empty value ("") is refused, not read as the option left out.
+		{"store empty", site("\trate_limit {\n" + zoneZ + "\t\tstore \"\"\n\t}"), []string{"Caddyfile:7", `store is empty ("")`}},
+		{"headers empty", site("\trate_limit {\n" + zoneZ + "\t\theaders \"\"\n\t}"), []string{"Caddyfile:7", `headers is empty ("")`}},
+		{"algorithm empty", zone("\t\t\tkey k\n\t\t\talgorithm \"\"\n\t\t\tlimit 1 1s"), []string{"Caddyfile:5", `algorithm is empty ("")`}},
+		{"cost empty", zone("\t\t\tkey k\n\t\t\tlimit 5 1s\n\t\t\tcost \"\""), []string{"Caddyfile:6", `cost is empty ("")`}},
+		{"empty_key empty", zone("\t\t\tkey {remote_host}\n\t\t\tlimit 5 1s\n\t\t\tempty_key \"\""), []string{"Caddyfile:6", `empty_key is empty ("")`}},
+		{"key empty", zone("\t\t\tkey \"\"\n\t\t\tlimit 5 1s"), []string{"Caddyfile:4", `key is empty ("")`}},
+		{"on_limit empty", zone("\t\t\tkey k\n\t\t\tlimit 5 1s\n\t\t\ton_limit \"\""), []string{"Caddyfile:6", `on_limit is empty ("")`}},
+		{"redis tls server_name empty", site("\trate_limit {\n" + zoneZ + "\t\tstore redis\n\t\tredis {\n\t\t\ttls server_name \"\"\n\t\t}\n\t}"), []string{"Caddyfile:9", `redis: tls server_name is empty ("")`}},
+		{"redis tls ca_file empty", site("\trate_limit {\n" + zoneZ + "\t\tstore redis\n\t\tredis {\n\t\t\ttls ca_file \"\" insecure_skip_verify\n\t\t}\n\t}"), []string{"Caddyfile:9", `redis: tls ca_file is empty ("")`}},
+		{"redis url empty", site("\trate_limit {\n" + zoneZ + "\t\tstore redis\n\t\tredis {\n\t\t\turl \"\"\n\t\t}\n\t}"), []string{"Caddyfile:9", `url is empty ("")`}},
+		{"redis key_prefix empty", site("\trate_limit {\n" + zoneZ + "\t\tstore redis\n\t\tredis {\n\t\t\tkey_prefix \"\"\n\t\t}\n\t}"), []string{"Caddyfile:9", `key_prefix is empty ("")`}},
+		{"redis password empty", site("\trate_limit {\n" + zoneZ + "\t\tstore redis\n\t\tredis {\n\t\t\turl redis://:pw@127.0.0.1:6379\n\t\t\tpassword \"\"\n\t\t}\n\t}"), []string{"Caddyfile:10", `password is empty ("")`}},
+
+		// Numbers Caddy's JSON config cannot carry exactly (it reads
+		// numbers as float64): refused here, not at load time without a
+		// line, or rounded.
+		{"sweep_interval beyond JSON", site("\trate_limit {\n" + zoneZ + "\t\tsweep_interval 9223372036854775807ns\n\t}"), []string{"Caddyfile:7", "sweep_interval 9223372036854775807ns", "15 significant digits"}},
+		{"lease beyond JSON", site("\trate_limit {\n" + zoneZ + "\t\tstore redis\n\t\tlease 9223372036854775807ns\n\t}"), []string{"Caddyfile:8", "lease 9223372036854775807ns", "15 significant digits"}},
+		{"redis timeout beyond JSON", site("\trate_limit {\n" + zoneZ + "\t\tstore redis\n\t\tredis {\n\t\t\tdial_timeout 9223372036854775807ns\n\t\t}\n\t}"), []string{"Caddyfile:9", "dial_timeout 9223372036854775807ns"}},
+		{"max_keys beyond JSON", site("\trate_limit {\n" + zoneZ + "\t\tmax_keys 9223372036854775807\n\t}"), []string{"Caddyfile:7", "max_keys 9223372036854775807", "15 significant digits"}},
+		{"max_waiters beyond JSON", zone("\t\t\tkey k\n\t\t\tlimit 5 1s\n\t\t\ton_limit wait 1s\n\t\t\tmax_waiters 9007199254740993"), []string{"Caddyfile:7", "max_waiters 9007199254740993"}},
+		{"redis db beyond JSON", site("\trate_limit {\n" + zoneZ + "\t\tstore redis\n\t\tredis {\n\t\t\tdb 9223372036854775807\n\t\t}\n\t}"), []string{"Caddyfile:9", "db 9223372036854775807"}},
+
+		// Checks of the handler as a whole, at the line of the zone that
+		// makes them fail.
+		{"policy names collide", site("\trate_limit {\n\t\tzone a {\n\t\t\tkey k\n\t\t\tlimit 1 1m\n\t\t\tlimit 10 1h\n\t\t}\n\t\tzone a-1m {\n\t\t\tkey k\n\t\t\tlimit 1 1s\n\t\t}\n\t}"), []string{"Caddyfile:8", `zones "a" and "a-1m" both have a tier named "a-1m"`}},
+
+		// A matcher without a value, which Caddy would only refuse when
+		// loading it.
+		{"match path without value", zone("\t\t\tkey k\n\t\t\tlimit 5 1s\n\t\t\tmatch {\n\t\t\t\tpath\n\t\t\t}"), []string{"Caddyfile:6", `zone "z": match: path has no value`}},
+
+		// Redis settings go-redis would read as something else, or refuse
+		// only when the store is set up.
+		{"redis address twice", site("\trate_limit {\n" + zoneZ + "\t\tstore redis\n\t\tredis {\n\t\t\taddress 10.0.0.1:6379 10.0.0.1:6379\n\t\t}\n\t}"), []string{"Caddyfile:9", `redis: address "10.0.0.1:6379" given twice`}},
+		{"redis sentinel address twice", site("\trate_limit {\n" + zoneZ + "\t\tstore redis\n\t\tredis {\n\t\t\tsentinel m 10.0.0.1:26379 10.0.0.1:26379\n\t\t}\n\t}"), []string{"Caddyfile:9", `redis: address "10.0.0.1:26379" given twice`}},
+		{"redis tls option twice", site("\trate_limit {\n" + zoneZ + "\t\tstore redis\n\t\tredis {\n\t\t\ttls ca_file a.pem ca_file b.pem\n\t\t}\n\t}"), []string{"Caddyfile:9", "redis: tls ca_file given twice"}},
+		{"redis url without host", site("\trate_limit {\n" + zoneZ + "\t\tstore redis\n\t\tredis {\n\t\t\turl redis://\n\t\t}\n\t}"), []string{"Caddyfile:9", `redis: url "redis://" has no host`}},
+		{"redis url port without host", site("\trate_limit {\n" + zoneZ + "\t\tstore redis\n\t\tredis {\n\t\t\turl redis://:6379\n\t\t}\n\t}"), []string{"Caddyfile:9", "has no host"}},
+		{"redis url database word", site("\trate_limit {\n" + zoneZ + "\t\tstore redis\n\t\tredis {\n\t\t\turl redis://10.0.0.1:6379/abc\n\t\t}\n\t}"), []string{"Caddyfile:9", `redis: url: invalid database number: "abc"`}},
+		{"redis url database negative", site("\trate_limit {\n" + zoneZ + "\t\tstore redis\n\t\tredis {\n\t\t\turl redis://10.0.0.1:6379/-1\n\t\t}\n\t}"), []string{"Caddyfile:9", "redis: db must not be negative, got -1"}},
+		{"redis url options", site("\trate_limit {\n" + zoneZ + "\t\tstore redis\n\t\tredis {\n\t\t\turl redis://:secret@10.0.0.1:6379?dial_timeout=5s\n\t\t}\n\t}"), []string{"Caddyfile:9", `redis: url "redis://:xxxxx@10.0.0.1:6379?dial_timeout=5s": nothing after '?' or '#' is read`}},
+		{"redis url two paths", site("\trate_limit {\n" + zoneZ + "\t\tstore redis\n\t\tredis {\n\t\t\turl redis://:secret@10.0.0.1:6379/0/1\n\t\t}\n\t}"), []string{"Caddyfile:9", "redis: url: invalid URL path: /0/1"}},
+		{"redis url database on a cluster", site("\trate_limit {\n" + zoneZ + "\t\tstore redis\n\t\tredis {\n\t\t\tcluster\n\t\t\turl redis://10.0.0.1:7000/3\n\t\t}\n\t}"), []string{"Caddyfile:8", `redis: the url's database "3": a Redis Cluster has only database 0`}},
+		{"redis tls with a redis:// url", site("\trate_limit {\n" + zoneZ + "\t\tstore redis\n\t\tredis {\n\t\t\turl redis://10.0.0.1:6379\n\t\t\ttls server_name r.internal\n\t\t}\n\t}"), []string{"Caddyfile:10", "redis: tls with a redis:// url: write rediss:// for TLS"}},
+		{"redis db above Redis's", site("\trate_limit {\n" + zoneZ + "\t\tstore redis\n\t\tredis {\n\t\t\tdb 4294967296\n\t\t}\n\t}"), []string{"Caddyfile:9", "redis: db must be at most 2147483647, got 4294967296"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

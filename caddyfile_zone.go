@@ -3,6 +3,8 @@ package ratelimit
 import (
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -63,15 +65,19 @@ func (h *Handler) unmarshalZone(d *caddyfile.Dispenser, zoneLines map[string]int
 			if len(set) == 0 {
 				return errAt(matchTok, fmt.Errorf("zone %q: match needs at least one request matcher: match { <matchers> }", name))
 			}
+			// A matcher without arguments (path, alone) is null, which
+			// Caddy refuses only when loading it, without a line.
+			for _, m := range slices.Sorted(maps.Keys(set)) {
+				if string(set[m]) == "null" {
+					return errAt(matchTok, fmt.Errorf("zone %q: match: %s has no value", name, m))
+				}
+			}
 			z.MatcherSetsRaw = append(z.MatcherSetsRaw, set)
 
 		case "key":
 			v, err := oneArg(d, "key", "<template> (quote it if it contains spaces)")
 			if err != nil {
 				return err
-			}
-			if v == "" {
-				return zerr(errors.New("key is empty"))
 			}
 			z.Key = v
 
@@ -110,6 +116,8 @@ func (h *Handler) unmarshalZone(d *caddyfile.Dispenser, zoneLines map[string]int
 		case "on_limit":
 			args := d.RemainingArgs()
 			switch {
+			case len(args) >= 1 && args[0] == "":
+				return d.WrapErr(errEmpty("on_limit"))
 			case len(args) == 1 && args[0] == "reject":
 			case len(args) >= 1 && args[0] == "wait":
 				if len(args) != 2 {
@@ -194,7 +202,7 @@ func (h *Handler) unmarshalZone(d *caddyfile.Dispenser, zoneLines map[string]int
 			*opt.value = v
 
 		default:
-			return d.Errf("zone %q: unknown subdirective %q (want one of %s)", name, sub, strings.Join(zoneSubdirectives, ", "))
+			return d.Errf("zone %q: unknown subdirective %q (want one of %s)%s", name, sub, strings.Join(zoneSubdirectives, ", "), elsewhere(sub))
 		}
 	}
 
@@ -219,6 +227,10 @@ func (h *Handler) unmarshalZone(d *caddyfile.Dispenser, zoneLines map[string]int
 		return errAt(tok, fmt.Errorf("zone %q: %v", name, err))
 	}
 	h.Zones = append(h.Zones, z)
+	// Zones' header names collide only once the later zone is there.
+	if err := h.checkPolicyNames(); err != nil {
+		return errAt(zoneTok, err)
+	}
 	return nil
 }
 

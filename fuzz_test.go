@@ -28,6 +28,17 @@ func FuzzCaddyfile(f *testing.F) {
 		"zone z {\n\tkey k {\n\t}\n}",
 		"zone z {\n\tmatch\n}",
 		"zone z {\n\ton_limit wait\n}",
+		// Hostile values: empty strings, numbers beyond what Caddy's JSON
+		// carries, colliding header names, a matcher without value,
+		// options in the wrong block, Redis settings read as others.
+		"zone z {\n\tkey \"\"\n\tcost \"\"\n\tlimit 1 1s\n}\nstore \"\"",
+		"zone z {\n\tkey k\n\tlimit 1 1s\n}\nmax_keys 9223372036854775807\nsweep_interval 9223372036854775807ns",
+		"zone z {\n\tkey k\n\tlimit 1 1s\n\ton_limit wait 1s\n\tmax_waiters 9007199254740993\n}",
+		"zone a {\n\tlimit 1 1m\n\tlimit 2 1h\n}\nzone a-1m {\n\tlimit 1 1s\n}",
+		"zone z {\n\tlimit 1 1s\n\tmatch {\n\t\tpath\n\t}\n}",
+		"zone z {\n\tlimit 1 1s\n\tstore redis\n}\nburst 5\naddress 127.0.0.1:6379",
+		"zone z {\n\tlimit 1 1s\n}\nstore redis\nredis {\n\taddress 127.0.0.1:6379 127.0.0.1:6379\n\ttls ca_file a ca_file b\n\tdb 9223372036854775807\n}",
+		"zone z {\n\tlimit 1 1s\n}\nstore redis\nredis {\n\turl redis://:6379/-1?dial_timeout=1s\n\ttls\n}",
 	} {
 		f.Add(s)
 	}

@@ -906,6 +906,8 @@ func FuzzHandlerJSON(f *testing.F) {
 		`{"zones":[{"name":"w","algorithm":"leaky_bucket","on_limit":"wait","max_wait":9223372036854775807,"key":"k","limits":[{"events":1,"window":1000000}]}]}`,
 		`{"zones":[{"name":"c","algorithm":"concurrency","key":"k","limits":[{"events":1,"window":1000000}]}],"headers":"ietf","status":599}`,
 		`{"zones":[{"name":"m","match":[{"path":["/x"]}],"key":"{http.request.remote}","ipv4_prefix":1,"ipv6_prefix":1,"limits":[{"events":2,"window":1000000},{"events":3,"window":2000000}]}]}`,
+		`{"zones":[{"name":"n","key":"\\{x\\}","key_resolver":null,"cost":"\\{2\\}","match":[{"path":null}],"limits":[null,{"events":1,"window":"1s"}]}]}`,
+		`{"store":"redis","redis":{"url":"redis://:6379/-1?dial_timeout=1","db":99999999999,"tls":{}},"zones":[{"name":"r","key":"k","limits":[{"events":1,"window":"1s"}]}]}`,
 	} {
 		f.Add(seed, "7")
 	}

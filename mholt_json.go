@@ -19,7 +19,8 @@ type MholtRateLimit struct {
 	MatcherSetsRaw caddyhttp.RawMatcherSets `json:"match,omitempty" caddy:"namespace=http.matchers"`
 
 	// Key is a placeholder template evaluated per request (see Zone.Key).
-	// Required.
+	// Default: none (one count for all the zone's requests, as in
+	// mholt/caddy-ratelimit).
 	Key string `json:"key,omitempty"`
 
 	// MaxEvents is how many requests a key may make per window. Required,

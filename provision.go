@@ -319,7 +319,7 @@ func (h *Handler) provisionZone(ctx caddy.Context, zc *Zone, lz *loadZones, plac
 		}
 	}
 
-	if len(zc.KeyResolverRaw) > 0 {
+	if zc.hasKeyResolver() {
 		raw := zc.KeyResolverRaw
 		v, err := ctx.LoadModule(zc, "KeyResolverRaw")
 		if err != nil {

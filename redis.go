@@ -7,9 +7,11 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"net"
 	"net/url"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -42,13 +44,14 @@ const (
 // replacement) share one client, which outlives a config reload.
 type RedisConfig struct {
 	// Addresses are the host:port of the Redis node, or of some Cluster
-	// nodes (seeds) when there are several or Cluster is set. Default:
-	// 127.0.0.1:6379 (unless URL or Sentinel is set).
+	// nodes (seeds) when there are several or Cluster is set; each once.
+	// Default: 127.0.0.1:6379 (unless URL or Sentinel is set).
 	Addresses []string `json:"addresses,omitempty"`
 
 	// URL is a redis:// or rediss:// URL (user, password, host, port, db
 	// and TLS in one string), instead of Addresses. Username and Password
-	// override the URL's; DB may not be given in both.
+	// override the URL's; DB may not be given in both. It needs a host, and
+	// takes no ?options (the other fields are the options).
 	URL string `json:"url,omitempty"`
 
 	// Cluster makes a single address a Cluster seed. Several addresses
@@ -71,11 +74,11 @@ type RedisConfig struct {
 	// none.
 	Password string `json:"password,omitempty"`
 
-	// DB is the database number of a single node or Sentinel master
-	// (Cluster has only 0). Default: 0.
+	// DB is the database number of a single node or Sentinel master, 0 to
+	// 2147483647 (Cluster has only 0). Default: 0.
 	DB int `json:"db,omitempty"`
 
-	// TLS, when set, connects over TLS.
+	// TLS, when set, connects over TLS. With URL, only a rediss:// one.
 	TLS *RedisTLS `json:"tls,omitempty"`
 
 	// KeyPrefix starts every Redis key of the rate limiter, so that it can
@@ -134,9 +137,14 @@ func (rc *RedisConfig) validate() error {
 	// An error in one option names it (zoneError), so that the Caddyfile
 	// reports the line that holds it.
 	for option, addrs := range map[string][]string{"address": rc.Addresses, "sentinel": rc.SentinelAddresses} {
-		for _, a := range addrs {
+		for i, a := range addrs {
 			if err := checkHostPort(a); err != nil {
 				return &zoneError{option: option, err: err}
+			}
+			// Two addresses make a Cluster: one given twice would
+			// silently turn a single node into one.
+			if slices.Contains(addrs[:i], a) {
+				return zoneErrf(option, "redis: address %q given twice", a)
 			}
 		}
 	}
@@ -148,14 +156,21 @@ func (rc *RedisConfig) validate() error {
 		if path != "" && rc.DB != 0 {
 			return fmt.Errorf("redis: db %d and the url's database %q: give the database once (in the url, or db)", rc.DB, path)
 		}
+		if rc.Cluster && path != "" && path != "0" {
+			return fmt.Errorf("redis: the url's database %q: a Redis Cluster has only database 0", path)
+		}
+		// The tls options would turn TLS on whatever the scheme says.
+		if rc.TLS != nil && strings.HasPrefix(rc.URL, "redis://") {
+			return zoneErrf("tls", "redis: tls with a redis:// url: write rediss:// for TLS (tls then sets its options), or leave tls out")
+		}
 	}
 	for _, t := range []struct{ option, name, v string }{{"sentinel", "sentinel master", rc.SentinelMaster}, {"tls", "tls server_name", tlsServerName(rc.TLS)}} {
 		if err := keyresolver.CheckTemplate(t.v); err != nil {
 			return zoneErrf(t.option, "redis: %s: %v", t.name, err)
 		}
 	}
-	if rc.DB < 0 {
-		return zoneErrf("db", "redis: db must not be negative, got %d", rc.DB)
+	if err := checkDB(rc.DB); err != nil {
+		return &zoneError{option: "db", err: err}
 	}
 	if rc.DB != 0 && (rc.Cluster || len(rc.Addresses) > 1) {
 		return fmt.Errorf("redis: db %d: a Redis Cluster has only database 0", rc.DB)
@@ -206,6 +221,17 @@ func checkHostPort(a string) error {
 	return checkPort("address", a, port)
 }
 
+// checkDB checks a database number: Redis's SELECT takes 0 to 2^31-1.
+func checkDB(db int) error {
+	switch {
+	case db < 0:
+		return fmt.Errorf("redis: db must not be negative, got %d", db)
+	case db > math.MaxInt32:
+		return fmt.Errorf("redis: db must be at most %d, got %d", math.MaxInt32, db)
+	}
+	return nil
+}
+
 func checkPort(what, value, port string) error {
 	if n, err := strconv.Atoi(port); err != nil || n < 1 || n > 65535 {
 		return fmt.Errorf("redis: %s %q: port %q is not a TCP port (1 to 65535)", what, value, port)
@@ -236,6 +262,28 @@ func checkRedisURL(v string) (db string, err error) {
 		if err := checkPort("url", u.Redacted(), p); err != nil {
 			return "", err
 		}
+	}
+	// go-redis dials localhost for a URL without a host, and reads
+	// options after '?' that the store then replaces with its own.
+	if u.Hostname() == "" {
+		shown := v // Redacted would drop the empty authority's "//"
+		if _, secret := u.User.Password(); secret {
+			shown = u.Redacted()
+		}
+		return "", fmt.Errorf("redis: url %q has no host", shown)
+	}
+	if u.RawQuery != "" || u.Fragment != "" {
+		return "", fmt.Errorf("redis: url %q: nothing after '?' or '#' is read: give timeouts, pool_size and tls as options of the redis block", u.Redacted())
+	}
+	// What go-redis itself refuses (a database that is not a number, a
+	// longer path), now rather than when the store is set up. Its
+	// messages do not hold the password.
+	opt, err := redis.ParseURL(v)
+	if err != nil {
+		return "", fmt.Errorf("redis: url: %s", strings.TrimPrefix(err.Error(), "redis: "))
+	}
+	if err := checkDB(opt.DB); err != nil {
+		return "", err
 	}
 	return strings.Trim(u.Path, "/"), nil
 }

@@ -217,10 +217,10 @@ func checkJitter(f float64) error {
 // checkCost accepts a positive integer or a value with a placeholder (which
 // is evaluated per request).
 func checkCost(s string) error {
-	if strings.ContainsAny(s, "{}") {
-		if err := keyresolver.CheckTemplate(s); err != nil {
-			return fmt.Errorf("cost: %v", err)
-		}
+	if err := keyresolver.CheckTemplate(s); err != nil {
+		return fmt.Errorf("cost: %v", err)
+	}
+	if hasPlaceholder(s) {
 		return nil
 	}
 	n, err := strconv.ParseInt(s, 10, 64)
@@ -234,4 +234,15 @@ func checkCost(s string) error {
 		return fmt.Errorf("cost must be at most %d, got %d", maxCount, n)
 	}
 	return nil
+}
+
+// hasPlaceholder reports whether template tmpl has a placeholder: a '{'
+// that is not escaped (\{ is a literal brace).
+func hasPlaceholder(tmpl string) bool {
+	for i := 0; i < len(tmpl); i++ {
+		if tmpl[i] == '{' && (i == 0 || tmpl[i-1] != '\\') {
+			return true
+		}
+	}
+	return false
 }

@@ -3,6 +3,7 @@ package ratelimit
 import (
 	"encoding/json"
 	"math"
+	"net/http"
 	"strings"
 	"testing"
 	"time"
@@ -201,6 +202,9 @@ func TestValidateInvalid(t *testing.T) {
 		}), "ipv6_prefix groups the addresses of a key template; this zone has a key_resolver"},
 		{"empty_key without key", one(func(z *Zone) { z.Key = ""; z.EmptyKey = "allow" }), "empty_key allow applies to a key that evaluates to nothing; this zone has no key"},
 		{"empty_key with a static key", one(func(z *Zone) { z.Key = "login"; z.EmptyKey = "deny" }), `this zone has the static key "login"`},
+		{"empty_key with escaped braces only", one(func(z *Zone) { z.Key = `\{login\}`; z.EmptyKey = "deny" }), `this zone has the static key "\\{login\\}"`},
+		{"ipv4_prefix with escaped braces only", one(func(z *Zone) { z.Key = `\{192.0.2.1\}`; z.IPv4Prefix = 24 }), "ipv4_prefix groups the addresses of a key template"},
+		{"cost of escaped braces", one(func(z *Zone) { z.Cost = `\{5\}` }), `cost must be a positive integer or a placeholder, got "\\{5\\}"`},
 		{"ipv6_prefix with a static key", one(func(z *Zone) { z.Key = "2001:db8::1"; z.IPv6Prefix = 64 }), `ipv6_prefix groups the addresses of a key template; this zone has the static key "2001:db8::1"`},
 		{"window with nanoseconds", one(func(z *Zone) { z.Limits[0].Window = caddy.Duration(time.Second + 1) }), "limit 1: window must be a whole number of microseconds, got 1.000000001s"},
 		{"key and resolver", one(func(z *Zone) { z.KeyResolverRaw = json.RawMessage(`{"resolver":"x"}`) }), "mutually exclusive"},
@@ -281,6 +285,17 @@ func TestValidateInvalid(t *testing.T) {
 			h.Redis = &RedisConfig{SentinelMaster: "env.MASTER}", SentinelAddresses: []string{"10.0.0.1:26379"}}
 		}), "redis: sentinel master: '}' closes no placeholder"},
 		{"redis pool_size above bound", redisOpts(func(h *Handler) { h.Redis = &RedisConfig{PoolSize: 1<<20 + 1} }), "pool_size must be at most 1048576"},
+		{"redis address twice", redisOpts(func(h *Handler) { h.Redis = &RedisConfig{Addresses: []string{"10.0.0.1:6379", "10.0.0.1:6379"}} }), `redis: address "10.0.0.1:6379" given twice`},
+		{"redis sentinel address twice", redisOpts(func(h *Handler) {
+			h.Redis = &RedisConfig{SentinelMaster: "m", SentinelAddresses: []string{"10.0.0.1:26379", "10.0.0.2:26379", "10.0.0.1:26379"}}
+		}), `redis: address "10.0.0.1:26379" given twice`},
+		{"redis url without host", redisOpts(func(h *Handler) { h.Redis = &RedisConfig{URL: "rediss://"} }), `redis: url "rediss://" has no host`},
+		{"redis url without host, with password", redisOpts(func(h *Handler) { h.Redis = &RedisConfig{URL: "redis://:pw@:6379"} }), `redis: url "redis://:xxxxx@:6379" has no host`},
+		{"redis url options", redisOpts(func(h *Handler) { h.Redis = &RedisConfig{URL: "redis://10.0.0.1:6379/0?pool_size=5"} }), `nothing after '?' or '#' is read`},
+		{"redis url fragment", redisOpts(func(h *Handler) { h.Redis = &RedisConfig{URL: "redis://10.0.0.1:6379#x"} }), `nothing after '?' or '#' is read`},
+		{"redis url database word", redisOpts(func(h *Handler) { h.Redis = &RedisConfig{URL: "redis://10.0.0.1:6379/zero"} }), `redis: url: invalid database number: "zero"`},
+		{"redis url database above Redis's", redisOpts(func(h *Handler) { h.Redis = &RedisConfig{URL: "redis://10.0.0.1:6379/2147483648"} }), "redis: db must be at most 2147483647, got 2147483648"},
+		{"redis db above Redis's", redisOpts(func(h *Handler) { h.Redis = &RedisConfig{DB: 99999999999} }), "redis: db must be at most 2147483647, got 99999999999"},
 		{"on_error closed with sync_interval", redisOpts(func(h *Handler) { h.SyncInterval = caddy.Duration(time.Second); h.OnError = "closed" }), "on_error closed does not apply with sync_interval"},
 		{"on_error local with sync_interval", redisOpts(func(h *Handler) { h.SyncInterval = caddy.Duration(time.Second); h.OnError = "local" }), "on_error local does not apply with sync_interval"},
 		{"sweep_interval with store redis", redisOpts(func(h *Handler) { h.SweepInterval = caddy.Duration(30 * time.Second) }), "sweep_interval applies to keys held in memory: with store redis only with on_error local"},
@@ -328,6 +343,7 @@ func TestValidateJSON(t *testing.T) {
 		{"key unclosed placeholder", `{"zones":[{"name":"a","key":"{http.request.header.X-Api-Key","limits":[{"events":10,"window":"1m"}]}]}`,
 			`zone "a": key: unclosed placeholder "{http.request.header.X-Api-Key"`},
 		{"mholt/caddy-ratelimit options", `{"zones":[{"name":"a","limits":[{"events":10,"window":"1m"}]},{"name":"b","key":"{http.request.remote.host}","ipv4_prefix":0,"ipv6_prefix":0,"limits":[{"events":1,"window":"1s"}]}],"jitter":3,"log_keys":true,"disable_metrics":true}`, ""},
+		{"key_resolver null", `{"zones":[{"name":"a","key":"{http.request.remote.host}","key_resolver":null,"empty_key":"deny","limits":[{"events":1,"window":"1s"}]}]}`, ""},
 		{"events missing", `{"zones":[{"name":"a","key":"k","limits":[{"window":"1s"}]}]}`, "events must be positive, got 0"},
 		{"limits empty", `{"zones":[{"name":"a","key":"k","limits":[]}]}`, "no limit"},
 		{"zones empty", `{"zones":[]}`, "no zones"},
@@ -358,6 +374,23 @@ func TestValidateJSON(t *testing.T) {
 				t.Fatalf("error %q does not contain %q", err, tt.want)
 			}
 		})
+	}
+}
+
+// TestKeyResolverNull checks that a key_resolver of null, as JSON written
+// by hand may have it, is no key_resolver: the zone's key is used.
+func TestKeyResolverNull(t *testing.T) {
+	h := provision(t, `{"zones":[{"name":"a","key":"{http.request.header.X}","key_resolver":null,"limits":[{"events":1,"window":"1m"}]}]}`, newClock())
+	if err := h.Validate(); err != nil {
+		t.Fatalf("Validate after Provision: %v", err)
+	}
+	for _, c := range []struct {
+		x    string
+		want int
+	}{{"a", http.StatusOK}, {"a", http.StatusTooManyRequests}, {"b", http.StatusOK}} {
+		if got := serve(h, newReq("192.0.2.1:1", header("X", c.x))).code; got != c.want {
+			t.Fatalf("X: %s: status %d, want %d", c.x, got, c.want)
+		}
 	}
 }
 

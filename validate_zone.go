@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/caddyserver/caddy/v2"
@@ -41,7 +40,7 @@ func (z *Zone) validate() error {
 	if err := checkZoneName(z.Name); err != nil {
 		return &zoneError{err: err}
 	}
-	if z.Key != "" && len(z.KeyResolverRaw) > 0 {
+	if z.Key != "" && z.hasKeyResolver() {
 		return zoneErrf("key", "key and key_resolver are mutually exclusive")
 	}
 	if err := keyresolver.CheckTemplate(z.Key); err != nil {
@@ -133,7 +132,7 @@ func (z *Zone) validate() error {
 	if err := z.validateCountStatus(); err != nil {
 		return err
 	}
-	if !strings.Contains(z.Key, "{") {
+	if !hasPlaceholder(z.Key) {
 		// Prefixes group the addresses a key template evaluates to, and
 		// empty_key applies to a key that evaluates to nothing: with a
 		// key_resolver, or a key without placeholders (one count for all
@@ -141,7 +140,7 @@ func (z *Zone) validate() error {
 		// length and global are the defaults Provision fills in.)
 		what := "no key (one count for all its requests)"
 		switch {
-		case len(z.KeyResolverRaw) > 0:
+		case z.hasKeyResolver():
 			what = "a key_resolver"
 		case z.Key != "":
 			what = fmt.Sprintf("the static key %q (one count for all its requests)", z.Key)
@@ -154,11 +153,17 @@ func (z *Zone) validate() error {
 				return zoneErrf(p.option, "%s groups the addresses of a key template; this zone has %s", p.option, what)
 			}
 		}
-		if len(z.KeyResolverRaw) == 0 && z.EmptyKey != "" && z.EmptyKey != emptyKeyEnum.def {
+		if !z.hasKeyResolver() && z.EmptyKey != "" && z.EmptyKey != emptyKeyEnum.def {
 			return zoneErrf("empty_key", "empty_key %s applies to a key that evaluates to nothing; this zone has %s", z.EmptyKey, what)
 		}
 	}
 	return nil
+}
+
+// hasKeyResolver reports whether the zone has a key_resolver; JSON's null,
+// as for any other option, means none.
+func (z *Zone) hasKeyResolver() bool {
+	return len(z.KeyResolverRaw) > 0 && string(z.KeyResolverRaw) != "null"
 }
 
 // validateBlockFor checks block_for: within the bounds of a window (the
