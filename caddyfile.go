@@ -309,7 +309,7 @@ func positiveIntArg(d *caddyfile.Dispenser, name string) (int64, error) {
 func checkJSONNumber(name, v string, n int64) error {
 	back, err := strconv.ParseInt(strconv.FormatFloat(float64(n), 'f', -1, 64), 10, 64)
 	if err != nil || back != n {
-		return fmt.Errorf("%s %s does not fit in Caddy's JSON config, which keeps numbers (durations in nanoseconds) to 15 significant digits", name, v)
+		return fmt.Errorf("%s %s does not fit in Caddy's JSON config, which holds numbers (durations in nanoseconds) as 64-bit floats, exact up to 2^53", name, v)
 	}
 	return nil
 }

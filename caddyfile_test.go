@@ -406,10 +406,10 @@ func TestCaddyfileErrors(t *testing.T) {
 		// Numbers Caddy's JSON config cannot carry exactly (it reads
 		// numbers as float64): refused here, not at load time without a
 		// line, or rounded.
-		{"sweep_interval beyond JSON", site("\trate_limit {\n" + zoneZ + "\t\tsweep_interval 9223372036854775807ns\n\t}"), []string{"Caddyfile:7", "sweep_interval 9223372036854775807ns", "15 significant digits"}},
-		{"lease beyond JSON", site("\trate_limit {\n" + zoneZ + "\t\tstore redis\n\t\tlease 9223372036854775807ns\n\t}"), []string{"Caddyfile:8", "lease 9223372036854775807ns", "15 significant digits"}},
+		{"sweep_interval beyond JSON", site("\trate_limit {\n" + zoneZ + "\t\tsweep_interval 9223372036854775807ns\n\t}"), []string{"Caddyfile:7", "sweep_interval 9223372036854775807ns", "exact up to 2^53"}},
+		{"lease beyond JSON", site("\trate_limit {\n" + zoneZ + "\t\tstore redis\n\t\tlease 9223372036854775807ns\n\t}"), []string{"Caddyfile:8", "lease 9223372036854775807ns", "exact up to 2^53"}},
 		{"redis timeout beyond JSON", site("\trate_limit {\n" + zoneZ + "\t\tstore redis\n\t\tredis {\n\t\t\tdial_timeout 9223372036854775807ns\n\t\t}\n\t}"), []string{"Caddyfile:9", "dial_timeout 9223372036854775807ns"}},
-		{"max_keys beyond JSON", site("\trate_limit {\n" + zoneZ + "\t\tmax_keys 9223372036854775807\n\t}"), []string{"Caddyfile:7", "max_keys 9223372036854775807", "15 significant digits"}},
+		{"max_keys beyond JSON", site("\trate_limit {\n" + zoneZ + "\t\tmax_keys 9223372036854775807\n\t}"), []string{"Caddyfile:7", "max_keys 9223372036854775807", "exact up to 2^53"}},
 		{"max_waiters beyond JSON", zone("\t\t\tkey k\n\t\t\tlimit 5 1s\n\t\t\ton_limit wait 1s\n\t\t\tmax_waiters 9007199254740993"), []string{"Caddyfile:7", "max_waiters 9007199254740993"}},
 		{"redis db beyond JSON", site("\trate_limit {\n" + zoneZ + "\t\tstore redis\n\t\tredis {\n\t\t\tdb 9223372036854775807\n\t\t}\n\t}"), []string{"Caddyfile:9", "db 9223372036854775807"}},
 
