@@ -1,7 +1,6 @@
 package ratelimit
 
 import (
-	"cmp"
 	"fmt"
 	"slices"
 
@@ -37,18 +36,11 @@ type MholtRateLimit struct {
 	IPv6Prefix int `json:"ipv6_prefix,omitempty"`
 }
 
-// permissiveness is the events the zone allows per nanosecond of window:
-// the lower, the tighter.
-func (rl *MholtRateLimit) permissiveness() float64 {
-	return float64(rl.MaxEvents) / float64(rl.Window)
-}
-
 // convertMholt turns the options in mholt/caddy-ratelimit's shape into
-// this module's: rate_limits become zones, appended from the tightest to
-// the most permissive, ties in name order (so that a config gives the same
-// zones, in the same order, on every load), and log_key is log_keys. Its
-// distributed mode and storage have no counterpart: they are refused with
-// the message the Caddyfile gives.
+// this module's: rate_limits become zones, appended in name order (so that
+// a config gives the same zones, in the same order, on every load), and
+// log_key is log_keys. Its distributed mode and storage have no
+// counterpart: they are refused with the message the Caddyfile gives.
 func (h *Handler) convertMholt() error {
 	for _, opt := range []struct {
 		name string
@@ -67,18 +59,10 @@ func (h *Handler) convertMholt() error {
 	}
 	slices.Sort(names)
 	for _, name := range names {
-		if h.RateLimits[name] == nil {
+		rl := h.RateLimits[name]
+		if rl == nil {
 			return fmt.Errorf("rate_limits: zone %q is empty (null)", name)
 		}
-	}
-	// The tightest first, as that module checks them: when several are
-	// exhausted, the rejection (its zone name and Retry-After) is the
-	// tightest one's, not that of the first name.
-	slices.SortStableFunc(names, func(a, b string) int {
-		return cmp.Compare(h.RateLimits[a].permissiveness(), h.RateLimits[b].permissiveness())
-	})
-	for _, name := range names {
-		rl := h.RateLimits[name]
 		h.Zones = append(h.Zones, &Zone{
 			Name:           name,
 			MatcherSetsRaw: rl.MatcherSetsRaw,
