@@ -2,9 +2,12 @@ package ratelimit
 
 import (
 	"math"
+	"net/http"
 	"strconv"
 	"testing"
 	"time"
+
+	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
 )
 
 // Behaviour of the options of mholt/caddy-ratelimit that this module
@@ -103,5 +106,33 @@ func TestDisableMetrics(t *testing.T) {
 	}
 	if v, _ := metricValue(t, reg, "caddy_http_rate_limit_decision_seconds", "store=memory"); v != 2 {
 		t.Errorf("decision_seconds count = %v, want 2 (the zone on only)", v)
+	}
+}
+
+// A rejection that handle_errors renders reads as mholt/caddy-ratelimit's
+// (caddyhttp.Error(429, nil)): {err.message} is the status text, so an
+// error page that shows it says the same to clients; the zone that refused
+// is in {http.rate_limit.exceeded.name}.
+func TestRejectionErrorMessage(t *testing.T) {
+	for _, status := range []int{429, 503} {
+		h := provision(t, `{"status":`+strconv.Itoa(status)+`,"zones":[{"name":"m","key":"k","limits":[{"events":1,"window":"1m"}]}]}`, newClock())
+		h.rt.errorRoutes = errorRoutesYes
+		serve(h, newReq("192.0.2.1:1"))
+		r := newReq("192.0.2.1:1")
+		res := serve(h, r)
+		if res.err == nil {
+			t.Fatalf("status %d: no error for handle_errors (code %d)", status, res.code)
+		}
+		repl := res.repl
+		(*caddyhttp.HTTPErrorConfig)(nil).WithError(r, res.err)
+		for ph, want := range map[string]string{
+			"{http.error.status_code}":        strconv.Itoa(status),
+			"{http.error.message}":            http.StatusText(status),
+			"{http.rate_limit.exceeded.name}": "m",
+		} {
+			if got := repl.ReplaceAll(ph, ""); got != want {
+				t.Errorf("status %d: %s = %q, want %q", status, ph, got, want)
+			}
+		}
 	}
 }

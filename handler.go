@@ -309,9 +309,11 @@ func (h *Handler) sleepFor(ctx context.Context, d time.Duration) error {
 // rejection is the error a rejection returns to the site's handle_errors
 // routes: caddyhttp.Error's, but without the stack trace it records (a
 // runtime.Callers walk and its formatting, for a debug log; a denial under
-// attack is the common case, not a failure to trace).
+// attack is the common case, not a failure to trace). Without an Err, as
+// mholt/caddy-ratelimit's: {err.message} is the status text, which error
+// pages show to clients; the zone is in {http.rate_limit.exceeded.name}.
 func (z *zone) rejection(status int) error {
-	return caddyhttp.HandlerError{Err: z.rejectError, StatusCode: status, ID: errorID()}
+	return caddyhttp.HandlerError{StatusCode: status, ID: errorID()}
 }
 
 // errorID is a random identifier of one error occurrence, for

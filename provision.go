@@ -178,7 +178,6 @@ type zone struct {
 	limitVals  []string // per tier: events, formatted
 
 	storeErrLog *logThrottle // store failures at warn at most every storeErrorLogEvery
-	rejectError error
 
 	// countStatus, with count_status, are the statuses of the responses
 	// the zone counts (countstatus.go); nil: every admitted request.
@@ -363,7 +362,6 @@ func (h *Handler) provisionZone(ctx caddy.Context, zc *Zone, lz *loadZones, plac
 	z.m = h.rt.metrics.forZone(z.name, h.storeLabel())
 	h.rt.metrics.zones.add(z)
 	z.precomputeHeaders()
-	z.rejectError = fmt.Errorf("rate limit exceeded in zone %q", z.name)
 	if h.ProblemDetails {
 		z.problem = newProblemBody(z.name, h.Status)
 	}

@@ -254,3 +254,17 @@ func TestEventExceeded(t *testing.T) {
 		t.Fatalf("%d more events, want 1 in all (none for the admission)", len(got))
 	}
 }
+
+// An error page written for mholt/caddy-ratelimit renders the same: its
+// rejection reaches handle_errors as caddyhttp.Error(429, nil), whose
+// {err.message} is the status text.
+func TestMholtErrorPage(t *testing.T) {
+	live.LoadSites(t, live.Site(caddytesting.Zone("it_parity_errpage", "key {http.request.header.X-Client}", "events 1", "window 1h"), `respond "ok"
+	handle_errors {
+		respond "{err.status_code} {err.status_text}: {err.message} ({http.rate_limit.exceeded.name})"
+	}`))
+	r := live.ExpectCodes(t, "/", clientA(), 200, 429)
+	if want := "429 Too Many Requests: Too Many Requests (it_parity_errpage)"; r.Body != want {
+		t.Fatalf("error page %q, want %q", r.Body, want)
+	}
+}
