@@ -1,6 +1,7 @@
 package ratelimit
 
 import (
+	"errors"
 	"math"
 	"net/http"
 	"strconv"
@@ -67,9 +68,21 @@ func (z *zone) costOf(r *http.Request) int64 {
 	if repl == nil {
 		return 1
 	}
-	n, err := strconv.ParseInt(strings.TrimSpace(repl.ReplaceAll(z.costTmpl, "")), 10, 64)
-	if err != nil || n <= 0 {
+	n, ok := placeholderCount(repl.ReplaceAll(z.costTmpl, ""))
+	if !ok {
 		return 1
 	}
 	return n
+}
+
+// placeholderCount is a placeholder's value as a count (a cost, a limit's
+// events): a positive decimal integer, and true. One too large for an
+// int64 counts as the largest: a client's 30-digit cost is too much to
+// admit, not the 1 of a value that is no number.
+func placeholderCount(s string) (int64, bool) {
+	n, err := strconv.ParseInt(strings.TrimSpace(s), 10, 64)
+	if err != nil && !errors.Is(err, strconv.ErrRange) {
+		return 0, false
+	}
+	return n, n > 0 // ParseInt saturates out of range, keeping the sign
 }

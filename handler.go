@@ -140,6 +140,7 @@ func (h *Handler) admit(w http.ResponseWriter, r *http.Request) (held []taken, d
 			h.undoAll(ctx, takes, down)
 			return nil, true, caddyhttp.Error(statusClientClosed, err)
 		}
+		h.releaseShaped(takes)
 	}
 
 	if hasHeld {
@@ -250,12 +251,14 @@ func (h *Handler) policy(applied []*zone) []string {
 	return []string{strings.Join(items, ", ")}
 }
 
-// undoAll gives back, latest first, what the zones admitted; not to a
-// Redis that failed earlier in the request (down).
+// undoAll gives back, latest first, what the zones admitted (and the
+// places of shaped admissions); not to a Redis that failed earlier in the
+// request (down).
 func (h *Handler) undoAll(ctx context.Context, takes []taken, down bool) {
 	if len(takes) == 0 {
 		return
 	}
+	h.releaseShaped(takes)
 	ctx = context.WithoutCancel(ctx)
 	for i := len(takes) - 1; i >= 0; i-- {
 		t := &takes[i]

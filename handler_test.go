@@ -404,6 +404,7 @@ func TestCostPlaceholder(t *testing.T) {
 		{"", "2", 200},    // absent: 1
 		{" 2 ", "0", 200},
 		{"1", "0", 429},
+		{"99999999999999999999", "0", 429}, // beyond int64: the largest, over the limit
 	} {
 		var opts []reqOpt
 		if tc.cost != "" {

@@ -83,8 +83,7 @@ func (h *Handler) forRequest(z *zone, r *http.Request) *zone {
 	for i, t := range z.tiers {
 		tiers[i] = t
 		if tmpl := rl.tmpls[i]; tmpl != "" {
-			n, err := strconv.ParseInt(strings.TrimSpace(repl.ReplaceAll(tmpl, "")), 10, 64)
-			if err == nil && n > 0 {
+			if n, ok := placeholderCount(repl.ReplaceAll(tmpl, "")); ok {
 				tiers[i].Events = min(n, rl.max[i])
 			}
 		}

@@ -41,12 +41,12 @@ func testLimitsFromRequest(t *testing.T, h *Handler) {
 		applied, remain string
 		policy          string
 	}{
-		{"", 200, "2", "1", `"plan";q=2;w=60`},     // the default
-		{"4", 200, "4", "2", `"plan";q=4;w=60`},    // 2 used of 4
-		{"abc", 429, "2", "0", `"plan";q=2;w=60`},  // unusable: the default, 2 used
-		{"1000", 200, "5", "2", `"plan";q=5;w=60`}, // capped at the ceiling
+		{"", 200, "2", "1", `"plan";q=2;w=60`},                     // the default
+		{"4", 200, "4", "2", `"plan";q=4;w=60`},                    // 2 used of 4
+		{"abc", 429, "2", "0", `"plan";q=2;w=60`},                  // unusable: the default, 2 used
+		{"1000", 200, "5", "2", `"plan";q=5;w=60`},                 // capped at the ceiling
+		{"99999999999999999999", 200, "5", "1", `"plan";q=5;w=60`}, // beyond int64: the ceiling
 		{"-3", 429, "2", "0", `"plan";q=2;w=60`},
-		{"5", 200, "5", "1", `"plan";q=5;w=60`},
 		{"5", 200, "5", "0", `"plan";q=5;w=60`},
 		{"5", 429, "5", "0", `"plan";q=5;w=60`},
 	}

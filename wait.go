@@ -199,10 +199,27 @@ func (z *zone) retryWait(d algorithms.Decision) time.Duration {
 // the store that made it, the context's error when the client went away,
 // or the store's error. down is take's: set once a store call of the
 // request failed.
+//
+// A request that the zone shapes (leaky_bucket) is admitted with the delay
+// it is to be held for, and a place among the zone's waiters for that
+// hold, given back by releaseShaped; a delay beyond max_wait, or no place
+// left, rejects it instead (see shapeDenial).
 func (h *Handler) takeOrWait(ctx context.Context, z *zone, key string, cost int64, down *bool) (algorithms.Decision, store.Store, error) {
 	if !z.wait || h.rt.dryRun {
 		return h.take(ctx, z, key, cost, down)
 	}
+	d, st, err := h.waitTurn(ctx, z, key, cost, down)
+	if err == nil && shaped(z, d) {
+		if denial, ok := z.holdShaped(d); !ok {
+			h.giveBack(ctx, z, st, key, cost, d)
+			return denial, st, nil
+		}
+	}
+	return d, st, err
+}
+
+// waitTurn is takeOrWait's wait in line.
+func (h *Handler) waitTurn(ctx context.Context, z *zone, key string, cost int64, down *bool) (algorithms.Decision, store.Store, error) {
 	if _, never := z.neverAdmitted(cost); never {
 		return h.take(ctx, z, key, cost, down) // no wait would admit it
 	}
@@ -282,5 +299,58 @@ func (h *Handler) waitInLine(ctx, wctx context.Context, z *zone, key string, cos
 func (h *Handler) giveBack(ctx context.Context, z *zone, st store.Store, key string, cost int64, d algorithms.Decision) {
 	if err := st.Undo(context.WithoutCancel(ctx), key, time.Time{}, cost, d); err != nil {
 		h.rt.logger.Debug("undoing a rate limit admission", zap.String("zone", z.name), zap.Error(err))
+	}
+}
+
+// Shaping holds an admitted request for its Decision.Delay: the water
+// ahead of it in the bucket, up to burst/rate (hours with a large burst
+// and a low rate). Without a bound, a flood of keys would hold a
+// connection and a goroutine per request for that long, so a shaped hold
+// is bounded as a wait in line is: at most max_wait, and a place among the
+// zone's max_waiters.
+
+// shaped reports whether z holds admission d for its delay (takeOrWait
+// then holds a place for it).
+func shaped(z *zone, d algorithms.Decision) bool {
+	return z.shape && d.Allowed && d.Delay > 0
+}
+
+// holdShaped takes a place among z's waiters for admission d, to be held
+// for d.Delay. When the delay exceeds max_wait or the zone holds
+// max_waiters already, it returns false and the denial to reject the
+// request with: Retry-After when the bucket would hold it no longer than
+// max_wait, or, with no place left, when it would have been let through.
+func (z *zone) holdShaped(d algorithms.Decision) (algorithms.Decision, bool) {
+	denial := d
+	denial.Allowed = false
+	denial.Delay = 0
+	if d.Delay > z.maxWait {
+		denial.RetryAfter = d.Delay - z.maxWait
+		return denial, false
+	}
+	wl := z.waiters
+	wl.mu.Lock()
+	defer wl.mu.Unlock()
+	if wl.n >= wl.max {
+		denial.RetryAfter = d.Delay
+		return denial, false
+	}
+	wl.n++
+	return algorithms.Decision{}, true
+}
+
+// releaseShaped gives back the places that takeOrWait took for the shaped
+// admissions among takes.
+func (h *Handler) releaseShaped(takes []taken) {
+	if h.rt.dryRun {
+		return // takeOrWait does not wait in a dry run
+	}
+	for i := range takes {
+		if t := &takes[i]; shaped(t.z, t.d) {
+			wl := t.z.waiters
+			wl.mu.Lock()
+			wl.n--
+			wl.mu.Unlock()
+		}
 	}
 }

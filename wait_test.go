@@ -486,3 +486,68 @@ func redisCalls(t *testing.T, c *redis.Client) int {
 	}
 	return calls
 }
+
+// A shaped request (leaky_bucket with on_limit wait) is held for the water
+// ahead of it only up to max_wait: one the bucket would hold longer is
+// rejected at once, with Retry-After when the hold would fit, and its unit
+// given back.
+func TestShapingHoldsAtMostMaxWait(t *testing.T) {
+	clock := newClock()
+	h := provision(t, `{"zones":[{"name":"l","algorithm":"leaky_bucket","key":"k","on_limit":"wait","max_wait":"2s",
+		"limits":[{"events":1,"window":"1m"}],"burst":50}]}`, clock)
+	if res := serve(h, newReq("192.0.2.1:1")); res.code != 200 {
+		t.Fatalf("first: %d", res.code)
+	}
+	// The bucket leaks one unit a minute: the second would be held 60s.
+	res := serve(h, newReq("192.0.2.1:1"))
+	if res.code != 429 || res.called {
+		t.Fatalf("held 60s with max_wait 2s: code %d, called %v; slept %v", res.code, res.called, clock.Slept())
+	}
+	expectHeaders(t, res, map[string]string{"Retry-After": "58"})
+	if s := clock.Slept(); len(s) != 0 {
+		t.Fatalf("slept %v", s)
+	}
+	// 58s later the water ahead is 2s: held that long, since the rejected
+	// request's unit was given back.
+	clock.Advance(58 * time.Second)
+	if res := serve(h, newReq("192.0.2.1:1")); res.code != 200 {
+		t.Fatalf("after Retry-After: %d", res.code)
+	}
+	if s := clock.Slept(); len(s) != 1 || s[0] != 2*time.Second {
+		t.Fatalf("slept %v, want [2s]", s)
+	}
+	expectNoWaiters(t, h)
+}
+
+// Shaped requests held for their delay take places among the zone's
+// max_waiters, over all keys: beyond it a request is rejected at once; a
+// place comes back when its request leaves, also when its client goes
+// away.
+func TestShapingHoldsWithinMaxWaiters(t *testing.T) {
+	c := newStepClock()
+	h := provision(t, `{"zones":[{"name":"l","algorithm":"leaky_bucket","key":"{http.request.header.K}","on_limit":"wait",
+		"max_wait":"10s","max_waiters":2,"limits":[{"events":10,"window":"1s"}],"burst":10}]}`, c)
+	a := newAdmissions(c)
+	a.serve(h, 0, newReq("192.0.2.1:1", header("K", "a"))) // no water ahead: not held
+	r1 := newReq("192.0.2.1:1", header("K", "a"))
+	ctx, cancel := context.WithCancel(r1.Context()) // the request's, with its replacer
+	defer cancel()
+	a.serve(h, 1, r1.WithContext(ctx))
+	a.serve(h, 2, newReq("192.0.2.1:1", header("K", "b")))
+	a.serve(h, 3, newReq("192.0.2.1:1", header("K", "b")))
+	a.serve(h, 4, newReq("192.0.2.1:1", header("K", "b"))) // held 200ms: the third hold
+	res := a.result(t, 4)
+	if res.code != 429 || res.called {
+		t.Fatalf("third hold with max_waiters 2: code %d, called %v", res.code, res.called)
+	}
+	cancel() // request 1 leaves while held
+	c.settle()
+	a.expectClientClosed(t, 1)
+	if w, _ := h.rt.zones[0].waiters.size(); w != 1 {
+		t.Fatalf("%d places held after a client left, want 1", w)
+	}
+	a.serve(h, 5, newReq("192.0.2.1:1", header("K", "b"))) // held 200ms, as 4 would have been
+	c.drain(t)
+	a.expectOrder(t, 0, 2, 3, 5)
+	expectNoWaiters(t, h)
+}

@@ -156,6 +156,37 @@ func (s *Shard[V]) Add(key string, reusable func(*Entry[V]) bool) *Entry[V] {
 	return e
 }
 
+// keepTries is how many of a full shard's least recently used entries
+// AddKeeping looks at for one it may evict.
+const keepTries = 4
+
+// AddKeeping adds key as Add does, but does not evict an entry for which
+// keep reports true while it can evict another: such an entry is moved to
+// the front, and the next least recently used looked at, up to keepTries
+// of them. When they are all kept, the shard grows past its budget, up to
+// twice it; beyond that its least recently used entry is evicted, kept or
+// not, so that a shard stays bounded whatever keep says.
+func (s *Shard[V]) AddKeeping(key string, keep func(*Entry[V]) bool) *Entry[V] {
+	if len(s.entries) < s.budget {
+		return s.Add(key, nil)
+	}
+	for range keepTries {
+		old := s.lru.prev
+		if old == &s.lru || !keep(old) {
+			return s.Add(key, nil) // evicts old
+		}
+		s.unlink(old)
+		s.pushFront(old)
+	}
+	if len(s.entries) >= 2*s.budget {
+		return s.Add(key, nil)
+	}
+	e := &Entry[V]{key: key}
+	s.entries[key] = e
+	s.pushFront(e)
+	return e
+}
+
 // Remove drops e from the shard.
 func (s *Shard[V]) Remove(e *Entry[V]) {
 	s.unlink(e)

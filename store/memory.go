@@ -36,7 +36,9 @@ const (
 // MemoryOptions tunes a Memory store. The zero value is ready to use.
 type MemoryOptions struct {
 	// MaxKeys is the most keys held; beyond it the least recently used key
-	// (per shard) is evicted. <= 0 means DefaultMaxKeys.
+	// (per shard) is evicted, except that keys with requests in flight
+	// (concurrency) are kept while others can go, up to twice MaxKeys.
+	// <= 0 means DefaultMaxKeys.
 	MaxKeys int
 
 	// SweepInterval is how often keys whose state is idle are dropped.
@@ -70,6 +72,9 @@ type Memory struct {
 	keys    LRU[algorithms.State]
 	blocks  *blockSet // see block.go
 	sweeper *sweeper
+	// inFlight: the algorithm's state holds the requests in flight
+	// (concurrency), which eviction must not forget (see add).
+	inFlight bool
 	// sweepBatch is the constant sweepBatch, a field so that a benchmark
 	// can compare a sweep that holds a shard's lock throughout.
 	sweepBatch int
@@ -121,6 +126,9 @@ func NewMemory(l algorithms.Limiter, opts MemoryOptions) *Memory {
 		sweepBatch: sweepBatch,
 	}
 	m.keys.init(maxKeys)
+	if a, err := algorithms.Lookup(l.Name()); err == nil {
+		m.inFlight = a.Lease
+	}
 
 	go m.sweeper.run(m.keys.shards, m.blocks, now, interval, m.sweepBatch)
 	// A store dropped without Destruct must not leave its sweeper behind.
@@ -147,7 +155,7 @@ func (m *Memory) take(l algorithms.Limiter, key string, now time.Time, cost int6
 	s.mu.Lock()
 	e := s.Use(key)
 	if e == nil {
-		e = s.Add(key, nil)
+		e = m.add(s, key, now)
 		e.Value = l.NewState()
 	} else {
 		relimit(e.Value, now, l)
@@ -158,6 +166,20 @@ func (m *Memory) take(l algorithms.Limiter, key string, now time.Time, cost int6
 		m.blocks.penalize(key, now, &d)
 	}
 	return d
+}
+
+// add adds key to its shard s, which the caller has locked. A key with
+// requests in flight (a concurrency key's leases) is not evicted for it
+// while another can be: forgetting those leases would let the key admit
+// its limit again while the requests still run, so that a flood of other
+// keys could lift any key's limit. The shard then grows past its share of
+// MaxKeys, up to twice it (see Shard.AddKeeping): a client needs that many
+// requests in flight at once to evict such a key.
+func (m *Memory) add(s *Shard[algorithms.State], key string, now time.Time) *Entry[algorithms.State] {
+	if !m.inFlight {
+		return s.Add(key, nil)
+	}
+	return s.AddKeeping(key, func(e *Entry[algorithms.State]) bool { return !e.Value.Idle(now) })
 }
 
 // relimit makes st decide under l, if it can (see algorithms.Relimiter).

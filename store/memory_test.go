@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"runtime"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -517,12 +518,18 @@ func TestMemoryRealAlgorithms(t *testing.T) {
 				t.Fatalf("take after Undo denied: %+v", d)
 			}
 
-			// A flood of keys stays within MaxKeys.
+			// A flood of keys stays within MaxKeys; within twice it when
+			// every key has a request in flight (see
+			// TestMemoryKeepsKeysInFlight).
 			for i := range 20_000 {
 				take(t, m, fmt.Sprint("flood-", i), t0)
 			}
-			if got := m.Len(); got > 1000 {
-				t.Fatalf("Len = %d > MaxKeys 1000", got)
+			bound := 1000
+			if m.inFlight {
+				bound *= 2
+			}
+			if got := m.Len(); got > bound {
+				t.Fatalf("Len = %d > %d", got, bound)
 			}
 
 			// Everything is idle long after the window; nothing is before.
@@ -622,5 +629,47 @@ func TestMemorySweepBoundedHolds(t *testing.T) {
 		if d := take(t, m, k, later); d.Remaining != 4 {
 			t.Fatalf("%s: remaining %d, want 4 (dropped, fresh)", k, d.Remaining)
 		}
+	}
+}
+
+// A concurrency key with a request in flight is not evicted by a flood of
+// other keys whose requests end: it stays at its limit until its lease is
+// given back. Keys in flight are kept up to twice MaxKeys, no more.
+func TestMemoryKeepsKeysInFlight(t *testing.T) {
+	ctx := context.Background()
+	l, err := algorithms.New(algorithms.Concurrency, algorithms.Config{Tiers: []algorithms.Tier{{Events: 1, Window: time.Minute}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const maxKeys = 64
+	m := newTestMemory(t, l, MemoryOptions{MaxKeys: maxKeys})
+	held := take(t, m, "victim", t0)
+	if !held.Allowed {
+		t.Fatalf("first request: %+v", held)
+	}
+	for i := range 10_000 {
+		key := "flood-" + strconv.Itoa(i)
+		d := take(t, m, key, t0)
+		if err := m.Undo(ctx, key, t0, 1, d); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if d := take(t, m, "victim", t0.Add(time.Second)); d.Allowed {
+		t.Fatalf("a flood of other keys evicted a key in flight: a second request admitted, limit 1")
+	}
+	if err := m.Undo(ctx, "victim", t0.Add(time.Second), 1, held); err != nil {
+		t.Fatal(err)
+	}
+	if d := take(t, m, "victim", t0.Add(time.Second)); !d.Allowed {
+		t.Fatalf("after the release: %+v", d)
+	}
+
+	// Requests in flight on distinct keys that never end: the store grows
+	// past MaxKeys to keep them, up to twice it.
+	for i := range 10_000 {
+		take(t, m, "held-"+strconv.Itoa(i), t0.Add(time.Second))
+	}
+	if n := m.Len(); n <= maxKeys || n > 2*maxKeys {
+		t.Fatalf("Len %d with every key in flight, want in (%d, %d]", n, maxKeys, 2*maxKeys)
 	}
 }
