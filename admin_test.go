@@ -299,6 +299,7 @@ func TestAdminRunningLoad(t *testing.T) {
 	if err := provisionOn(failed, h, clock); err == nil || !strings.Contains(err.Error(), "defined differently") {
 		t.Fatalf("the conflicting handler provisioned: %v", err)
 	}
+	h.Cleanup() // as Caddy cleans up a module whose Provision failed
 	first.Cleanup()
 	zonesNamed("after the failed reload", "api")
 	used("after the failed reload", 1)
