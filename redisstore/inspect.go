@@ -31,9 +31,14 @@ func (s *Store) Inspect(ctx context.Context, key string, now time.Time) (store.K
 	if err != nil {
 		return store.KeyState{}, fmt.Errorf("redis store: %s peek: %w", s.l.Name(), err)
 	}
-	cfg := s.l.Config()
+	return peekState(s.l.Config(), "redis store: "+s.l.Name(), res)
+}
+
+// peekState is the KeyState of a peek's answer res, every tier of cfg's
+// {limit, remaining, reset_after_us}; what names the store in an error.
+func peekState(cfg algorithms.Config, what string, res []int64) (store.KeyState, error) {
 	if len(res) != 3*len(cfg.Tiers) {
-		return store.KeyState{}, fmt.Errorf("redis store: %s peek: script answered %d values, want %d", s.l.Name(), len(res), 3*len(cfg.Tiers))
+		return store.KeyState{}, fmt.Errorf("%s peek: script answered %d values, want %d", what, len(res), 3*len(cfg.Tiers))
 	}
 	tiers := make([]algorithms.TierStatus, len(cfg.Tiers))
 	for i := range tiers {
