@@ -156,7 +156,12 @@ if ALG == 'fixed_window' or ALG == 'sliding_window' then
   end
   save()
   --@insert win_offer_loop
-    if cur[i] > 0 or prev[i] > 0 then reset = start[i] + p.W - t end
+    -- A sliding window's count weighs on the next window too.
+    if sliding and cur[i] > 0 then
+      reset = start[i] + 2 * p.W - t
+    elseif cur[i] > 0 or prev[i] > 0 then
+      reset = start[i] + p.W - t
+    end
     if not ok then
       -- The room a sliding window's previous count leaves grows during
       -- the window; waiting for its end is the bound that never admits
