@@ -126,12 +126,7 @@ func (s *SyncStore) Inspect(_ context.Context, key string, now time.Time) (store
 func (s *SyncStore) Reset(ctx context.Context, key string) error {
 	s.syncMu.Lock()
 	defer s.syncMu.Unlock()
-	sh := s.keys.Shard(key)
-	sh.Lock()
-	if ent := sh.Get(key); ent != nil {
-		sh.Remove(ent)
-	}
-	sh.Unlock()
+	dropKey(s.keys, key)
 	t := s.now().UnixMicro()
 	esc := EscapeKey(key)
 	var keys []string
@@ -148,4 +143,15 @@ func (s *SyncStore) Reset(ctx context.Context, key string) error {
 		return fmt.Errorf("redis sync store: %s reset: %w", s.name, err)
 	}
 	return nil
+}
+
+// dropKey removes key from keys, if held: the stores that keep keys
+// locally forget one.
+func dropKey[V any](keys *store.LRU[V], key string) {
+	sh := keys.Shard(key)
+	sh.Lock()
+	if ent := sh.Get(key); ent != nil {
+		sh.Remove(ent)
+	}
+	sh.Unlock()
 }

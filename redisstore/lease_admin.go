@@ -43,24 +43,14 @@ func (s *LeaseStore) Inspect(ctx context.Context, key string, now time.Time) (st
 // lease.lua), so from the reset the fleet admits at most the limit plus
 // what the other instances held unused then.
 func (s *LeaseStore) Reset(ctx context.Context, key string) error {
-	// Dropped before and after the DEL: a lease granted in between, on the
-	// old state, is not used either.
-	s.drop(key)
+	// Its lease and cached denial dropped before and after the DEL: a
+	// lease granted in between, on the old state, is not used either; a
+	// call in flight finds its entry gone and keeps nothing of its answer.
+	dropKey(s.keys, key)
 	err := s.base.c.Del(ctx, s.Keys(key)...).Err()
-	s.drop(key)
+	dropKey(s.keys, key)
 	if err != nil {
 		return fmt.Errorf("redis lease store: %s reset: %w", s.alg, err)
 	}
 	return nil
-}
-
-// drop forgets key here: its lease and its cached denial. A call in flight
-// for key finds its entry gone and keeps nothing of its answer.
-func (s *LeaseStore) drop(key string) {
-	sh := s.keys.Shard(key)
-	sh.Lock()
-	if ent := sh.Get(key); ent != nil {
-		sh.Remove(ent)
-	}
-	sh.Unlock()
 }
