@@ -15,6 +15,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/zonelimit/caddy-ratelimit/keyresolver"
+	"github.com/zonelimit/caddy-ratelimit/redisstore"
 	"github.com/zonelimit/caddy-ratelimit/store"
 )
 
@@ -325,6 +326,9 @@ func (a *AdminAPI) block(w http.ResponseWriter, r *http.Request, z *zone, key st
 		if d, err = blockDuration(w, r); err != nil {
 			return err
 		}
+	}
+	if _, leasing := z.store.(*redisstore.LeaseStore); leasing {
+		return apiError(http.StatusNotImplemented, fmt.Sprintf("zone %q: a lease zone cannot block keys: its instances admit from the units they leased without asking Redis, where a block is kept", z.name))
 	}
 	b, ok := z.store.(store.Blocker)
 	if !ok {

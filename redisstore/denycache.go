@@ -213,14 +213,7 @@ func (c *DenyCache) Unblock(ctx context.Context, key string) error {
 }
 
 // forget drops key's denial, if any.
-func (c *DenyCache) forget(key string) {
-	s := c.denials.Shard(key)
-	s.Lock()
-	if e := s.Get(key); e != nil {
-		s.Remove(e)
-	}
-	s.Unlock()
-}
+func (c *DenyCache) forget(key string) { dropKey(c.denials, key) }
 
 // BlockedUntil asks the wrapped store when key's block ends.
 func (c *DenyCache) BlockedUntil(ctx context.Context, key string, now time.Time) (time.Time, error) {

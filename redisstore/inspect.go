@@ -31,9 +31,14 @@ func (s *Store) Inspect(ctx context.Context, key string, now time.Time) (store.K
 	if err != nil {
 		return store.KeyState{}, fmt.Errorf("redis store: %s peek: %w", s.l.Name(), err)
 	}
-	cfg := s.l.Config()
+	return peekState(s.l.Config(), "redis store: "+s.l.Name(), res)
+}
+
+// peekState is the KeyState of a peek's answer res, every tier of cfg's
+// {limit, remaining, reset_after_us}; what names the store in an error.
+func peekState(cfg algorithms.Config, what string, res []int64) (store.KeyState, error) {
 	if len(res) != 3*len(cfg.Tiers) {
-		return store.KeyState{}, fmt.Errorf("redis store: %s peek: script answered %d values, want %d", s.l.Name(), len(res), 3*len(cfg.Tiers))
+		return store.KeyState{}, fmt.Errorf("%s peek: script answered %d values, want %d", what, len(res), 3*len(cfg.Tiers))
 	}
 	tiers := make([]algorithms.TierStatus, len(cfg.Tiers))
 	for i := range tiers {
@@ -121,12 +126,7 @@ func (s *SyncStore) Inspect(_ context.Context, key string, now time.Time) (store
 func (s *SyncStore) Reset(ctx context.Context, key string) error {
 	s.syncMu.Lock()
 	defer s.syncMu.Unlock()
-	sh := s.keys.Shard(key)
-	sh.Lock()
-	if ent := sh.Get(key); ent != nil {
-		sh.Remove(ent)
-	}
-	sh.Unlock()
+	dropKey(s.keys, key)
 	t := s.now().UnixMicro()
 	esc := EscapeKey(key)
 	var keys []string
@@ -143,4 +143,15 @@ func (s *SyncStore) Reset(ctx context.Context, key string) error {
 		return fmt.Errorf("redis sync store: %s reset: %w", s.name, err)
 	}
 	return nil
+}
+
+// dropKey removes key from keys, if held: the stores that keep keys
+// locally forget one.
+func dropKey[V any](keys *store.LRU[V], key string) {
+	sh := keys.Shard(key)
+	sh.Lock()
+	if ent := sh.Get(key); ent != nil {
+		sh.Remove(ent)
+	}
+	sh.Unlock()
 }

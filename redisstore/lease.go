@@ -153,15 +153,16 @@ func (s *LeaseStore) Keys(key string) []string {
 }
 
 // args returns ARGV of a call: give back units of the lease ending at
-// stamp, then (mode take) take cost and lease up to want units more.
-func (s *LeaseStore) args(mode any, now time.Time, cost, want, units, stamp int64) []any {
+// stamp, granted at granted (Redis µs), then (mode take) take cost and
+// lease up to want units more.
+func (s *LeaseStore) args(mode any, now time.Time, cost, want, units, stamp, granted int64) []any {
 	a := make([]any, 0, 5+len(s.base.static))
 	ns := noNow
 	if s.pinned && !now.IsZero() {
 		ns = now.UnixMicro()
 	}
 	extra := s.alg + " " + s.id + " " + strconv.FormatInt(want, 10) + " " + strconv.FormatInt(s.dur, 10) +
-		" " + strconv.FormatInt(units, 10) + " " + strconv.FormatInt(stamp, 10)
+		" " + strconv.FormatInt(units, 10) + " " + strconv.FormatInt(stamp, 10) + " " + strconv.FormatInt(granted, 10)
 	a = append(a, mode, ns, cost, any("0"), extra)
 	return append(a, s.base.static...)
 }
@@ -203,7 +204,7 @@ func (s *LeaseStore) Reap(ctx context.Context, all bool) error {
 		}
 		if e.left > 0 && (all || t >= e.ends || t-e.used >= s.dur/2) {
 			if !s.bucket || t < e.ends {
-				calls = append(calls, &evalCall{script: leaseScript, keys: s.Keys(ent.Key()), args: s.args(modeUndo, nowT, 0, 0, e.left, e.stamp)})
+				calls = append(calls, &evalCall{script: leaseScript, keys: s.Keys(ent.Key()), args: s.args(modeUndo, nowT, 0, 0, e.left, e.stamp, e.granted)})
 			}
 			e.left = 0
 		}

@@ -15,19 +15,22 @@
 -- KEYS[2]  the instances that leased recently: "<...>:ls:<digest>:n", a
 --          hash of instance id -> the instant (µs) of its last lease
 -- ARGV[1]  "0": give back, then take COST for the request and lease up
---          to `want` units more; "1": only give back. Giving back returns
---          `units` unused units (maybe 0) of the lease that ends at `stamp`
--- ARGV[5]  "<alg> <instance id> <want> <lease µs> <units> <stamp>"
+--          to `want` units more; "1": only give back; "2": peek (the
+--          tiers as a take of cost 0 sees them, nothing written). Giving
+--          back returns `units` unused units (maybe 0) of the lease that
+--          ends at `stamp` and was granted at `granted`
+-- ARGV[5]  "<alg> <instance id> <want> <lease µs> <units> <stamp> <granted>"
 -- ARGV[8..] per tier: the algorithm's constants (as its own script's)
 --
 -- Answers, for "0": the 9 values of every script (see lib.lua) about the
 -- request, then the units leased, how long the lease lasts from now (µs)
 -- and its end (µs, Redis time: the stamp to give back with). For "1": 0.
+-- For "2": every tier's {limit, remaining, reset_after_us}.
 local ex = {}
 for w in string.gmatch(ARGV[5], '%S+') do ex[#ex + 1] = w end
 local ALG, ID = ex[1], ex[2]
 local WANT, L = tonumber(ex[3]), tonumber(ex[4])
-local UNITS, STAMP = tonumber(ex[5]), tonumber(ex[6])
+local UNITS, STAMP, GRANTED = tonumber(ex[5]), tonumber(ex[6]), tonumber(ex[7])
 
 local names = {
   fixed_window = {'E', 'W'}, sliding_window = {'E', 'W'}, sliding_log = {'E', 'W'},
@@ -38,6 +41,12 @@ local P = tier_params(names[ALG])
 local key = KEYS[1]
 local st, exists = load_state(key)
 --@insert clamp
+
+-- A give-back counts only while the instances hash holds this lease's
+-- grant for this instance: a reset deletes the hash with the state, so
+-- the units of a lease charged before it are never credited to the count
+-- started since, where they were never charged.
+if UNITS > 0 and tonumber(redis.call('HGET', KEYS[2], ID)) ~= GRANTED then UNITS = 0 end
 
 -- share: the units leased out of `avail` lendable ones: at most WANT and
 -- half of an equal share among the instances that leased within two lease
@@ -69,6 +78,7 @@ end
 -- answer: the script's answer: the request's decision r (9 values), then
 -- the lease.
 local function answer(r, k, x)
+  if PEEK then return r end
   r[10], r[11], r[12] = k, x - t, x
   return r
 end
@@ -146,7 +156,12 @@ if ALG == 'fixed_window' or ALG == 'sliding_window' then
   end
   save()
   --@insert win_offer_loop
-    if cur[i] > 0 or prev[i] > 0 then reset = start[i] + p.W - t end
+    -- A sliding window's count weighs on the next window too.
+    if sliding and cur[i] > 0 then
+      reset = start[i] + 2 * p.W - t
+    elseif cur[i] > 0 or prev[i] > 0 then
+      reset = start[i] + p.W - t
+    end
     if not ok then
       -- The room a sliding window's previous count leaves grows during
       -- the window; waiting for its end is the bound that never admits

@@ -17,14 +17,15 @@ import (
 // leaseEntry is what an instance holds of one key (the Value of its entry
 // in the LRU). Instants are µs on the Now clock.
 type leaseEntry struct {
-	left  int64  // units of the lease not used yet
-	size  int64  // units the lease had
-	ends  int64  // when the lease ends here (its Redis end, or earlier)
-	stamp int64  // when it ends in Redis: what a give-back names
-	gen   uint64 // the lease's generation (Decision.Token)
-	last  int64  // latest instant seen; time never goes back
-	call  int64  // instant of the last script call (0: none)
-	used  int64  // instant of the last unit taken from the lease
+	left    int64  // units of the lease not used yet
+	size    int64  // units the lease had
+	ends    int64  // when the lease ends here (its Redis end, or earlier)
+	stamp   int64  // when it ends in Redis: what a give-back names
+	granted int64  // when Redis granted it: a give-back names it too
+	gen     uint64 // the lease's generation (Decision.Token)
+	last    int64  // latest instant seen; time never goes back
+	call    int64  // instant of the last script call (0: none)
+	used    int64  // instant of the last unit taken from the lease
 
 	deny     int64 // until when a request of denyCost or more is refused here
 	denyCost int64
@@ -154,7 +155,7 @@ func (s *LeaseStore) refill(ctx context.Context, sh *leaseShard, ent *store.Entr
 	if e.call != 0 && t-e.call < s.dur {
 		want = max(1, 2*(e.size-e.left), e.waiting)
 	}
-	units, stamp := e.left, e.stamp
+	units, stamp, granted := e.left, e.stamp, e.granted
 	if s.bucket && t >= e.ends {
 		units = 0 // see lease.lua: a bucket takes units back only before the end
 	}
@@ -163,7 +164,7 @@ func (s *LeaseStore) refill(ctx context.Context, sh *leaseShard, ent *store.Entr
 	e.refill = ch
 	sh.Unlock()
 
-	r := s.call(ctx, s.Keys(ent.Key()), s.args(modeTake, now, cost, want, units, stamp))
+	r := s.call(ctx, s.Keys(ent.Key()), s.args(modeTake, now, cost, want, units, stamp, granted))
 	res, err := r.ints(), r.err
 	if err == nil && len(res) < 12 {
 		err = fmt.Errorf("script answered %d values, want 12", len(res))
@@ -191,7 +192,7 @@ func (s *LeaseStore) refill(ctx context.Context, sh *leaseShard, ent *store.Entr
 		return d, nil
 	}
 	e.size, e.left, e.used = res[9], res[9], t
-	e.ends, e.stamp = t+res[10], res[11]
+	e.ends, e.stamp, e.granted = t+res[10], res[11], res[11]-res[10]
 	e.gen = s.gen.Add(1)
 	// Redis counts the lease's units as taken; this instance still has them.
 	d.Remaining += e.left
