@@ -2,6 +2,7 @@ package redisstore
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strconv"
 	"testing"
@@ -174,5 +175,37 @@ func TestSyncEvictionBounded(t *testing.T) {
 		if ent := s.keys.Shard(fmt.Sprintf("k%d", i)).Get(fmt.Sprintf("k%d", i)); ent != nil {
 			t.Fatalf("k%d, pushed, is still held after a flood of 10000 keys", i)
 		}
+	}
+}
+
+// TestSyncEvictionKeepsInFlight: a key whose counts a sync has sent but
+// Redis not acknowledged is not evicted by a flood meanwhile, so that when
+// that sync fails the next one sends them again.
+func TestSyncEvictionKeepsInFlight(t *testing.T) {
+	_, c := newClient(t)
+	ctx := context.Background()
+	clk := &syncClock{}
+	base := alignedAfter(t0, time.Minute)
+	clk.Set(base)
+	s := newEvictSync(t, c, algorithms.FixedWindow, "evict-flight", 10, time.Minute, time.Minute, clk)
+	if d, _ := s.Take(ctx, "victim", base, 3); !d.Allowed {
+		t.Fatal(d)
+	}
+	// The first half of a sync: the victim's counts are in flight.
+	calls := s.snapshot(base.UnixMicro())
+	if len(calls) != 1 {
+		t.Fatalf("%d calls, want 1", len(calls))
+	}
+	for _, k := range sameShardKeys(s, "victim", 7) {
+		if d, _ := s.Take(ctx, k, base, 1); !d.Allowed {
+			t.Fatalf("%s: %+v", k, d)
+		}
+	}
+	// The sync fails: its counts go back to pending, and the next sends them.
+	calls[0].err = errors.New("connection reset")
+	s.apply(calls[0])
+	mustSync(t, ctx, s)
+	if got := redisInt(t, c, s.counterKey("victim", 0, base)); got != 3 {
+		t.Fatalf("Redis holds %d for the key, want 3", got)
 	}
 }
