@@ -40,6 +40,29 @@ func sameShardKeys(s *SyncStore, key string, n int) []string {
 	return keys
 }
 
+// floodShard takes cost units at at on n distinct keys of key's shard,
+// each admitted or denied as allowed says.
+func floodShard(t *testing.T, s *SyncStore, key string, n int, at time.Time, cost int64, allowed bool) {
+	t.Helper()
+	for _, k := range sameShardKeys(s, key, n) {
+		if d, _ := s.Take(context.Background(), k, at, cost); d.Allowed != allowed {
+			t.Fatalf("%s, cost %d: %+v", k, cost, d)
+		}
+	}
+}
+
+// minuteSync returns a client of a new redis-server and a SyncStore of 10
+// per minute on it (see newEvictSync), synced every I, its clock at base
+// (a minute's start), which it returns too.
+func minuteSync(t *testing.T, name, zone string, I time.Duration) (redis.UniversalClient, *SyncStore, time.Time) {
+	t.Helper()
+	_, c := newClient(t)
+	clk := &syncClock{}
+	base := alignedAfter(t0, time.Minute)
+	clk.Set(base)
+	return c, newEvictSync(t, c, name, zone, 10, time.Minute, I, clk), base
+}
+
 // takeUntilDenied takes key one unit at a time at at until a Take is denied, and
 // returns how many were admitted.
 func takeUntilDenied(t *testing.T, s *SyncStore, key string, at time.Time) int64 {
@@ -85,11 +108,7 @@ func TestSyncEvictionKeepsUnsentCounts(t *testing.T) {
 				admitted++
 			}
 			// Fewer keys than twice the shard's share, each counting.
-			for _, k := range sameShardKeys(a, "victim", 7) {
-				if d, _ := a.Take(ctx, k, at, 1); !d.Allowed {
-					t.Fatalf("%s: %+v", k, d)
-				}
-			}
+			floodShard(t, a, "victim", 7, at, 1, true)
 			admitted += takeUntilDenied(t, a, "victim", at)
 			if admitted != E {
 				t.Errorf("instance A admitted %d in one window, limit %d: the flood made it forget the key's counts", admitted, E)
@@ -115,20 +134,12 @@ func TestSyncEvictionKeepsUnsentCounts(t *testing.T) {
 // TestSyncEvictionDeniedFlood: keys that count nothing (every Take denied)
 // never evict a key with unsent counts, however many.
 func TestSyncEvictionDeniedFlood(t *testing.T) {
-	_, c := newClient(t)
 	ctx := context.Background()
-	clk := &syncClock{}
-	base := alignedAfter(t0, time.Minute)
-	clk.Set(base)
-	s := newEvictSync(t, c, algorithms.FixedWindow, "evict-denied", 10, time.Minute, time.Minute, clk)
+	c, s, base := minuteSync(t, algorithms.FixedWindow, "evict-denied", time.Minute)
 	if d, _ := s.Take(ctx, "victim", base, 3); !d.Allowed {
 		t.Fatal(d)
 	}
-	for _, k := range sameShardKeys(s, "victim", 100) {
-		if d, _ := s.Take(ctx, k, base, 11); d.Allowed { // above the limit
-			t.Fatalf("%s: %+v", k, d)
-		}
-	}
+	floodShard(t, s, "victim", 100, base, 11, false) // above the limit
 	mustSync(t, ctx, s)
 	if got := redisInt(t, c, s.counterKey("victim", 0, base)); got != 3 {
 		t.Fatalf("Redis holds %d for the key, want 3", got)
@@ -139,12 +150,8 @@ func TestSyncEvictionDeniedFlood(t *testing.T) {
 // two syncs grows a shard to twice its share of MaxKeys, no more; after a
 // sync has pushed them they are evicted as usual.
 func TestSyncEvictionBounded(t *testing.T) {
-	_, c := newClient(t)
 	ctx := context.Background()
-	clk := &syncClock{}
-	base := alignedAfter(t0, time.Minute)
-	clk.Set(base)
-	s := newEvictSync(t, c, algorithms.SlidingWindow, "evict-bound", 10, time.Minute, time.Second, clk)
+	_, s, base := minuteSync(t, algorithms.SlidingWindow, "evict-bound", time.Second)
 	perShard := func() (most, total int) {
 		shards := s.keys.Shards()
 		for i := range shards {
@@ -182,12 +189,8 @@ func TestSyncEvictionBounded(t *testing.T) {
 // Redis not acknowledged is not evicted by a flood meanwhile, so that when
 // that sync fails the next one sends them again.
 func TestSyncEvictionKeepsInFlight(t *testing.T) {
-	_, c := newClient(t)
 	ctx := context.Background()
-	clk := &syncClock{}
-	base := alignedAfter(t0, time.Minute)
-	clk.Set(base)
-	s := newEvictSync(t, c, algorithms.FixedWindow, "evict-flight", 10, time.Minute, time.Minute, clk)
+	c, s, base := minuteSync(t, algorithms.FixedWindow, "evict-flight", time.Minute)
 	if d, _ := s.Take(ctx, "victim", base, 3); !d.Allowed {
 		t.Fatal(d)
 	}
@@ -196,11 +199,7 @@ func TestSyncEvictionKeepsInFlight(t *testing.T) {
 	if len(calls) != 1 {
 		t.Fatalf("%d calls, want 1", len(calls))
 	}
-	for _, k := range sameShardKeys(s, "victim", 7) {
-		if d, _ := s.Take(ctx, k, base, 1); !d.Allowed {
-			t.Fatalf("%s: %+v", k, d)
-		}
-	}
+	floodShard(t, s, "victim", 7, base, 1, true)
 	// The sync fails: its counts go back to pending, and the next sends them.
 	calls[0].err = errors.New("connection reset")
 	s.apply(calls[0])
