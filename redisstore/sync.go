@@ -34,8 +34,10 @@ type SyncOptions struct {
 	// time.Now. Pass instants to Take from the same clock.
 	Now func() time.Time
 
-	// MaxKeys is the most keys held locally; beyond it the least recently
-	// used key is evicted. <= 0 means store.DefaultMaxKeys.
+	// MaxKeys is the most keys held locally; beyond it a least recently
+	// used key is evicted. Keys with counts Redis has not acknowledged are
+	// kept instead while the store holds fewer than twice MaxKeys (see
+	// TWO_LAYER.md). <= 0 means store.DefaultMaxKeys.
 	MaxKeys int
 
 	// OnError, if set, is called once for every sync that failed for some

@@ -45,3 +45,32 @@ func BenchmarkSyncTake(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkSyncTakeNewKeys: a Take on a key not held, in a full store,
+// every key counting: the eviction path (each Take adds a key and, once
+// the store is full, evicts one).
+func BenchmarkSyncTakeNewKeys(b *testing.B) {
+	c := idleClient(b)
+	cfg := algorithms.Config{Tiers: []algorithms.Tier{{Events: 1 << 40, Window: time.Minute}, {Events: 1 << 40, Window: time.Hour}}}
+	l, err := algorithms.New(algorithms.SlidingWindow, cfg)
+	if err != nil {
+		b.Fatal(err)
+	}
+	s, err := newSyncStore(c, l, Options{Zone: "bench"}, SyncOptions{Interval: time.Hour, MaxKeys: 1024})
+	if err != nil {
+		b.Fatal(err)
+	}
+	keys := make([]string, 1<<16)
+	for i := range keys {
+		keys[i] = "k" + strconv.Itoa(i)
+	}
+	ctx := context.Background()
+	now := time.Now()
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		if _, err := s.Take(ctx, keys[i&(1<<16-1)], now, 1); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

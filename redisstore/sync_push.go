@@ -129,8 +129,11 @@ func (s *SyncStore) snapshot(now int64) []*syncCall {
 	return calls
 }
 
-func (s *SyncStore) needsSync(e *syncEntry) bool {
-	if e.touched > 0 || e.blockSend != 0 {
+func (s *SyncStore) needsSync(e *syncEntry) bool { return e.touched > 0 || e.unsent() }
+
+// unsent reports whether e has counts or a block that no sync has sent.
+func (e *syncEntry) unsent() bool {
+	if e.blockSend != 0 {
 		return true
 	}
 	for i := range e.tiers {

@@ -15,15 +15,14 @@ import (
 // syncShard is a shard of a SyncStore's keys.
 type syncShard = store.Shard[syncEntry]
 
-// entry returns key's entry, created at now if new (evicting the shard's
-// least recently used one when full), and marks it most recently used.
+// entry returns key's entry, created at now if new (evicting one of the
+// shard's least recently used when full), and marks it most recently used.
 // The shard's lock is held.
 func (s *SyncStore) entry(sh *syncShard, key string, now time.Time) *syncEntry {
 	if e := sh.Use(key); e != nil {
 		return &e.Value
 	}
-	// An evicted entry that a sync in flight still refers to is not reused.
-	v := &sh.Add(key, func(old *store.Entry[syncEntry]) bool { return !old.Value.inFlight }).Value
+	v := &sh.AddKeeping(key, unpushed, notInFlight).Value
 	tiers := v.tiers
 	if tiers == nil {
 		tiers = make([]syncTier, len(s.tiers))
@@ -36,6 +35,20 @@ func (s *SyncStore) entry(sh *syncShard, key string, now time.Time) *syncEntry {
 	}
 	return v
 }
+
+// unpushed reports whether ent holds what Redis has not acknowledged:
+// counts or a block not sent yet, or sent by the sync in flight (which may
+// fail and give them back). Evicting it would forget them, so that a flood
+// of other keys between two syncs would let the key admit its limit again
+// and keep its units out of the fleet's total: such an entry is evicted
+// only when its shard holds twice its share of MaxKeys (Shard.AddKeeping).
+func unpushed(ent *store.Entry[syncEntry]) bool {
+	return ent.Value.inFlight || ent.Value.unsent()
+}
+
+// notInFlight reports whether an evicted entry may be reused: not when a
+// sync in flight still refers to it.
+func notInFlight(ent *store.Entry[syncEntry]) bool { return !ent.Value.inFlight }
 
 func floorDiv(a, b int64) int64 {
 	q := a / b

@@ -660,8 +660,9 @@ func TestSyncTicker(t *testing.T) {
 	}
 }
 
-// TestSyncMaxKeysAndIdle: at most MaxKeys keys are held; a key with no Take
-// for a whole window (two for sliding_window) is dropped by the next sync.
+// TestSyncMaxKeysAndIdle: at most twice MaxKeys keys are held when they all
+// have counts to push (MaxKeys once pushed); a key with no Take for a whole
+// window (two for sliding_window) is dropped by the next sync.
 func TestSyncMaxKeysAndIdle(t *testing.T) {
 	_, c := newClient(t)
 	ctx := context.Background()
@@ -675,25 +676,26 @@ func TestSyncMaxKeysAndIdle(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		// 8 shards of one key each; 200 keys fill every one (all but
-		// surely: an empty shard has probability 8 * (7/8)^200 < 1e-10).
+		// 8 shards of one key each, growing to two for keys with counts
+		// to push; 200 keys fill every one (all but surely: a shard with
+		// fewer than two has probability < 8 * 201 * (7/8)^199 < 1e-8).
 		for i := 0; i < 200; i++ {
 			s.Take(ctx, fmt.Sprintf("k%d", i), base, 1)
 		}
-		if n := s.Len(); n != 8 {
-			t.Fatalf("%s: %d keys held, MaxKeys 8", name, n)
+		if n := s.Len(); n != 16 {
+			t.Fatalf("%s: %d keys held, MaxKeys 8, every key with counts to push", name, n)
 		}
 		mustSync(t, ctx, s)
 		clk.Set(base.Add(9 * time.Second))
 		mustSync(t, ctx, s)
-		if n := s.Len(); n != 8 {
+		if n := s.Len(); n != 16 {
 			t.Fatalf("%s: %d keys held within the window", name, n)
 		}
 		clk.Set(base.Add(10 * time.Second))
 		mustSync(t, ctx, s)
 		want := 0
 		if name == algorithms.SlidingWindow {
-			want = 8 // the previous window still counts
+			want = 16 // the previous window still counts
 		}
 		if n := s.Len(); n != want {
 			t.Fatalf("%s: %d keys held one window later, want %d", name, n, want)

@@ -165,21 +165,22 @@ const keepTries = 4
 // the front, and the next least recently used looked at, up to keepTries
 // of them. When they are all kept, the shard grows past its budget, up to
 // twice it; beyond that its least recently used entry is evicted, kept or
-// not, so that a shard stays bounded whatever keep says.
-func (s *Shard[V]) AddKeeping(key string, keep func(*Entry[V]) bool) *Entry[V] {
+// not, so that a shard stays bounded whatever keep says. An evicted entry
+// is reused as Add does (reusable as there).
+func (s *Shard[V]) AddKeeping(key string, keep, reusable func(*Entry[V]) bool) *Entry[V] {
 	if len(s.entries) < s.budget {
-		return s.Add(key, nil)
+		return s.Add(key, reusable)
 	}
 	for range keepTries {
 		old := s.lru.prev
 		if old == &s.lru || !keep(old) {
-			return s.Add(key, nil) // evicts old
+			return s.Add(key, reusable) // evicts old
 		}
 		s.unlink(old)
 		s.pushFront(old)
 	}
 	if len(s.entries) >= 2*s.budget {
-		return s.Add(key, nil)
+		return s.Add(key, reusable)
 	}
 	e := &Entry[V]{key: key}
 	s.entries[key] = e

@@ -179,7 +179,7 @@ func (m *Memory) add(s *Shard[algorithms.State], key string, now time.Time) *Ent
 	if !m.inFlight {
 		return s.Add(key, nil)
 	}
-	return s.AddKeeping(key, func(e *Entry[algorithms.State]) bool { return !e.Value.Idle(now) })
+	return s.AddKeeping(key, func(e *Entry[algorithms.State]) bool { return !e.Value.Idle(now) }, nil)
 }
 
 // relimit makes st decide under l, if it can (see algorithms.Relimiter).
