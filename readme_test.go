@@ -13,6 +13,7 @@ import (
 	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
 	"github.com/redis/go-redis/v9"
+	"github.com/spf13/cobra"
 
 	"github.com/zonelimit/caddy-ratelimit/internal/redistest"
 )
@@ -403,4 +404,50 @@ func TestREADMEScripts(t *testing.T) {
 	if n == 0 {
 		t.Error("no bash command in the README's sh blocks")
 	}
+}
+
+// TestREADMECommands checks that every `caddy rate-limit` command of
+// README.md, in its code blocks (after "$ ") and in its inline code, names
+// a subcommand and flags that exist and no stray argument.
+func TestREADMECommands(t *testing.T) {
+	data, err := os.ReadFile("README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	root := &cobra.Command{Use: "rate-limit"}
+	rateLimitCommand().CobraFunc(root)
+	lines := regexp.MustCompile("(?m)(?:^\\$ |`)caddy rate-limit ([^`\n]*)").FindAllStringSubmatch(string(data), -1)
+	if len(lines) == 0 {
+		t.Fatal("no caddy rate-limit command in README.md")
+	}
+	for _, m := range lines {
+		args := shellWords(m[1])
+		sub, rest, err := root.Find(args)
+		if err == nil && sub == root {
+			err = fmt.Errorf("no subcommand %q", args[0])
+		}
+		if err == nil {
+			err = sub.ParseFlags(rest)
+		}
+		if err == nil {
+			err = sub.ValidateArgs(sub.Flags().Args())
+		}
+		if err != nil {
+			t.Errorf("caddy rate-limit %s: %v", m[1], err)
+		}
+	}
+}
+
+// shellWords splits a command line at spaces, keeping a double-quoted
+// word (without its quotes) whole.
+func shellWords(s string) []string {
+	var words []string
+	for i, part := range strings.Split(s, `"`) {
+		if i%2 == 1 {
+			words = append(words, part)
+		} else {
+			words = append(words, strings.Fields(part)...)
+		}
+	}
+	return words
 }
