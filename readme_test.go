@@ -76,8 +76,9 @@ var summaryMark = regexp.MustCompile(`<[a-z_ |]+>|\.\.\.`)
 // an example: it is skipped. A fragment is wrapped into a complete
 // Caddyfile the least way needed (see wrapReadmeCaddyfile); a block of
 // several top-level `redis` subdirectives lists alternatives, each tested
-// on its own. The Caddyfile must adapt without error and without a warning
-// naming this module, and every rate_limit handler of the result is
+// on its own. An example must be as `caddy fmt` writes it (Caddy warns
+// about any other Caddyfile it loads); the Caddyfile made of it must adapt
+// without error and without a warning naming this module, and every rate_limit handler of the result is
 // decoded with unknown fields disallowed, provisioned and validated.
 // Blocks with `store redis` run against real redis-servers (see
 // readmeRedis), and one request through each handler must leave a key in
@@ -161,15 +162,15 @@ func wrapReadmeCaddyfile(text string) string {
 	case first == "{" || strings.ContainsAny(first, ".:"):
 		return text
 	case first == "zone":
-		text = "rate_limit {\n" + indent(text) + "}\n"
+		text = "rate_limit {\n" + readmeIndent(text) + "}\n"
 	case first == "redis":
-		text = "rate_limit {\n\tzone z {\n\t\tkey k\n\t\tlimit 1 1s\n\t}\n\tstore redis\n" + indent(text) + "}\n"
+		text = "rate_limit {\n\tzone z {\n\t\tkey k\n\t\tlimit 1 1s\n\t}\n\tstore redis\n" + readmeIndent(text) + "}\n"
 	}
-	return "example.com {\n" + indent(text) + "}\n"
+	return "example.com {\n" + readmeIndent(text) + "}\n"
 }
 
-// indent indents every non-empty line of text by one tab.
-func indent(text string) string {
+// readmeIndent indents every non-empty line of text by one tab.
+func readmeIndent(text string) string {
 	lines := strings.SplitAfter(text, "\n")
 	for i, l := range lines {
 		if strings.TrimSpace(l) != "" {
