@@ -65,6 +65,7 @@ func (t *logThrottle) level() zapcore.Level {
 // instead of go-redis's default: stderr, in a format of its own. Like the
 // store's failures, at warn at most once per storeErrorLogEvery and at
 // debug otherwise: an outage makes go-redis log dozens of lines a second.
+// Its routine lines (see isRoutine) go to info.
 type goRedisLogger struct {
 	logger   func() *zap.Logger
 	throttle logThrottle
@@ -72,7 +73,10 @@ type goRedisLogger struct {
 
 // Printf implements go-redis's Logging.
 func (l *goRedisLogger) Printf(_ context.Context, format string, v ...any) {
-	lvl := l.throttle.level()
+	lvl := zapcore.InfoLevel
+	if !isRoutine(format) {
+		lvl = l.throttle.level()
+	}
 	lg := l.logger()
 	if !lg.Core().Enabled(lvl) {
 		return
@@ -81,6 +85,18 @@ func (l *goRedisLogger) Printf(_ context.Context, format string, v ...any) {
 	if c := lg.Check(lvl, msg); c != nil {
 		c.Write(zap.String("source", "go-redis"))
 	}
+}
+
+// isRoutine reports whether go-redis's line of format reports what a
+// working client does (a Sentinel client finding its master), to be logged
+// at info rather than as a failure.
+func isRoutine(format string) bool {
+	for _, p := range []string{"sentinel: selected addr=", "sentinel: new master=", "sentinel: discovered new sentinel="} {
+		if strings.HasPrefix(format, p) {
+			return true
+		}
+	}
+	return false
 }
 
 // go-redis has one logger per process: Caddy's, named for this module,

@@ -453,6 +453,25 @@ func TestGoRedisLogger(t *testing.T) {
 	}
 }
 
+// A Sentinel client finding its master is routine: info, whatever the
+// throttle, and it does not use up the throttle's warn line.
+func TestGoRedisLoggerRoutine(t *testing.T) {
+	core, logs := observer.New(zapcore.DebugLevel)
+	l := &goRedisLogger{logger: func() *zap.Logger { return zap.New(core) }}
+	for i := 0; i < 3; i++ {
+		l.Printf(context.Background(), "sentinel: selected addr=%s masterAddr=%s", "127.0.0.1:26379", "127.0.0.1:6379")
+		l.Printf(context.Background(), "sentinel: new master=%q addr=%q", "mymaster", "127.0.0.1:6379")
+	}
+	l.Printf(context.Background(), "sentinel: GetMasterAddrByName name=%q failed: %s", "mymaster", "i/o timeout")
+	if n := logs.FilterLevelExact(zapcore.InfoLevel).Len(); n != 6 {
+		t.Errorf("%d routine lines at info, want 6", n)
+	}
+	warns := logs.FilterLevelExact(zapcore.WarnLevel).All()
+	if len(warns) != 1 || !strings.Contains(warns[0].Message, "failed") {
+		t.Errorf("lines at warn: %v, want the one failure", warns)
+	}
+}
+
 func TestRedisHint(t *testing.T) {
 	for _, tc := range []struct{ err, want string }{
 		{"redis store: gcra: WRONGPASS invalid username-password pair or user is disabled.", "authentication failed"},
