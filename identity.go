@@ -166,10 +166,14 @@ type redisLocation struct {
 // zone's counts (the store decides under the new limits, see
 // store.Relimitable).
 func (h *Handler) storeIdentity(zc *Zone) (identity, storeID string, err error) {
+	resolver := zc.KeyResolverRaw
+	if !zc.hasKeyResolver() {
+		resolver = nil // JSON's null: the zone written without one
+	}
 	id := zoneIdentity{
 		Zone: Zone{
 			Name: zc.Name, Algorithm: zc.Algorithm, Limits: zc.Limits, Burst: zc.Burst,
-			CountRejected: zc.CountRejected, Key: zc.Key, KeyResolverRaw: zc.KeyResolverRaw,
+			CountRejected: zc.CountRejected, Key: zc.Key, KeyResolverRaw: resolver,
 			IPv4Prefix: zc.IPv4Prefix, IPv6Prefix: zc.IPv6Prefix, BlockFor: zc.BlockFor,
 		},
 		Store: h.Store, MaxKeys: h.MaxKeys, SweepInterval: h.SweepInterval,

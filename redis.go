@@ -160,7 +160,7 @@ func (rc *RedisConfig) validate() error {
 			return fmt.Errorf("redis: the url's database %q: a Redis Cluster has only database 0", path)
 		}
 		// The tls options would turn TLS on whatever the scheme says.
-		if rc.TLS != nil && strings.HasPrefix(rc.URL, "redis://") {
+		if rc.TLS != nil && len(rc.URL) >= 8 && strings.EqualFold(rc.URL[:8], "redis://") { // schemes are case-insensitive
 			return zoneErrf("tls", "redis: tls with a redis:// url: write rediss:// for TLS (tls then sets its options), or leave tls out")
 		}
 	}

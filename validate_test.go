@@ -296,6 +296,7 @@ func TestValidateInvalid(t *testing.T) {
 		{"redis url database word", redisOpts(func(h *Handler) { h.Redis = &RedisConfig{URL: "redis://10.0.0.1:6379/zero"} }), `redis: url: invalid database number: "zero"`},
 		{"redis url database above Redis's", redisOpts(func(h *Handler) { h.Redis = &RedisConfig{URL: "redis://10.0.0.1:6379/2147483648"} }), "redis: db must be at most 2147483647, got 2147483648"},
 		{"redis db above Redis's", redisOpts(func(h *Handler) { h.Redis = &RedisConfig{DB: 99999999999} }), "redis: db must be at most 2147483647, got 99999999999"},
+		{"redis tls with a REDIS:// url", redisOpts(func(h *Handler) { h.Redis = &RedisConfig{URL: "REDIS://10.0.0.1:6379", TLS: &RedisTLS{}} }), "redis: tls with a redis:// url"},
 		{"on_error closed with sync_interval", redisOpts(func(h *Handler) { h.SyncInterval = caddy.Duration(time.Second); h.OnError = "closed" }), "on_error closed does not apply with sync_interval"},
 		{"on_error local with sync_interval", redisOpts(func(h *Handler) { h.SyncInterval = caddy.Duration(time.Second); h.OnError = "local" }), "on_error local does not apply with sync_interval"},
 		{"sweep_interval with store redis", redisOpts(func(h *Handler) { h.SweepInterval = caddy.Duration(30 * time.Second) }), "sweep_interval applies to keys held in memory: with store redis only with on_error local"},

@@ -231,3 +231,17 @@ func TestZoneRedisLocation(t *testing.T) {
 		}
 	}
 }
+
+// key_resolver null is no key_resolver, as JSON's null is for any option:
+// a zone written with it is the zone written without it, one count.
+func TestZoneKeyResolverNull(t *testing.T) {
+	ctx := testContext(t)
+	srv := &caddyhttp.Server{Listen: []string{":80"}, Routes: caddyhttp.RouteList{siteRoute("a.test"), siteRoute("b.test")}}
+	a := provisionSite(t, ctx, shared5, srv, 0)
+	b := provisionSite(t, ctx, `{"zones":[{"name":"shared","key":"{http.request.remote.host}","key_resolver":null,
+		"limits":[{"events":5,"window":"1h"}]}]}`, srv, 1)
+	defer cleanupAll(t, a, b)
+	if a.rt.zones[0].store != b.rt.zones[0].store {
+		t.Fatal("the zone with key_resolver null has a store of its own")
+	}
+}
