@@ -208,9 +208,11 @@ func (h *Handler) takeOrWait(ctx context.Context, z *zone, key string, cost int6
 	if !z.wait || h.rt.dryRun {
 		return h.take(ctx, z, key, cost, down)
 	}
-	d, st, err := h.waitTurn(ctx, z, key, cost, down)
+	deadline := h.now().Add(z.maxWait)
+	d, st, err := h.waitTurn(ctx, z, key, cost, down, deadline)
 	if err == nil && shaped(z, d) {
-		if denial, ok := z.holdShaped(d); !ok {
+		// What the line took counts against max_wait too.
+		if denial, ok := z.holdShaped(d, deadline.Sub(h.now())); !ok {
 			h.giveBack(ctx, z, st, key, cost, d)
 			return denial, st, nil
 		}
@@ -219,7 +221,7 @@ func (h *Handler) takeOrWait(ctx context.Context, z *zone, key string, cost int6
 }
 
 // waitTurn is takeOrWait's wait in line.
-func (h *Handler) waitTurn(ctx context.Context, z *zone, key string, cost int64, down *bool) (algorithms.Decision, store.Store, error) {
+func (h *Handler) waitTurn(ctx context.Context, z *zone, key string, cost int64, down *bool, deadline time.Time) (algorithms.Decision, store.Store, error) {
 	if _, never := z.neverAdmitted(cost); never {
 		return h.take(ctx, z, key, cost, down) // no wait would admit it
 	}
@@ -228,7 +230,6 @@ func (h *Handler) waitTurn(ctx context.Context, z *zone, key string, cost int64,
 	wctx, promote := context.WithCancel(ctx)
 	defer promote()
 	w := &waiter{promote: promote}
-	deadline := h.now().Add(z.maxWait)
 	for {
 		now := h.now()
 		res, head, denial := z.waiters.join(key, w, own, now, deadline, z.retryWait)
@@ -316,16 +317,19 @@ func shaped(z *zone, d algorithms.Decision) bool {
 }
 
 // holdShaped takes a place among z's waiters for admission d, to be held
-// for d.Delay. When the delay exceeds max_wait or the zone holds
-// max_waiters already, it returns false and the denial to reject the
-// request with: Retry-After when the bucket would hold it no longer than
-// max_wait, or, with no place left, when it would have been let through.
-func (z *zone) holdShaped(d algorithms.Decision) (algorithms.Decision, bool) {
+// for d.Delay. When the delay exceeds left (what is left of max_wait) or
+// the zone holds max_waiters already, it returns false and the denial to
+// reject the request with: Retry-After when the bucket would hold it no
+// longer than max_wait, or, with no place left, when it would have been
+// let through.
+func (z *zone) holdShaped(d algorithms.Decision, left time.Duration) (algorithms.Decision, bool) {
 	denial := d
 	denial.Allowed = false
 	denial.Delay = 0
-	if d.Delay > z.maxWait {
-		denial.RetryAfter = d.Delay - z.maxWait
+	if d.Delay > left {
+		// Never earlier than the request, sent again with a max_wait
+		// of its own, could pass (d.Delay - max_wait).
+		denial.RetryAfter = d.Delay - max(min(left, z.maxWait), 0)
 		return denial, false
 	}
 	wl := z.waiters

@@ -519,6 +519,31 @@ func TestShapingHoldsAtMostMaxWait(t *testing.T) {
 	expectNoWaiters(t, h)
 }
 
+// A request that waited in line and is then admitted with a shaping
+// delay is held only for what is left of max_wait: its whole hold, line
+// and delay together, is at most max_wait.
+func TestShapingAfterLineWithinMaxWait(t *testing.T) {
+	c := newStepClock()
+	h := provision(t, `{"zones":[{"name":"l","algorithm":"leaky_bucket","key":"k","on_limit":"wait",
+		"max_wait":"150ms","limits":[{"events":10,"window":"1s"}],"burst":2}]}`, c)
+	t0 := c.Now()
+	a := newAdmissions(c)
+	a.serve(h, 0, newReq("192.0.2.1:1")) // an empty bucket: not held
+	a.serve(h, 1, newReq("192.0.2.1:1")) // held 100ms, behind 0's water
+	a.serve(h, 2, newReq("192.0.2.1:1")) // the bucket is full: waits in line
+	c.drain(t)
+	a.expectOrder(t, 0, 1)
+	if res := a.result(t, 2); res.code != 429 || res.called {
+		t.Fatalf("request 2, 100ms in line, then 100ms of shaping with max_wait 150ms: code %d, called %v", res.code, res.called)
+	} else {
+		expectHeaders(t, res, map[string]string{"Retry-After": "1"})
+	}
+	if held := c.Now().Sub(t0); held > 150*time.Millisecond {
+		t.Fatalf("the requests were held until %v, beyond max_wait", held)
+	}
+	expectNoWaiters(t, h)
+}
+
 // Shaped requests held for their delay take places among the zone's
 // max_waiters, over all keys: beyond it a request is rejected at once; a
 // place comes back when its request leaves, also when its client goes
