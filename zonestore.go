@@ -171,7 +171,8 @@ func (h *Handler) zoneStores(z *zone, lim algorithms.Limiter, key storeKey) erro
 	}
 	z.store = st
 	z.breaker = h.rt.redis.Breaker()
-	// A denial holds until its Retry-After for the same cost, unless it
+	// A denial holds until its Retry-After for the same cost (the cache
+	// asks Redis again after a second, for resets made elsewhere), unless it
 	// must be counted (count_rejected), quota comes back at any time
 	// (concurrency, count_status), the cost or the limits vary per
 	// request, or the zone waits or never rejects.

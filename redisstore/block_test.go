@@ -185,7 +185,7 @@ func TestBlockCluster(t *testing.T) {
 }
 
 // TestDenyCacheBlocks: through the deny cache, a blocked key is answered
-// from the cache with the time left of the block, for at most blockRecheck
+// from the cache with the time left of the block, for at most recheck
 // before Redis is asked again, so that an Unblock made through another
 // instance lifts the block here too; an Unblock through the cache lifts it
 // at once.
@@ -199,16 +199,16 @@ func TestDenyCacheBlocks(t *testing.T) {
 	if d, err := cache.Take(ctx, "k", t0, 1); err != nil || !d.Blocked || d.RetryAfter != time.Minute {
 		t.Fatalf("the denial that blocks: %+v, %v", d, err)
 	}
-	at := t0.Add(blockRecheck / 2)
+	at := t0.Add(recheck / 2)
 	d, ok := cache.Denied("k", at)
-	if !ok || !d.Blocked || d.RetryAfter != time.Minute-blockRecheck/2 {
+	if !ok || !d.Blocked || d.RetryAfter != time.Minute-recheck/2 {
 		t.Fatalf("cached block: %+v, %v; want the time left of the block", d, ok)
 	}
 	if err := other.Unblock(ctx, "k"); err != nil {
 		t.Fatal(err)
 	}
-	if _, ok := cache.Denied("k", t0.Add(blockRecheck)); ok {
-		t.Fatal("a blocked key's denial is answered from the cache beyond blockRecheck")
+	if _, ok := cache.Denied("k", t0.Add(recheck)); ok {
+		t.Fatal("a blocked key's denial is answered from the cache beyond recheck")
 	}
 	// Another window: the key is admitted once Redis is asked.
 	if d, err := cache.Take(ctx, "k", t0.Add(2*time.Second), 1); err != nil || !d.Allowed {

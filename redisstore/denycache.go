@@ -25,10 +25,12 @@ import (
 // that wait (on_limit wait) or that never reject (dry_run) are not to be
 // wrapped in one.
 //
-// A blocked key's denial (Decision.Blocked) is answered from the cache for
-// at most blockRecheck, however long the block lasts, so that an
-// operator's Unblock on any instance reaches this one soon; TakeHeld, for
-// a caller that cannot reach the store, answers it until the block ends.
+// A denial is answered from the cache for at most recheck, however long
+// its Retry-After or block lasts, so that what frees quota sooner through
+// another instance (an operator's reset or Unblock, an admission given
+// back) reaches this one within recheck: a key hammered without quota
+// costs one store call per recheck, not one per request. TakeHeld, for a
+// caller that cannot reach the store, answers a denial until it ends.
 //
 // Undo goes to the wrapped store, and so do Block, Unblock and
 // BlockedUntil. DenyCache is safe for concurrent use; a nil *DenyCache
@@ -36,7 +38,7 @@ import (
 type DenyCache struct {
 	store.Store
 	denials *store.LRU[deniedUntil]
-	blocks  atomic.Bool // a block's denial was cached: admissions forget the key's
+	kept    atomic.Bool // a denial was kept past its recheck: admissions forget the key's
 }
 
 var (
@@ -48,10 +50,10 @@ var (
 // evicts the least recently denied, it does not grow memory.
 const denyKeys = 65_536
 
-// blockRecheck is the longest a blocked key's denial is answered from the
-// cache before Redis is asked again: how late an Unblock made through
-// another instance may reach this one.
-const blockRecheck = time.Second
+// recheck is the longest a denial is answered from the cache before Redis
+// is asked again: how late a reset or an Unblock made through another
+// instance may reach this one.
+const recheck = time.Second
 
 type deniedUntil struct {
 	at, until int64 // unix ns: when denied, and when the denial ends
@@ -82,8 +84,9 @@ func (c *DenyCache) Take(ctx context.Context, key string, now time.Time, cost in
 // the cache alone, for a caller that cannot call the store (Redis
 // failing): the denial still in force, if any, and ok. Such a key stays
 // refused until its Retry-After, since quota only comes back with time;
-// a blocked key's until its block ends (not only blockRecheck: without
-// the store, no Unblock made through another instance reaches this one).
+// a blocked key's until its block ends (not only recheck: without the
+// store, no reset or Unblock made through another instance reaches this
+// one).
 // The cost is not looked at: a zone with a cache has one.
 func (c *DenyCache) TakeHeld(key string, now time.Time, _ int64) (algorithms.Decision, bool) {
 	if now.IsZero() {
@@ -106,9 +109,9 @@ func (c *DenyCache) Ask(ctx context.Context, key string, now time.Time, cost int
 			at = time.Now()
 		}
 		c.put(key, at, d)
-	case c.blocks.Load():
-		// A block's denial is kept past blockRecheck for TakeHeld: an
-		// admission says it was lifted.
+	case c.kept.Load():
+		// A denial is kept past its recheck for TakeHeld: an admission
+		// says it was lifted.
 		c.forget(key)
 	}
 	return d, err
@@ -123,8 +126,8 @@ func (c *DenyCache) Denied(key string, now time.Time) (algorithms.Decision, bool
 	return c.denied(key, now, false)
 }
 
-// denied is Denied; with whole, a blocked key's denial is answered until
-// its block ends, not only until it expires from the cache.
+// denied is Denied; with whole, a denial is answered until it ends (a
+// block's until the block ends), not only until its recheck.
 func (c *DenyCache) denied(key string, now time.Time, whole bool) (algorithms.Decision, bool) {
 	if c == nil {
 		return algorithms.Decision{}, false
@@ -169,12 +172,9 @@ func (c *DenyCache) put(key string, now time.Time, d algorithms.Decision) {
 		e = s.Add(key, nil)
 	}
 	until := ns + int64(d.RetryAfter)
-	expires := until
-	if d.Blocked {
-		expires = min(until, ns+int64(blockRecheck))
-		if !c.blocks.Load() {
-			c.blocks.Store(true)
-		}
+	expires := min(until, ns+int64(recheck))
+	if expires < until && !c.kept.Load() {
+		c.kept.Store(true)
 	}
 	e.Value = deniedUntil{at: ns, until: until, expires: expires, d: d}
 	s.Unlock()

@@ -42,8 +42,17 @@ func TestDenyCache(t *testing.T) {
 		got.MoreAfter != 1500*time.Millisecond || got.Limit != 5 || got.Allowed {
 		t.Fatalf("after 500ms: %+v after %d calls, want the denial counted down without a call", got, inner.takes)
 	}
-	if d, ok := c.Denied("k", t0.Add(time.Second)); !ok || d.RetryAfter != time.Second {
-		t.Fatalf("Denied after 1s: %+v, %v", d, ok)
+	if d, ok := c.Denied("k", t0.Add(900*time.Millisecond)); !ok || d.RetryAfter != 1100*time.Millisecond {
+		t.Fatalf("Denied after 900ms: %+v, %v", d, ok)
+	}
+	// From recheck on, the store is asked again (a reset through another
+	// instance may have freed the key); without the store, the denial
+	// holds until its Retry-After.
+	if _, ok := c.Denied("k", t0.Add(recheck)); ok {
+		t.Error("denial answered from the cache at its recheck")
+	}
+	if d, ok := c.TakeHeld("k", t0.Add(1500*time.Millisecond), 1); !ok || d.RetryAfter != 500*time.Millisecond {
+		t.Errorf("TakeHeld after 1.5s: %+v, %v, want the denial until its Retry-After", d, ok)
 	}
 	if _, ok := c.Denied("k", t0.Add(2*time.Second)); ok {
 		t.Error("denial still answered at its Retry-After")
@@ -62,6 +71,17 @@ func TestDenyCache(t *testing.T) {
 	if inner.takes != 4 {
 		t.Errorf("an admission was cached (%d calls)", inner.takes)
 	}
+	// A key reset elsewhere: the store admits at the recheck, and the
+	// denial kept for TakeHeld is forgotten.
+	inner.d = algorithms.Decision{Limit: 5, RetryAfter: time.Minute}
+	take("reset", t0)
+	inner.d = algorithms.Decision{Allowed: true, Limit: 5}
+	if d := take("reset", t0.Add(recheck)); !d.Allowed || inner.takes != 6 {
+		t.Errorf("at the recheck after a reset: %+v after %d calls, want the store's admission", d, inner.takes)
+	}
+	if _, ok := c.TakeHeld("reset", t0.Add(2*recheck), 1); ok {
+		t.Error("TakeHeld answered a denial the store has since lifted")
+	}
 
 	// A flood of distinct keys stays bounded.
 	for i := 0; i < 2*denyKeys; i++ {
@@ -78,7 +98,7 @@ func TestDenyCache(t *testing.T) {
 
 // TestDenyCacheTakeHeld: without the store, a denial holds until its
 // Retry-After, and a block's until the block ends (not only
-// blockRecheck, as Denied does), until an admission says it was lifted.
+// recheck, as Denied does), until an admission says it was lifted.
 func TestDenyCacheTakeHeld(t *testing.T) {
 	ctx := context.Background()
 	inner := &answerStore{d: algorithms.Decision{Limit: 5, RetryAfter: 2 * time.Second, ResetAfter: 2 * time.Second}}
@@ -102,7 +122,7 @@ func TestDenyCacheTakeHeld(t *testing.T) {
 	}
 	later := t0.Add(30 * time.Second)
 	if _, ok := c.Denied("b", later); ok {
-		t.Fatal("Denied answered a block past blockRecheck")
+		t.Fatal("Denied answered a block past recheck")
 	}
 	if d, ok := c.TakeHeld("b", later, 1); !ok || !d.Blocked || d.RetryAfter != 30*time.Second {
 		t.Fatalf("TakeHeld 30s into a block of 1m: %+v, %v", d, ok)
@@ -117,7 +137,7 @@ func TestDenyCacheTakeHeld(t *testing.T) {
 	}
 	inner.d = algorithms.Decision{Allowed: true, Limit: 5}
 	if d, err := c.Take(ctx, "b", later, 1); err != nil || !d.Allowed {
-		t.Fatalf("after blockRecheck: %+v %v, want the store's admission", d, err)
+		t.Fatalf("after recheck: %+v %v, want the store's admission", d, err)
 	}
 	if _, ok := c.TakeHeld("b", later, 1); ok {
 		t.Fatal("TakeHeld answered a block the store no longer has")
