@@ -1,0 +1,240 @@
+package redistest
+
+import (
+	"bufio"
+	"fmt"
+	"net"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+)
+
+// clusterNode is a line of CLUSTER NODES: a node's ID, address, whether
+// it is a master, the master it replicates (replicas) and its slot ranges.
+type clusterNode struct {
+	id, addr, master string
+	isMaster         bool
+	slots            [][2]int
+}
+
+// nodes reads CLUSTER NODES from the node at addr.
+func nodes(tb testing.TB, addr string) []clusterNode {
+	tb.Helper()
+	text, err := Do(addr, "CLUSTER", "NODES")
+	if err != nil {
+		tb.Fatalf("redistest: %s: CLUSTER NODES: %v", addr, err)
+	}
+	var ns []clusterNode
+	for _, line := range strings.Split(strings.TrimSpace(text), "\n") {
+		f := strings.Fields(line)
+		if len(f) < 8 {
+			continue
+		}
+		n := clusterNode{id: f[0], addr: strings.SplitN(f[1], "@", 2)[0], master: f[3]}
+		n.isMaster = strings.Contains(f[2], "master") && !strings.Contains(f[2], "fail")
+		for _, r := range f[8:] {
+			if strings.HasPrefix(r, "[") { // a slot being migrated
+				continue
+			}
+			lo, hi, _ := strings.Cut(r, "-")
+			a, _ := strconv.Atoi(lo)
+			b := a
+			if hi != "" {
+				b, _ = strconv.Atoi(hi)
+			}
+			n.slots = append(n.slots, [2]int{a, b})
+		}
+		ns = append(ns, n)
+	}
+	return ns
+}
+
+// SlotMaster returns the address of the master that serves slot, as the
+// node at addr sees it.
+func SlotMaster(tb testing.TB, addr string, slot int) string {
+	tb.Helper()
+	for _, n := range nodes(tb, addr) {
+		for _, r := range n.slots {
+			if n.isMaster && slot >= r[0] && slot <= r[1] {
+				return n.addr
+			}
+		}
+	}
+	tb.Fatalf("redistest: %s: no master serves slot %d", addr, slot)
+	return ""
+}
+
+// ReplicaOf returns the address of a replica of the master at master.
+func ReplicaOf(tb testing.TB, master string) string {
+	tb.Helper()
+	ns := nodes(tb, master)
+	for _, m := range ns {
+		if m.addr != master {
+			continue
+		}
+		for _, n := range ns {
+			if n.master == m.id {
+				return n.addr
+			}
+		}
+	}
+	tb.Fatalf("redistest: master %s has no replica", master)
+	return ""
+}
+
+func nodeID(tb testing.TB, addr string) string {
+	tb.Helper()
+	id, err := Do(addr, "CLUSTER", "MYID")
+	if err != nil {
+		tb.Fatalf("redistest: %s: CLUSTER MYID: %v", addr, err)
+	}
+	return id
+}
+
+// Migration is a hash slot being moved from one master to another, as
+// redis-cli --cluster reshard moves it: the target IMPORTING it and the
+// source MIGRATING it, its keys moved with MIGRATE (Move), then the slot
+// given to the target (Finish). Between the steps a client sees ASK,
+// TRYAGAIN and, once it is done, MOVED.
+type Migration struct {
+	tb                     testing.TB
+	c                      *Cluster
+	slot                   int
+	from, to, fromID, toID string
+}
+
+// BeginMigration starts moving slot from its master to the master at to.
+func (c *Cluster) BeginMigration(tb testing.TB, slot int, to string) *Migration {
+	tb.Helper()
+	from := SlotMaster(tb, to, slot)
+	if from == to {
+		tb.Fatalf("redistest: slot %d is already on %s", slot, to)
+	}
+	m := &Migration{tb: tb, c: c, slot: slot, from: from, to: to, fromID: nodeID(tb, from), toID: nodeID(tb, to)}
+	s := strconv.Itoa(slot)
+	m.must(to, "CLUSTER", "SETSLOT", s, "IMPORTING", m.fromID)
+	m.must(from, "CLUSTER", "SETSLOT", s, "MIGRATING", m.toID)
+	return m
+}
+
+// From and To return the addresses of the source and the target.
+func (m *Migration) From() string { return m.from }
+func (m *Migration) To() string   { return m.to }
+
+func (m *Migration) must(addr string, args ...string) string {
+	m.tb.Helper()
+	v, err := Do(addr, args...)
+	if err != nil {
+		m.tb.Fatalf("redistest: %s: %v: %v", addr, args, err)
+	}
+	return v
+}
+
+// Move moves at most n keys of the slot to the target with one MIGRATE
+// and returns how many it moved (0: none was left on the source).
+func (m *Migration) Move(n int) int {
+	m.tb.Helper()
+	keys, err := doList(m.from, "CLUSTER", "GETKEYSINSLOT", strconv.Itoa(m.slot), strconv.Itoa(n))
+	if err != nil {
+		m.tb.Fatalf("redistest: %s: CLUSTER GETKEYSINSLOT: %v", m.from, err)
+	}
+	if len(keys) == 0 {
+		return 0
+	}
+	host, port, _ := net.SplitHostPort(m.to)
+	args := append([]string{"MIGRATE", host, port, "", "0", "5000", "KEYS"}, keys...)
+	m.must(m.from, args...)
+	return len(keys)
+}
+
+// Finish moves the keys left and gives the slot to the target: on the
+// target first, then the source, then every other master (as redis-cli
+// does), so that from then on a client is sent there with MOVED.
+func (m *Migration) Finish() {
+	m.tb.Helper()
+	for m.Move(100) > 0 {
+	}
+	s := strconv.Itoa(m.slot)
+	m.must(m.to, "CLUSTER", "SETSLOT", s, "NODE", m.toID)
+	m.must(m.from, "CLUSTER", "SETSLOT", s, "NODE", m.toID)
+	for _, n := range nodes(m.tb, m.to) {
+		if n.isMaster && len(n.slots) > 0 && n.addr != m.to && n.addr != m.from {
+			m.must(n.addr, "CLUSTER", "SETSLOT", s, "NODE", m.toID)
+		}
+	}
+}
+
+// Failover makes the replica at replica take over from its master with
+// CLUSTER FAILOVER (a coordinated failover: no write is lost) and waits
+// until it serves as master and every node reports cluster_state:ok.
+func (c *Cluster) Failover(tb testing.TB, replica string) {
+	tb.Helper()
+	if _, err := Do(replica, "CLUSTER", "FAILOVER"); err != nil {
+		tb.Fatalf("redistest: %s: CLUSTER FAILOVER: %v", replica, err)
+	}
+	c.WaitMaster(tb, replica)
+}
+
+// WaitMaster waits until the node at addr reports role:master (a replica
+// that took over, by CLUSTER FAILOVER or because its master failed) and
+// every running node reports cluster_state:ok.
+func (c *Cluster) WaitMaster(tb testing.TB, addr string) {
+	tb.Helper()
+	waitReply(tb, []string{addr}, "role:master", "INFO", "replication")
+	var up []string
+	for _, s := range c.Servers {
+		if s.Running() {
+			up = append(up, s.Addr)
+		}
+	}
+	waitReply(tb, up, "cluster_state:ok", "CLUSTER", "INFO")
+}
+
+// doList is Do for a command whose reply is an array of bulk strings.
+func doList(addr string, args ...string) ([]string, error) {
+	c, err := net.DialTimeout("tcp", addr, time.Second)
+	if err != nil {
+		return nil, err
+	}
+	defer c.Close()
+	_ = c.SetDeadline(time.Now().Add(5 * time.Second))
+	var b strings.Builder
+	fmt.Fprintf(&b, "*%d\r\n", len(args))
+	for _, a := range args {
+		fmt.Fprintf(&b, "$%d\r\n%s\r\n", len(a), a)
+	}
+	if _, err := c.Write([]byte(b.String())); err != nil {
+		return nil, err
+	}
+	r := bufio.NewReader(c)
+	line, err := r.ReadString('\n')
+	if err != nil {
+		return nil, err
+	}
+	line = strings.TrimRight(line, "\r\n")
+	if !strings.HasPrefix(line, "*") {
+		return nil, fmt.Errorf("unexpected reply %q", line)
+	}
+	n, err := strconv.Atoi(line[1:])
+	if err != nil {
+		return nil, err
+	}
+	out := make([]string, 0, max(n, 0))
+	for range n {
+		h, err := r.ReadString('\n')
+		if err != nil {
+			return nil, err
+		}
+		size, err := strconv.Atoi(strings.TrimRight(h, "\r\n")[1:])
+		if err != nil {
+			return nil, err
+		}
+		buf := make([]byte, size+2)
+		if _, err := ioReadFull(r, buf); err != nil {
+			return nil, err
+		}
+		out = append(out, string(buf[:size]))
+	}
+	return out, nil
+}

@@ -1,0 +1,223 @@
+package redisstore
+
+// Slot migrations and failovers of a real Redis Cluster under concurrent
+// decisions: every Take answers (a decision or an error, within its
+// deadline), no key admits more than its limit, and decisions succeed
+// again once the slot map settled.
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/zonelimit/caddy-ratelimit/algorithms"
+	"github.com/zonelimit/caddy-ratelimit/internal/redistest"
+	"github.com/zonelimit/caddy-ratelimit/internal/storetest"
+)
+
+// opsLimit is the limit of every key of these tests, in events per hour:
+// the instants never move, so it is also the most a key may ever admit.
+const opsLimit = 400
+
+// clusterOpsClient is a Client of a Cluster set up as the handler sets it
+// up: one attempt per command, the pipelines on the one pool.
+func clusterOpsClient(t *testing.T, cl *redistest.Cluster) *Client {
+	t.Helper()
+	c := NewClient(&redis.UniversalOptions{
+		Addrs:                 cl.Addrs,
+		IsClusterMode:         true,
+		DialTimeout:           time.Second,
+		ReadTimeout:           time.Second,
+		WriteTimeout:          time.Second,
+		MaxRetries:            -1,
+		DialerRetries:         1,
+		PipelinePoolSize:      -1,
+		ContextTimeoutEnabled: true,
+	}, ClientOptions{KeyPrefix: "rlops:"})
+	t.Cleanup(func() { c.Destruct() })
+	return c
+}
+
+// keysInSlot returns n keys whose hash tag falls in the slot of the key
+// first, itself included.
+func keysInSlot(first string, n int) (int, []string) {
+	slot := int(crc16(first)) % clusterSlots
+	keys := []string{first}
+	for i := 0; len(keys) < n; i++ {
+		k := fmt.Sprintf("%s-%d", first, i)
+		if int(crc16(k))%clusterSlots == slot {
+			keys = append(keys, k)
+		}
+	}
+	return slot, keys
+}
+
+// opsLoad runs Takes of its keys from many goroutines until stopped, and
+// counts what they got.
+type opsLoad struct {
+	keys     []string
+	admitted []atomic.Int64
+	calls    atomic.Int64 // answered, decision or error
+	errs     atomic.Int64
+	hung     atomic.Int64 // not answered within opsDeadline
+	firstErr atomic.Value
+	stop     atomic.Bool
+	wg       sync.WaitGroup
+}
+
+// opsDeadline guards every Take: far beyond the client's timeouts, so that
+// only a call that hangs reaches it.
+const opsDeadline = 10 * time.Second
+
+func startLoad(take func(ctx context.Context, key string) (algorithms.Decision, error), keys []string, goroutines int) *opsLoad {
+	l := &opsLoad{keys: keys, admitted: make([]atomic.Int64, len(keys))}
+	for g := range goroutines {
+		l.wg.Go(func() {
+			for i := g; !l.stop.Load(); i++ {
+				k := i % len(keys)
+				ctx, cancel := context.WithTimeout(context.Background(), opsDeadline)
+				d, err := take(ctx, keys[k])
+				cancel()
+				switch {
+				case errors.Is(err, context.DeadlineExceeded):
+					l.hung.Add(1)
+				case err != nil:
+					l.errs.Add(1)
+					l.firstErr.CompareAndSwap(nil, err)
+				case d.Allowed:
+					l.admitted[k].Add(1)
+				}
+				l.calls.Add(1)
+			}
+		})
+	}
+	return l
+}
+
+// progress waits until the load answered n more calls.
+func (l *opsLoad) progress(t *testing.T, n int64) {
+	t.Helper()
+	from := l.calls.Load()
+	storetest.WaitFor(t, "the load to go on", func() bool { return l.calls.Load() >= from+n })
+}
+
+func (l *opsLoad) finish() {
+	l.stop.Store(true)
+	l.wg.Wait()
+}
+
+// opsScenario takes half the limit of each key of the slot of first, then
+// runs event under the load of 32 goroutines, then checks that decisions
+// succeed again within a few attempts and that no key admitted more than
+// its limit, whatever the Takes answered meanwhile.
+func opsScenario(t *testing.T, first string, take func(ctx context.Context, key string) (algorithms.Decision, error), event func(t *testing.T, slot int, l *opsLoad)) {
+	slot, keys := keysInSlot(first, 8)
+	ctx := context.Background()
+	pre := make([]int64, len(keys))
+	for k, key := range keys {
+		for range opsLimit / 2 {
+			d, err := take(ctx, key)
+			if err != nil {
+				t.Fatalf("before: %v", err)
+			}
+			if d.Allowed {
+				pre[k]++
+			}
+		}
+	}
+	l := startLoad(take, keys, 32)
+	l.progress(t, 200)
+	event(t, slot, l)
+	l.progress(t, 200)
+	l.finish()
+	t.Logf("%d calls, %d errors (first: %v), %d hung", l.calls.Load(), l.errs.Load(), l.firstErr.Load(), l.hung.Load())
+	if n := l.hung.Load(); n > 0 {
+		t.Errorf("%d Takes not answered within %v", n, opsDeadline)
+	}
+	// Once the slot map settled, a decision succeeds within a few
+	// attempts: the first may still go where the slot was.
+	attempts := 0
+	for {
+		attempts++
+		if d, err := take(ctx, keys[0]); err == nil {
+			if d.Allowed {
+				pre[0]++
+			}
+			break
+		} else if attempts == 3 {
+			t.Fatalf("no decision after %d attempts: %v", attempts, err)
+		}
+	}
+	for k, key := range keys {
+		total := pre[k] + l.admitted[k].Load()
+		for {
+			d, err := take(ctx, key)
+			if err != nil {
+				t.Fatalf("after: %v", err)
+			}
+			if !d.Allowed {
+				break
+			}
+			total++
+			if total > opsLimit {
+				break
+			}
+		}
+		if total > opsLimit {
+			t.Errorf("key %s admitted %d or more, limit %d", key, total, opsLimit)
+		} else if total < opsLimit {
+			t.Logf("key %s admitted %d of %d (charged without admitting: calls that failed after running)", key, total, opsLimit)
+		}
+	}
+}
+
+// migrate moves the slot to another master a key at a time under the
+// load, then finishes the move.
+func migrate(cl *redistest.Cluster) func(t *testing.T, slot int, l *opsLoad) {
+	return func(t *testing.T, slot int, l *opsLoad) {
+		from := redistest.SlotMaster(t, cl.Addrs[0], slot)
+		to := cl.Addrs[0]
+		if to == from {
+			to = cl.Addrs[1]
+		}
+		m := cl.BeginMigration(t, slot, to)
+		for m.Move(1) > 0 {
+			l.progress(t, 32)
+		}
+		l.progress(t, 32)
+		m.Finish()
+	}
+}
+
+// failover fails the slot's master over to its replica under the load.
+func failover(cl *redistest.Cluster) func(t *testing.T, slot int, l *opsLoad) {
+	return func(t *testing.T, slot int, l *opsLoad) {
+		master := redistest.SlotMaster(t, cl.Addrs[0], slot)
+		cl.Failover(t, redistest.ReplicaOf(t, master))
+	}
+}
+
+// TestClusterOpsStrict: the strict store through a slot migration and a
+// failover, for gcra, sliding_log and fixed_window.
+func TestClusterOpsStrict(t *testing.T) {
+	cl := redistest.StartCluster(t, 3, 1)
+	c := clusterOpsClient(t, cl)
+	cfg := algorithms.Config{Tiers: []algorithms.Tier{{Events: opsLimit, Window: time.Hour}}}
+	for _, alg := range []string{algorithms.GCRA, algorithms.SlidingLog, algorithms.FixedWindow} {
+		s, err := NewStore(c, mustLimiter(t, alg, cfg), Options{KeyPrefix: "rlops:", Zone: alg, Pipeliner: c.Pipeliner()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		take := func(ctx context.Context, key string) (algorithms.Decision, error) {
+			return s.Take(ctx, key, t0, 1)
+		}
+		t.Run(alg+"/migrate", func(t *testing.T) { opsScenario(t, "mig-"+alg, take, migrate(cl)) })
+		t.Run(alg+"/failover", func(t *testing.T) { opsScenario(t, "fo-"+alg, take, failover(cl)) })
+	}
+}
