@@ -398,43 +398,126 @@ func (p *Pipeliner) fail(err error) {
 // evalAll is how the package's script calls reach Redis through go-redis:
 // calls go as one pipeline of EVALSHA, then those whose script Redis did not have
 // (NOSCRIPT: a restart, a failover) as one of EVAL, which caches it again.
-// It appends the reply of every call to cmds, in order. Only a NOSCRIPT
-// reply is sent again: a timeout or a refused connection fails the calls at
-// once, so a failing Redis costs a call one timeout.
+// It appends the reply of every call to cmds, in order. Only a call that
+// Redis refused without running its script is sent again: NOSCRIPT, and
+// TRYAGAIN (a Cluster slot being moved holds part of the call's keys on
+// each side; the call runs once they are together), the latter at most
+// tryAgainAttempts times. A timeout or a refused connection fails the
+// calls at once, so a failing Redis costs a call one timeout.
 func evalAll(ctx context.Context, c redis.UniversalClient, calls []*evalCall, cmds []*redis.Cmd) []*redis.Cmd {
 	first := len(cmds)
-	cmds = pipelined(ctx, c, calls, cmds, (*redis.Script).EvalSha)
+	cmds = pipelined(ctx, c, calls, cmds, true)
+	sendAgain(ctx, c, calls, cmds[first:], "NOSCRIPT", false)
+	for i := range tryAgainAttempts {
+		if !refused(cmds[first:], "TRYAGAIN") || sleep(ctx, tryAgainBackoff<<i) != nil {
+			break
+		}
+		sendAgain(ctx, c, calls, cmds[first:], "TRYAGAIN", true)
+		sendAgain(ctx, c, calls, cmds[first:], "NOSCRIPT", false)
+	}
+	return cmds
+}
+
+// TRYAGAIN is sent again at most tryAgainAttempts times, after
+// tryAgainBackoff, then twice and four times as long: about the default
+// read timeout in all, which is what moving a slot of a few thousand keys
+// takes (redis-cli --cluster reshard).
+const (
+	tryAgainAttempts = 3
+	tryAgainBackoff  = 30 * time.Millisecond
+)
+
+// refused reports whether a reply of cmds is an error starting with prefix.
+func refused(cmds []*redis.Cmd, prefix string) bool {
+	for _, cmd := range cmds {
+		if err := cmd.Err(); err != nil && redis.HasErrorPrefix(err, prefix) {
+			return true
+		}
+	}
+	return false
+}
+
+// sendAgain sends the calls whose reply in cmds (one per call) is an error
+// starting with prefix again, as one pipeline of EVALSHA (sha) or EVAL,
+// and puts their new replies in cmds.
+func sendAgain(ctx context.Context, c redis.UniversalClient, calls []*evalCall, cmds []*redis.Cmd, prefix string, sha bool) {
 	var again []*evalCall
 	var at []int
 	for i, e := range calls {
-		if err := cmds[first+i].Err(); err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
+		if err := cmds[i].Err(); err != nil && redis.HasErrorPrefix(err, prefix) {
 			again = append(again, e)
-			at = append(at, first+i)
+			at = append(at, i)
 		}
 	}
 	if len(again) > 0 {
-		for i, cmd := range evalSource(ctx, c, again, nil) {
+		for i, cmd := range pipelined(ctx, c, again, nil, sha) {
 			cmds[at[i]] = cmd
 		}
 	}
-	return cmds
+}
+
+// sleep waits for d, or until ctx is done (its error).
+func sleep(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
 }
 
 // evalSource sends the calls as one pipeline of EVAL, with the scripts'
 // source, and appends their replies to cmds.
 func evalSource(ctx context.Context, c redis.UniversalClient, calls []*evalCall, cmds []*redis.Cmd) []*redis.Cmd {
-	return pipelined(ctx, c, calls, cmds, (*redis.Script).Eval)
+	return pipelined(ctx, c, calls, cmds, false)
 }
 
-// pipelined sends the calls as one pipeline, each as send writes it (EVAL
-// or EVALSHA), and appends their replies to cmds.
-func pipelined(ctx context.Context, c redis.UniversalClient, calls []*evalCall, cmds []*redis.Cmd,
-	send func(*redis.Script, context.Context, redis.Scripter, []string, ...any) *redis.Cmd) []*redis.Cmd {
+// noRetryCmd is a script call that go-redis never sends again on its own.
+// On a Cluster, when the first call of a node's pipeline is refused with
+// an error it retries (TRYAGAIN, LOADING), go-redis sends that node's
+// whole pipeline again, and the calls that did run would be charged
+// twice; evalAll sends again only the calls that were refused.
+type noRetryCmd struct{ *redis.Cmd }
+
+// NoRetry implements redis.Cmder.
+func (noRetryCmd) NoRetry() bool { return true }
+
+// noRetryPipe queues a Script's EVAL and EVALSHA as noRetryCmds.
+type noRetryPipe struct{ redis.Pipeliner }
+
+func (p noRetryPipe) Eval(ctx context.Context, script string, keys []string, args ...any) *redis.Cmd {
+	return p.eval(ctx, "eval", script, keys, args)
+}
+
+func (p noRetryPipe) EvalSha(ctx context.Context, sha string, keys []string, args ...any) *redis.Cmd {
+	return p.eval(ctx, "evalsha", sha, keys, args)
+}
+
+func (p noRetryPipe) eval(ctx context.Context, name, body string, keys []string, args []any) *redis.Cmd {
+	a := make([]any, 0, 3+len(keys)+len(args))
+	a = append(a, name, body, len(keys))
+	for _, k := range keys {
+		a = append(a, k)
+	}
+	cmd := redis.NewCmd(ctx, append(a, args...)...)
+	_ = p.Process(ctx, noRetryCmd{cmd})
+	return cmd
+}
+
+// pipelined sends the calls as one pipeline, each as EVALSHA (sha) or
+// EVAL, and appends their replies to cmds.
+func pipelined(ctx context.Context, c redis.UniversalClient, calls []*evalCall, cmds []*redis.Cmd, sha bool) []*redis.Cmd {
 	first := len(cmds)
-	pipe := c.Pipeline()
+	pipe := noRetryPipe{c.Pipeline()}
 	for _, e := range calls {
 		keys, args := e.keysArgs()
-		cmds = append(cmds, send(e.script, ctx, pipe, keys, args...))
+		if sha {
+			cmds = append(cmds, e.script.EvalSha(ctx, pipe, keys, args...))
+		} else {
+			cmds = append(cmds, e.script.Eval(ctx, pipe, keys, args...))
+		}
 	}
 	_, err := pipe.Exec(ctx)
 	unanswered(cmds[first:], err)
