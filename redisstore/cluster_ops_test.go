@@ -64,7 +64,7 @@ type opsLoad struct {
 	keys     []string
 	admitted []atomic.Int64
 	failed   []atomic.Int64 // errors, by key
-	calls    atomic.Int64 // answered, decision or error
+	calls    atomic.Int64   // answered, decision or error
 	errs     atomic.Int64
 	hung     atomic.Int64 // not answered within opsDeadline
 	firstErr atomic.Value
@@ -235,5 +235,68 @@ func TestClusterOpsStrict(t *testing.T) {
 		}
 		t.Run(alg+"/migrate", func(t *testing.T) { opsScenario(t, cl, "mig-"+alg, take, migrate(cl)) })
 		t.Run(alg+"/failover", func(t *testing.T) { opsScenario(t, cl, "fo-"+alg, take, failover(cl)) })
+	}
+}
+
+// finishOnTryAgain is a go-redis hook that finishes a migration when a
+// pipeline gets its first TRYAGAIN: the call refused is sent again after
+// the slot moved.
+type finishOnTryAgain struct {
+	m        *redistest.Migration
+	tryAgain atomic.Int64
+}
+
+func (h *finishOnTryAgain) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (h *finishOnTryAgain) ProcessHook(next redis.ProcessHook) redis.ProcessHook { return next }
+
+func (h *finishOnTryAgain) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		err := next(ctx, cmds)
+		for _, cmd := range cmds {
+			if e := cmd.Err(); e != nil && redis.HasErrorPrefix(e, "TRYAGAIN") && h.tryAgain.Add(1) == 1 {
+				h.m.Finish()
+			}
+		}
+		return err
+	}
+}
+
+// TestClusterTryAgainSentAgain: a Take refused with TRYAGAIN (its state
+// moved, its block key not, as every key that is not blocked) is sent
+// again and decided once the slot moved, with its count moved along.
+func TestClusterTryAgainSentAgain(t *testing.T) {
+	cl := redistest.StartCluster(t, 3, 0)
+	c := clusterOpsClient(t, cl)
+	ctx := context.Background()
+	cfg := algorithms.Config{Tiers: []algorithms.Tier{{Events: 3, Window: time.Hour}}}
+	s, err := NewStore(c, mustLimiter(t, algorithms.GCRA, cfg), Options{KeyPrefix: "rlops:", Zone: "z", Pipeliner: c.Pipeliner()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const key = "tryagain"
+	for range 2 {
+		if d, err := s.Take(ctx, key, t0, 1); err != nil || !d.Allowed {
+			t.Fatalf("before the move: %+v, %v", d, err)
+		}
+	}
+	slot := int(crc16(key)) % clusterSlots
+	to := cl.Addrs[0]
+	if redistest.SlotMaster(t, to, slot) == to {
+		to = cl.Addrs[1]
+	}
+	h := &finishOnTryAgain{m: cl.BeginMigration(t, slot, to)}
+	for h.m.Move(10) > 0 {
+	}
+	c.AddHook(h)
+	d, err := s.Take(ctx, key, t0, 1)
+	if err != nil || !d.Allowed {
+		t.Fatalf("during the move: %+v, %v", d, err)
+	}
+	if h.tryAgain.Load() == 0 {
+		t.Fatal("no TRYAGAIN: the test proves nothing")
+	}
+	if d, err := s.Take(ctx, key, t0, 1); err != nil || d.Allowed {
+		t.Fatalf("the 4th of a limit of 3: %+v, %v", d, err)
 	}
 }
