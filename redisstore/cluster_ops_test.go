@@ -114,16 +114,11 @@ func (l *opsLoad) finish() {
 	l.wg.Wait()
 }
 
-// opsScenario takes half the limit of each of 8 keys of the slot of
-// first and of 4 keys of other slots of the same master, then runs event
-// under the load of 32 goroutines, then checks that decisions succeed
-// again within a few attempts and that no key admitted more than its
-// limit, whatever the Takes answered meanwhile. A key of another slot is
-// never refused by the event: each of its Takes is charged once, so it
-// admits its whole limit, less the Takes that failed (a timeout).
-func opsScenario(t *testing.T, cl *redistest.Cluster, first string, take func(ctx context.Context, key string) (algorithms.Decision, error), event func(t *testing.T, slot int, l *opsLoad)) {
-	slot, keys := keysInSlot(first, 8)
-	moved := len(keys)
+// opsKeys returns the slot of first, 8 keys of that slot (the first
+// moved of keys) and 4 keys of other slots of the same master.
+func opsKeys(t *testing.T, cl *redistest.Cluster, first string) (slot int, keys []string, moved int) {
+	slot, keys = keysInSlot(first, 8)
+	moved = len(keys)
 	master := redistest.SlotMaster(t, cl.Addrs[0], slot)
 	for i := 0; len(keys) < moved+4; i++ {
 		k := fmt.Sprintf("other-%s-%d", first, i)
@@ -131,6 +126,18 @@ func opsScenario(t *testing.T, cl *redistest.Cluster, first string, take func(ct
 			keys = append(keys, k)
 		}
 	}
+	return slot, keys, moved
+}
+
+// opsScenario takes half the limit of each of 8 keys of the slot of
+// first and of 4 keys of other slots of the same master, then runs event
+// under the load of 32 goroutines, then checks that decisions succeed
+// again within a few attempts and that no key admitted more than its
+// limit, whatever the Takes answered meanwhile. A key of another slot is
+// never refused by the event: each of its Takes is charged once, so it
+// admits its whole limit, less the Takes that failed (a timeout).
+func opsScenario(t *testing.T, cl *redistest.Cluster, first string, take func(ctx context.Context, key string) (algorithms.Decision, error), event func(t *testing.T, slot int, step func())) {
+	slot, keys, moved := opsKeys(t, cl, first)
 	ctx := context.Background()
 	pre := make([]int64, len(keys))
 	for k, key := range keys {
@@ -146,7 +153,7 @@ func opsScenario(t *testing.T, cl *redistest.Cluster, first string, take func(ct
 	}
 	l := startLoad(take, keys, 32)
 	l.progress(t, 200)
-	event(t, slot, l)
+	event(t, slot, func() { l.progress(t, 32) })
 	l.progress(t, 200)
 	l.finish()
 	t.Logf("%d calls, %d errors (first: %v), %d hung", l.calls.Load(), l.errs.Load(), l.firstErr.Load(), l.hung.Load())
@@ -169,14 +176,18 @@ func opsScenario(t *testing.T, cl *redistest.Cluster, first string, take func(ct
 	}
 	for k, key := range keys {
 		total := pre[k] + l.admitted[k].Load()
-		for {
+		// Until three denials in a row: each leasing store of three
+		// has given out what it held.
+		for denied := 0; denied < 3; {
 			d, err := take(ctx, key)
 			if err != nil {
 				t.Fatalf("after: %v", err)
 			}
 			if !d.Allowed {
-				break
+				denied++
+				continue
 			}
+			denied = 0
 			total++
 			if total > opsLimit {
 				break
@@ -193,10 +204,10 @@ func opsScenario(t *testing.T, cl *redistest.Cluster, first string, take func(ct
 	}
 }
 
-// migrate moves the slot to another master a key at a time under the
-// load, then finishes the move.
-func migrate(cl *redistest.Cluster) func(t *testing.T, slot int, l *opsLoad) {
-	return func(t *testing.T, slot int, l *opsLoad) {
+// migrate moves the slot to another master a key at a time, calling step
+// after each, then finishes the move.
+func migrate(cl *redistest.Cluster) func(t *testing.T, slot int, step func()) {
+	return func(t *testing.T, slot int, step func()) {
 		from := redistest.SlotMaster(t, cl.Addrs[0], slot)
 		to := cl.Addrs[0]
 		if to == from {
@@ -204,18 +215,21 @@ func migrate(cl *redistest.Cluster) func(t *testing.T, slot int, l *opsLoad) {
 		}
 		m := cl.BeginMigration(t, slot, to)
 		for m.Move(1) > 0 {
-			l.progress(t, 32)
+			step()
 		}
-		l.progress(t, 32)
+		step()
 		m.Finish()
 	}
 }
 
-// failover fails the slot's master over to its replica under the load.
-func failover(cl *redistest.Cluster) func(t *testing.T, slot int, l *opsLoad) {
-	return func(t *testing.T, slot int, l *opsLoad) {
+// failover fails the slot's master over to its replica, calling step
+// before and after.
+func failover(cl *redistest.Cluster) func(t *testing.T, slot int, step func()) {
+	return func(t *testing.T, slot int, step func()) {
 		master := redistest.SlotMaster(t, cl.Addrs[0], slot)
+		step()
 		cl.Failover(t, redistest.ReplicaOf(t, master))
+		step()
 	}
 }
 
@@ -235,6 +249,82 @@ func TestClusterOpsStrict(t *testing.T) {
 		}
 		t.Run(alg+"/migrate", func(t *testing.T) { opsScenario(t, cl, "mig-"+alg, take, migrate(cl)) })
 		t.Run(alg+"/failover", func(t *testing.T) { opsScenario(t, cl, "fo-"+alg, take, failover(cl)) })
+	}
+}
+
+// TestClusterOpsLease: three leasing stores through a slot migration and
+// a failover: together they never admit more than the limit.
+func TestClusterOpsLease(t *testing.T) {
+	cl := redistest.StartCluster(t, 3, 1)
+	c := clusterOpsClient(t, cl)
+	cfg := algorithms.Config{Tiers: []algorithms.Tier{{Events: opsLimit, Window: time.Hour}}}
+	clk := newSynthClock(t0)
+	for _, alg := range []string{algorithms.GCRA, algorithms.SlidingLog, algorithms.FixedWindow} {
+		var stores []*LeaseStore
+		for range 3 {
+			s, err := NewLeaseStore(c, mustLimiter(t, alg, cfg), Options{KeyPrefix: "rlops:", Zone: "lease-" + alg, Pipeliner: c.Pipeliner()},
+				LeaseOptions{Duration: time.Hour, Now: clk.Now})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { s.Close() })
+			stores = append(stores, s)
+		}
+		var n atomic.Int64
+		take := func(ctx context.Context, key string) (algorithms.Decision, error) {
+			return stores[n.Add(1)%3].Take(ctx, key, t0, 1)
+		}
+		t.Run(alg+"/migrate", func(t *testing.T) { opsScenario(t, cl, "lmig-"+alg, take, migrate(cl)) })
+		t.Run(alg+"/failover", func(t *testing.T) { opsScenario(t, cl, "lfo-"+alg, take, failover(cl)) })
+	}
+}
+
+// TestClusterOpsSync: the two-layer store's syncs through a slot
+// migration and a failover under concurrent Takes: the syncs that fail
+// are made good by the next ones, and once the slot map settled Redis
+// holds exactly what was admitted, each unit counted once.
+func TestClusterOpsSync(t *testing.T) {
+	cl := redistest.StartCluster(t, 3, 1)
+	c := clusterOpsClient(t, cl)
+	ctx := context.Background()
+	clk := &syncClock{}
+	base := alignedAfter(t0, time.Hour)
+	clk.Set(base)
+	cfg := algorithms.Config{Tiers: []algorithms.Tier{{Events: 1_000_000, Window: time.Hour}}}
+	for name, event := range map[string]func(t *testing.T, slot int, step func()){"migrate": migrate(cl), "failover": failover(cl)} {
+		t.Run(name, func(t *testing.T) {
+			s := newTestSync(t, c, algorithms.SlidingWindow, cfg, time.Second, clk, "sync-"+name)
+			slot, keys, _ := opsKeys(t, cl, "sync-"+name)
+			l := startLoad(func(ctx context.Context, key string) (algorithms.Decision, error) {
+				return s.Take(ctx, key, base, 1)
+			}, keys, 32)
+			syncs, failed := 0, 0
+			syncing := func() {
+				syncs++
+				if s.Sync(ctx) != nil {
+					failed++
+				}
+			}
+			l.progress(t, 200)
+			syncing()
+			event(t, slot, func() { l.progress(t, 32); syncing() })
+			l.progress(t, 200)
+			syncing()
+			l.finish()
+			attempts := 1
+			for ; s.Sync(ctx) != nil; attempts++ {
+				if attempts == 3 {
+					t.Fatalf("no sync succeeded after %d attempts", attempts)
+				}
+			}
+			mustSync(t, ctx, s)
+			t.Logf("%d Takes, %d of %d syncs failed under load", l.calls.Load(), failed, syncs)
+			for k, key := range keys {
+				if got, want := redisInt(t, c.UniversalClient, s.counterKey(key, 0, base)), l.admitted[k].Load(); got != want {
+					t.Errorf("key %s: %d in Redis, %d admitted", key, got, want)
+				}
+			}
+		})
 	}
 }
 
