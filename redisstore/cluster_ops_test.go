@@ -208,12 +208,7 @@ func opsScenario(t *testing.T, cl *redistest.Cluster, first string, take func(ct
 // after each, then finishes the move.
 func migrate(cl *redistest.Cluster) func(t *testing.T, slot int, step func()) {
 	return func(t *testing.T, slot int, step func()) {
-		from := redistest.SlotMaster(t, cl.Addrs[0], slot)
-		to := cl.Addrs[0]
-		if to == from {
-			to = cl.Addrs[1]
-		}
-		m := cl.BeginMigration(t, slot, to)
+		m := cl.BeginMigration(t, slot, cl.OtherMaster(t, slot))
 		for m.Move(1) > 0 {
 			step()
 		}
@@ -371,11 +366,7 @@ func TestClusterTryAgainSentAgain(t *testing.T) {
 		}
 	}
 	slot := int(crc16(key)) % clusterSlots
-	to := cl.Addrs[0]
-	if redistest.SlotMaster(t, to, slot) == to {
-		to = cl.Addrs[1]
-	}
-	h := &finishOnTryAgain{m: cl.BeginMigration(t, slot, to)}
+	h := &finishOnTryAgain{m: cl.BeginMigration(t, slot, cl.OtherMaster(t, slot))}
 	for h.m.Move(10) > 0 {
 	}
 	c.AddHook(h)

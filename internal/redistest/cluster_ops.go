@@ -51,8 +51,24 @@ func nodes(tb testing.TB, addr string) []clusterNode {
 }
 
 // SlotMaster returns the address of the master that serves slot, as the
-// node at addr sees it.
+// node at addr sees it and the master itself agrees (startTimeout at
+// most: after a failover, a node learns the new master from gossip).
 func SlotMaster(tb testing.TB, addr string, slot int) string {
+	tb.Helper()
+	deadline := time.Now().Add(startTimeout)
+	for {
+		if owner := slotOwner(tb, addr, slot); owner != "" && slotOwner(tb, owner, slot) == owner {
+			return owner
+		}
+		if time.Now().After(deadline) {
+			tb.Fatalf("redistest: %s: no master serves slot %d", addr, slot)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// slotOwner returns the master of slot in the CLUSTER NODES of addr, or "".
+func slotOwner(tb testing.TB, addr string, slot int) string {
 	tb.Helper()
 	for _, n := range nodes(tb, addr) {
 		for _, r := range n.slots {
@@ -61,25 +77,53 @@ func SlotMaster(tb testing.TB, addr string, slot int) string {
 			}
 		}
 	}
-	tb.Fatalf("redistest: %s: no master serves slot %d", addr, slot)
 	return ""
 }
 
-// ReplicaOf returns the address of a replica of the master at master.
+// ReplicaOf returns the address of a replica of the master at master,
+// waiting (startTimeout at most) until the master lists one: a master
+// that just took over learns its replica from gossip.
 func ReplicaOf(tb testing.TB, master string) string {
 	tb.Helper()
-	ns := nodes(tb, master)
-	for _, m := range ns {
-		if m.addr != master {
-			continue
-		}
-		for _, n := range ns {
-			if n.master == m.id {
-				return n.addr
+	deadline := time.Now().Add(startTimeout)
+	for {
+		ns := nodes(tb, master)
+		for _, m := range ns {
+			if m.addr != master {
+				continue
+			}
+			for _, n := range ns {
+				if n.master == m.id && !n.isMaster {
+					return n.addr
+				}
 			}
 		}
+		if time.Now().After(deadline) {
+			tb.Fatalf("redistest: master %s has no replica", master)
+		}
+		time.Sleep(20 * time.Millisecond)
 	}
-	tb.Fatalf("redistest: master %s has no replica", master)
+}
+
+// OtherMaster returns the address of a master, serving slots, that does
+// not serve slot. The masters change with failovers: a test moving a slot
+// asks for one instead of taking an address of Addrs.
+func (c *Cluster) OtherMaster(tb testing.TB, slot int) string {
+	tb.Helper()
+	var at string
+	for _, s := range c.Servers {
+		if s.Running() {
+			at = s.Addr
+			break
+		}
+	}
+	owner := SlotMaster(tb, at, slot)
+	for _, n := range nodes(tb, owner) {
+		if n.isMaster && len(n.slots) > 0 && n.addr != owner {
+			return n.addr
+		}
+	}
+	tb.Fatalf("redistest: no master besides %s", owner)
 	return ""
 }
 
