@@ -377,6 +377,13 @@ func viaGoRedis(rc redis.UniversalClient, batch []*scriptCall, evals []*evalCall
 			failed = c.reply.err
 		}
 	}
+	if cc, ok := rc.(*redis.ClusterClient); ok && failed != nil {
+		// A master that died answers nothing, not MOVED: go-redis would
+		// keep sending its slots' calls there, after its replica took
+		// over, until its slot map is 10 seconds old. The reload runs in
+		// the background, at most one at a time.
+		cc.ReloadState(context.Background())
+	}
 	clear(cmds)
 	clear(evals)
 	return evals[:0], cmds[:0], failed

@@ -282,3 +282,21 @@ func doList(addr string, args ...string) ([]string, error) {
 	}
 	return out, nil
 }
+
+// WaitSynced waits until every running replica reports its link to its
+// master up: a replica syncs first a few seconds after the cluster starts
+// (repl-diskless-sync-delay), and a replica that never synced does not
+// take over from a master that fails.
+func (c *Cluster) WaitSynced(tb testing.TB) {
+	tb.Helper()
+	var replicas []string
+	for _, s := range c.Servers {
+		if !s.Running() {
+			continue
+		}
+		if info, err := Do(s.Addr, "INFO", "replication"); err == nil && strings.Contains(info, "role:slave") {
+			replicas = append(replicas, s.Addr)
+		}
+	}
+	waitReply(tb, replicas, "master_link_status:up", "INFO", "replication")
+}
