@@ -426,9 +426,9 @@ func evalAll(ctx context.Context, c redis.UniversalClient, calls []*evalCall, cm
 }
 
 // TRYAGAIN is sent again at most tryAgainAttempts times, after
-// tryAgainBackoff, then twice and four times as long: about the default
-// read timeout in all, which is what moving a slot of a few thousand keys
-// takes (redis-cli --cluster reshard).
+// tryAgainBackoff, then twice and four times as long: 210ms in all, about
+// the default read timeout, so that a short slot move costs a request no
+// more than a failure would. The calls of the same pipeline wait too.
 const (
 	tryAgainAttempts = 3
 	tryAgainBackoff  = 30 * time.Millisecond
