@@ -7,6 +7,7 @@ package redisstore
 import (
 	"context"
 	"errors"
+	"slices"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -46,12 +47,13 @@ const (
 
 // refused reports whether a reply of cmds is an error starting with prefix.
 func refused(cmds []*redis.Cmd, prefix string) bool {
-	for _, cmd := range cmds {
-		if err := cmd.Err(); err != nil && redis.HasErrorPrefix(err, prefix) {
-			return true
-		}
-	}
-	return false
+	return slices.ContainsFunc(cmds, func(cmd *redis.Cmd) bool { return refusedWith(cmd, prefix) })
+}
+
+// refusedWith reports whether cmd's reply is an error starting with prefix.
+func refusedWith(cmd *redis.Cmd, prefix string) bool {
+	err := cmd.Err()
+	return err != nil && redis.HasErrorPrefix(err, prefix)
 }
 
 // sendAgain sends the calls whose reply in cmds (one per call) is an error
@@ -61,7 +63,7 @@ func sendAgain(ctx context.Context, c redis.UniversalClient, calls []*evalCall, 
 	var again []*evalCall
 	var at []int
 	for i, e := range calls {
-		if err := cmds[i].Err(); err != nil && redis.HasErrorPrefix(err, prefix) {
+		if refusedWith(cmds[i], prefix) {
 			again = append(again, e)
 			at = append(at, i)
 		}

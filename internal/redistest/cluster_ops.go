@@ -1,8 +1,6 @@
 package redistest
 
 import (
-	"bufio"
-	"fmt"
 	"net"
 	"strconv"
 	"strings"
@@ -233,54 +231,6 @@ func (c *Cluster) WaitMaster(tb testing.TB, addr string) {
 		}
 	}
 	waitReply(tb, up, "cluster_state:ok", "CLUSTER", "INFO")
-}
-
-// doList is Do for a command whose reply is an array of bulk strings.
-func doList(addr string, args ...string) ([]string, error) {
-	c, err := net.DialTimeout("tcp", addr, time.Second)
-	if err != nil {
-		return nil, err
-	}
-	defer c.Close()
-	_ = c.SetDeadline(time.Now().Add(5 * time.Second))
-	var b strings.Builder
-	fmt.Fprintf(&b, "*%d\r\n", len(args))
-	for _, a := range args {
-		fmt.Fprintf(&b, "$%d\r\n%s\r\n", len(a), a)
-	}
-	if _, err := c.Write([]byte(b.String())); err != nil {
-		return nil, err
-	}
-	r := bufio.NewReader(c)
-	line, err := r.ReadString('\n')
-	if err != nil {
-		return nil, err
-	}
-	line = strings.TrimRight(line, "\r\n")
-	if !strings.HasPrefix(line, "*") {
-		return nil, fmt.Errorf("unexpected reply %q", line)
-	}
-	n, err := strconv.Atoi(line[1:])
-	if err != nil {
-		return nil, err
-	}
-	out := make([]string, 0, max(n, 0))
-	for range n {
-		h, err := r.ReadString('\n')
-		if err != nil {
-			return nil, err
-		}
-		size, err := strconv.Atoi(strings.TrimRight(h, "\r\n")[1:])
-		if err != nil {
-			return nil, err
-		}
-		buf := make([]byte, size+2)
-		if _, err := ioReadFull(r, buf); err != nil {
-			return nil, err
-		}
-		out = append(out, string(buf[:size]))
-	}
-	return out, nil
 }
 
 // WaitSynced waits until every running replica reports its link to its

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"strconv"
 	"strings"
@@ -19,9 +20,42 @@ func Do(addr string, args ...string) (string, error) {
 }
 
 func do(addr string, timeout time.Duration, args ...string) (string, error) {
+	return exchange(addr, timeout, args, readReply)
+}
+
+// doList is Do for a command whose reply is an array of bulk strings.
+func doList(addr string, args ...string) ([]string, error) {
+	return exchange(addr, 5*time.Second, args, func(r *bufio.Reader) ([]string, error) {
+		line, err := readLine(r)
+		if err != nil {
+			return nil, err
+		}
+		if line[0] != '*' {
+			return nil, fmt.Errorf("unexpected reply %q", line)
+		}
+		n, err := strconv.Atoi(line[1:])
+		if err != nil {
+			return nil, err
+		}
+		out := make([]string, 0, max(n, 0))
+		for range n {
+			s, err := readReply(r)
+			if err != nil {
+				return nil, err
+			}
+			out = append(out, s)
+		}
+		return out, nil
+	})
+}
+
+// exchange sends args in RESP to addr on a new connection, within timeout,
+// and reads the reply with read.
+func exchange[T any](addr string, timeout time.Duration, args []string, read func(*bufio.Reader) (T, error)) (T, error) {
+	var zero T
 	c, err := net.DialTimeout("tcp", addr, time.Second)
 	if err != nil {
-		return "", err
+		return zero, err
 	}
 	defer c.Close()
 	_ = c.SetDeadline(time.Now().Add(timeout))
@@ -31,9 +65,13 @@ func do(addr string, timeout time.Duration, args ...string) (string, error) {
 		fmt.Fprintf(&b, "$%d\r\n%s\r\n", len(a), a)
 	}
 	if _, err := c.Write([]byte(b.String())); err != nil {
-		return "", err
+		return zero, err
 	}
-	r := bufio.NewReader(c)
+	return read(bufio.NewReader(c))
+}
+
+// readLine reads one line of a reply, without its CRLF; never empty.
+func readLine(r *bufio.Reader) (string, error) {
 	line, err := r.ReadString('\n')
 	if err != nil {
 		return "", err
@@ -41,6 +79,15 @@ func do(addr string, timeout time.Duration, args ...string) (string, error) {
 	line = strings.TrimRight(line, "\r\n")
 	if line == "" {
 		return "", errors.New("empty reply")
+	}
+	return line, nil
+}
+
+// readReply reads a simple string, integer, bulk string or error reply.
+func readReply(r *bufio.Reader) (string, error) {
+	line, err := readLine(r)
+	if err != nil {
+		return "", err
 	}
 	switch line[0] {
 	case '+', ':':
@@ -56,22 +103,10 @@ func do(addr string, timeout time.Duration, args ...string) (string, error) {
 			return "", nil
 		}
 		buf := make([]byte, n+2)
-		if _, err := ioReadFull(r, buf); err != nil {
+		if _, err := io.ReadFull(r, buf); err != nil {
 			return "", err
 		}
 		return string(buf[:n]), nil
 	}
 	return "", fmt.Errorf("unexpected reply %q", line)
-}
-
-func ioReadFull(r *bufio.Reader, buf []byte) (int, error) {
-	n := 0
-	for n < len(buf) {
-		m, err := r.Read(buf[n:])
-		n += m
-		if err != nil {
-			return n, err
-		}
-	}
-	return n, nil
 }
