@@ -46,8 +46,14 @@ func tierCapacity(t algorithms.Tier, burst int64, algorithm string) int64 {
 // a request, its window as Retry-After and reset.
 func (z *zone) neverAdmitted(cost int64) (algorithms.Decision, bool) {
 	if cost <= z.maxCost {
+		// Small enough to be inlined: every decision asks.
 		return algorithms.Decision{}, false
 	}
+	return z.neverDenial(cost), true
+}
+
+// neverDenial is neverAdmitted's denial of cost, above z.maxCost.
+func (z *zone) neverDenial(cost int64) algorithms.Decision {
 	d := algorithms.Decision{Tier: -1}
 	for i, t := range z.tiers {
 		c := tierCapacity(t, z.burst, z.algorithm)
@@ -55,7 +61,7 @@ func (z *zone) neverAdmitted(cost int64) (algorithms.Decision, bool) {
 			d = algorithms.Decision{Tier: i, Limit: c, ResetAfter: t.Window, RetryAfter: t.Window}
 		}
 	}
-	return d, true
+	return d
 }
 
 // costOf is the cost of the request in zone z: the static cost, or the

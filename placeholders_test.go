@@ -135,3 +135,11 @@ func TestPlaceholdersNamedRouteInvokedTwice(t *testing.T) {
 	expectPlaceholders(t, res, map[string]string{"{http.rate_limit.remaining}": "8"})
 	expectHeaders(t, res, map[string]string{"RateLimit": `"z";r=8;t=60`})
 }
+
+// BenchmarkServeHTTPAllowedHeadersOffSlidingLog is
+// BenchmarkServeHTTPAllowedHeadersOffInServer with the default algorithm,
+// as bench/instructions.sh's pass_headers_off site.
+func BenchmarkServeHTTPAllowedHeadersOffSlidingLog(b *testing.B) {
+	benchServeIn(b, `{"headers":"off","zones":[{"name":"bench","key":"{http.request.remote.host}",
+		"limits":[{"events":1000000000,"window":"1s"}]}]}`, context.WithValue(context.Background(), caddyhttp.ServerCtxKey, new(caddyhttp.Server)))
+}

@@ -80,7 +80,7 @@ run_caddy() {
 	# leasing mode; SITES picks some ("plain pass redis_pass": plain
 	# first, the ratio's base).
 	local sites
-	read -ra sites <<<"${SITES:-plain headers_reference pass pass_headers_off deny deny_handle_errors error_handle_errors redis_pass leased}"
+	read -ra sites <<<"${SITES:-plain noop_handler headers_reference pass pass_headers_off deny deny_handle_errors error_handle_errors redis_pass leased}"
 	go build -o "$workdir/caddy" ./cmd/caddy
 	local s
 	for s in "${sites[@]}"; do

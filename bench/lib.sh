@@ -50,6 +50,18 @@ site_headers_reference() {
 	SITE
 }
 
+# noop_handler: plain with one more handler in the route that does nothing
+# but call the next (Caddy's `vars` setting one value): what Caddy charges
+# for one more handler, the reference for pass_headers_off
+# (bench/instructions.sh; not in ALL_SCENARIOS).
+EXPECT[noop_handler]=ok
+site_noop_handler() {
+	cat <<-'SITE'
+		vars noop 1
+		respond "ok"
+	SITE
+}
+
 # pass: rate_limit in front, per client address, with a limit never reached.
 EXPECT[pass]=ok
 TARGET[pass]=0.97
@@ -250,4 +262,11 @@ start_redis() {
 	wait_port "$port" 10 || { cat "$dir/redis.log" >&2; die "redis-server did not start on $port"; }
 	REDIS_ADDR=127.0.0.1:$port
 	echo "$BENCH: redis-server $(redis-server --version | grep -o 'v=[0-9.]*') on $REDIS_ADDR, core $REDIS_CPU"
+}
+EXPECT[noop_tmp]=ok
+site_noop_tmp() {
+	cat <<-'SITE'
+		request_header -X-Noop
+		respond "ok"
+	SITE
 }
