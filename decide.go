@@ -83,7 +83,14 @@ func (h *Handler) decide(r *http.Request, z *zone, down *bool, t *taken) (outcom
 
 	z = h.forRequest(z, r) // the request's own limits, if the zone takes them from it
 	cost := z.costOf(r)
-	d, st, err := h.takeOrWait(ctx, z, key, cost, down)
+	var d algorithms.Decision
+	var st store.Store
+	if h.waits(z) {
+		d, st, err = h.takeOrWait(ctx, z, key, cost, down)
+	} else {
+		// Most zones: no call of takeOrWait's, nor a copy of its result.
+		d, st, err = h.take(ctx, z, key, cost, down)
+	}
 	if err != nil {
 		switch {
 		case ctx.Err() != nil:

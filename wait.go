@@ -205,7 +205,7 @@ func (z *zone) retryWait(d algorithms.Decision) time.Duration {
 // hold, given back by releaseShaped; a delay beyond max_wait, or no place
 // left, rejects it instead (see shapeDenial).
 func (h *Handler) takeOrWait(ctx context.Context, z *zone, key string, cost int64, down *bool) (algorithms.Decision, store.Store, error) {
-	if !z.wait || h.rt.dryRun {
+	if !h.waits(z) {
 		return h.take(ctx, z, key, cost, down)
 	}
 	deadline := h.now().Add(z.maxWait)
@@ -218,6 +218,12 @@ func (h *Handler) takeOrWait(ctx context.Context, z *zone, key string, cost int6
 		}
 	}
 	return d, st, err
+}
+
+// waits reports whether a request denied in zone z waits in line
+// (on_limit wait, not dry_run); decide calls take directly otherwise.
+func (h *Handler) waits(z *zone) bool {
+	return z.wait && !h.rt.dryRun
 }
 
 // waitTurn is takeOrWait's wait in line.

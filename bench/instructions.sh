@@ -13,10 +13,12 @@
 # cpu.rdtscp=off: valgrind cannot run the RDTSCP instruction Go's runtime
 # uses on AMD processors, and Go then reads the time another way), for
 # e2e.sh's memory scenarios, redis_pass and leased (their redis-server runs
-# natively); for each, a warm-up, then wrk for DURATION (default 8s) with
-# CONNS connections (default 16: enough requests in flight that the Redis
-# store's pipelines batch), with the counters zeroed before and dumped after
-# (SITES="plain pass redis_pass" counts only those). User space only (the
+# natively), and three of its own (bench/lib.sh): pass_headers_off,
+# noop_handler and error_headers_reference; for each, a warm-up, then wrk
+# for DURATION (default 8s) with CONNS connections (default 16: enough
+# requests in flight that the Redis store's pipelines batch), with the
+# counters zeroed before and dumped after (SITES="plain pass redis_pass"
+# counts only those). User space only (the
 # kernel's share of a request is not counted), and garbage collection falls
 # where it falls: repeat a run to see the spread (2-4 % here).
 #
@@ -76,11 +78,12 @@ result=bench/results/instructions-$(date -u +%Y%m%dT%H%M%SZ).txt
 
 run_caddy() {
 	need wrk wrk
-	# e2e.sh's sites (bench/lib.sh), pass with headers off, and the
-	# leasing mode; SITES picks some ("plain pass redis_pass": plain
-	# first, the ratio's base).
+	# e2e.sh's sites (bench/lib.sh), pass with headers off, the
+	# references for it and for deny_handle_errors, and the leasing
+	# mode; SITES picks some ("plain pass redis_pass": plain first, the
+	# ratio's base).
 	local sites
-	read -ra sites <<<"${SITES:-plain noop_handler headers_reference pass pass_headers_off deny deny_handle_errors error_handle_errors redis_pass leased}"
+	read -ra sites <<<"${SITES:-plain noop_handler headers_reference pass pass_headers_off deny deny_handle_errors error_handle_errors error_headers_reference redis_pass leased}"
 	go build -o "$workdir/caddy" ./cmd/caddy
 	local s
 	for s in "${sites[@]}"; do
