@@ -143,3 +143,28 @@ func BenchmarkServeHTTPAllowedHeadersOffSlidingLog(b *testing.B) {
 	benchServeIn(b, `{"headers":"off","zones":[{"name":"bench","key":"{http.request.remote.host}",
 		"limits":[{"events":1000000000,"window":"1s"}]}]}`, context.WithValue(context.Background(), caddyhttp.ServerCtxKey, new(caddyhttp.Server)))
 }
+
+// An admitted request with headers off allocates once in the handler: the
+// function bound to its placeholders that Replacer.Map takes (their 64
+// bytes come from arrays of placeholderBatch). Each request gets a
+// replacer of its own, made before counting, as Caddy's server makes it.
+func TestAllocationsAdmittedHeadersOff(t *testing.T) {
+	h := provisionIn(t, `{"headers":"off","zones":[{"name":"z","key":"{http.request.remote.host}","limits":[{"events":1000000,"window":"1m"}]}]}`, new(caddyhttp.Server))
+	t.Cleanup(func() { _ = h.Cleanup() })
+	const runs = 100
+	reqs := make([]*http.Request, runs+1) // AllocsPerRun runs once more to warm up
+	for i := range reqs {
+		reqs[i] = newReq("192.0.2.1:1234")
+	}
+	w := &discardWriter{h: make(http.Header)}
+	i := 0
+	n := testing.AllocsPerRun(runs, func() {
+		if err := h.ServeHTTP(w, reqs[i], nopHandler{}); err != nil {
+			t.Fatal(err)
+		}
+		i++
+	})
+	if n > 1 {
+		t.Errorf("%v allocations per admitted request, want at most 1", n)
+	}
+}
