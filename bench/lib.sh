@@ -51,10 +51,10 @@ site_headers_reference() {
 }
 
 # noop_handler: plain with one more handler in the route that does nothing
-# but call the next: Caddy's `vars` setting one value (cheaper under
-# callgrind than `request_header -X-Noop`, the other candidate built into
-# Caddy): what Caddy charges for one more handler, the reference for
-# pass_headers_off (bench/instructions.sh; not in ALL_SCENARIOS).
+# but call the next: Caddy's `vars` setting one value (under callgrind
+# cheaper than `request_header -X-Noop`, the other one measured): what
+# Caddy charges for one more handler, the reference for pass_headers_off
+# (bench/instructions.sh; not in ALL_SCENARIOS).
 EXPECT[noop_handler]=ok
 site_noop_handler() {
 	cat <<-'SITE'
