@@ -85,6 +85,8 @@ http://%s:9080 {
 		redis {
 			address %s
 			pool_size %d
+			read_timeout 10s
+			write_timeout 10s
 		}
 	}
 	respond "ok"

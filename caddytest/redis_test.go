@@ -349,7 +349,7 @@ func newInflightUpstream(t *testing.T, hold time.Duration) *inflightUpstream {
 // to what was counted.
 func TestRedisReloadKeepsCounts(t *testing.T) {
 	srv := redistest.Start(t)
-	testReloadKeepsCounts(t, "rx_reload", fmt.Sprintf("\t\tstore redis\n\t\tredis {\n\t\t\taddress %s\n\t\t}\n\t\ton_error closed\n", srv.Addr))
+	testReloadKeepsCounts(t, "rx_reload", "\t\tstore redis\n"+caddytesting.RedisBlock(srv.Addr)+"\t\ton_error closed\n")
 }
 
 func TestRedisExactAcrossInstances(t *testing.T) {

@@ -35,7 +35,7 @@ func TestAdminAfterFailedReload(t *testing.T) {
 	zones := caddytesting.Zone(memZone, caddytesting.ClientKey, "limit 3 1h") +
 		"\t}\n\trate_limit {\n" +
 		caddytesting.Zone(redisZone, caddytesting.ClientKey, "limit 3 1h") +
-		"\t\tstore redis\n\t\tredis {\n\t\t\taddress " + srv.Addr + "\n\t\t}\n"
+		"\t\tstore redis\n" + caddytesting.RedisBlock(srv.Addr)
 	live.LoadSites(t, live.HostSite("running.test", zones, `respond "ok"`))
 	hdr := []string{"Host", "running.test", "X-Client", "c1"}
 	live.ExpectCodes(t, "/", hdr, 200, 200)

@@ -72,7 +72,7 @@ http://%s:%d {
 `, host, httpPort, zone, store)
 	}
 	live.LoadSites(t, site("mem.test", memZone, "")+
-		site("redis.test", redisZone, "store redis\n\t\tredis {\n\t\t\taddress "+srv.Addr+"\n\t\t}"))
+		site("redis.test", redisZone, "store redis\n"+caddytesting.RedisBlock(srv.Addr)))
 
 	zones := adminGet(t, "/rate_limit/zones")["zones"].([]any)
 	if len(zones) != 2 {

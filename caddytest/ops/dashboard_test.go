@@ -47,12 +47,11 @@ http://:%d {
 			limit 2 1h
 		}
 		store redis
-		redis %s
-		on_error open
+%s		on_error open
 	}
 	respond "ok"
 }
-`, httpPort, memZone, redisZone, srv.Addr))
+`, httpPort, memZone, redisZone, caddytesting.RedisBlock(srv.Addr)))
 
 	for _, path := range []string{"/mem", "/redis"} {
 		for i, want := range []int{200, 200, 429} {

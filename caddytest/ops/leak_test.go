@@ -65,10 +65,12 @@ func closeIdle() {
 // time sending requests through every kind of zone state: a memory zone
 // (its store and sweeper), a redis zone with on_error local (the shared
 // client, its breaker, the memory fallback) and a two-layer zone
-// (sync_interval: its push loop). The configs differ in the limits (so the
-// zones really change and their old state must go) and in the Redis
-// pool_size (so the Redis client itself changes on every load and the old
-// one must be closed when its last config goes). Afterwards the goroutines
+// (sync_interval: its push loop). The configs differ in the limits (each
+// load's responses say which config decided them; a zone's counts are kept
+// across the loads, as a changed limit keeps them, so the limits are far
+// above what 50 loads' requests add up to) and in the Redis pool_size (so
+// the Redis client itself changes on every load and the old one must be
+// closed when its last config goes). Afterwards the goroutines
 // of the process are back to what one loaded config had (+5), and Redis
 // has no more client connections than after the first load (+2).
 func TestFiftyReloadsLeakNothing(t *testing.T) {
@@ -78,6 +80,8 @@ func TestFiftyReloadsLeakNothing(t *testing.T) {
 		redis {
 			address %s
 			pool_size %d
+			read_timeout 10s
+			write_timeout 10s
 		}
 `, srv.Addr, poolSize)
 		return live.Globals("") + fmt.Sprintf(`
@@ -110,7 +114,7 @@ http://:%d {
 	configs := []struct {
 		text  string
 		limit int
-	}{{cfg(100, 4), 100}, {cfg(50, 5), 50}}
+	}{{cfg(10000, 4), 10000}, {cfg(5000, 5), 5000}}
 
 	// traffic sends requests through every zone and checks that they
 	// were decided under the config's limit. A request may still reach

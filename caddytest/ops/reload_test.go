@@ -35,7 +35,7 @@ func TestReloadUnderLoad(t *testing.T) {
 		srv := redistest.Start(t)
 		rdb := redis.NewClient(&redis.Options{Addr: srv.Addr})
 		t.Cleanup(func() { rdb.Close() })
-		reloadUnderLoad(t, "ops_reload_redis", "\t\tstore redis\n\t\tredis "+srv.Addr+"\n", rdb)
+		reloadUnderLoad(t, "ops_reload_redis", "\t\tstore redis\n"+caddytesting.RedisBlock(srv.Addr), rdb)
 	})
 }
 

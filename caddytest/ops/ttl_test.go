@@ -79,8 +79,7 @@ func TestRedisKeysExpire(t *testing.T) {
 http://:%d {
 	rate_limit {
 %s		store redis
-		redis %s
-	}
+%s	}
 	rate_limit /sync {
 		zone ops_ttl_sync {
 			algorithm fixed_window
@@ -88,8 +87,7 @@ http://:%d {
 			limit 5 1h
 		}
 		store redis
-		redis %[3]s
-		sync_interval 100ms
+%[3]s		sync_interval 100ms
 	}
 	handle /concurrency/slow {
 		reverse_proxy %s
@@ -98,7 +96,7 @@ http://:%d {
 		respond "ok"
 	}
 }
-`, httpPort, zones.String(), srv.Addr, upstream.Listener.Addr().String()))
+`, httpPort, zones.String(), caddytesting.RedisBlock(srv.Addr), upstream.Listener.Addr().String()))
 
 	// Hold one concurrency lease while the keys are scanned.
 	slow := make(chan caddytesting.Response, 1)

@@ -22,6 +22,17 @@ import (
 	"github.com/prometheus/common/model"
 )
 
+// RedisBlock is a Caddyfile redis block (the lines inside a rate_limit
+// handler, indented for it) for the Redis at addr, with timeouts that a
+// busy test machine stays within. The default read timeout (250ms) is
+// shorter than a loaded machine can stall Redis, and a timed-out decision
+// goes to on_error: admitted uncounted, or a 503, either of which fails a
+// test that counts what Redis decided.
+func RedisBlock(addr string) string {
+	return "\t\tredis {\n\t\t\taddress " + addr +
+		"\n\t\t\tdial_timeout 5s\n\t\t\tread_timeout 10s\n\t\t\twrite_timeout 10s\n\t\t}\n"
+}
+
 // Caddy is the in-process Caddy of a test package: the ports its configs
 // use. A package has its own ports, so that packages run in parallel under
 // `go test ./...`.
