@@ -78,7 +78,7 @@ func TestDirectPipelinerExact(t *testing.T) {
 func TestDirectPipelinerNoScriptAndClose(t *testing.T) {
 	srv := redistest.Start(t)
 	c, p := directPipeliner(t, &redis.Options{Addr: srv.Addr}, 0)
-	s := pipelinedStore(t, c, p, algorithms.GCRA, oneTier(10, time.Minute), "noscript")
+	s := pipelinedStore(t, c, p, algorithms.GCRA, oneTier(10, time.Hour), "noscript")
 	ctx := context.Background()
 	if _, err := s.Take(ctx, "k", time.Time{}, 1); err != nil {
 		t.Fatal(err)
@@ -104,7 +104,7 @@ func TestDirectPipelinerNoScriptAndClose(t *testing.T) {
 func TestDirectPipelinerConnectionClosedWhileIdle(t *testing.T) {
 	srv := redistest.Start(t)
 	c, p := directPipeliner(t, &redis.Options{Addr: srv.Addr}, time.Second)
-	s := pipelinedStore(t, c, p, algorithms.GCRA, oneTier(10, time.Minute), "killed")
+	s := pipelinedStore(t, c, p, algorithms.GCRA, oneTier(10, time.Hour), "killed")
 	ctx := context.Background()
 	for i := 0; i < 3; i++ {
 		if _, err := s.Take(ctx, "k", time.Time{}, 1); err != nil {
@@ -125,7 +125,7 @@ func TestDirectPipelinerConnectionClosedWhileIdle(t *testing.T) {
 func TestDirectPipelinerTimeout(t *testing.T) {
 	srv := redistest.Start(t)
 	c, p := directPipeliner(t, &redis.Options{Addr: srv.Addr, ReadTimeout: 100 * time.Millisecond, MaxRetries: -1}, time.Minute)
-	s := pipelinedStore(t, c, p, algorithms.GCRA, oneTier(10, time.Minute), "timeout")
+	s := pipelinedStore(t, c, p, algorithms.GCRA, oneTier(10, time.Hour), "timeout")
 	ctx := context.Background()
 	if d, err := s.Take(ctx, "a", time.Time{}, 1); err != nil || d.Remaining != 9 {
 		t.Fatalf("before: %+v, %v", d, err)
@@ -158,7 +158,7 @@ func TestDirectPipelinerAuthAndDB(t *testing.T) {
 		t.Fatal(err)
 	}
 	c, p := directPipeliner(t, &redis.Options{Addr: srv.Addr, Username: "limiter", Password: "pw", DB: 3}, time.Second)
-	s := pipelinedStore(t, c, p, algorithms.GCRA, oneTier(10, time.Minute), "auth")
+	s := pipelinedStore(t, c, p, algorithms.GCRA, oneTier(10, time.Hour), "auth")
 	ctx := context.Background()
 	// The script's first call (NOSCRIPT, then EVAL through go-redis).
 	if _, err := s.Take(ctx, "warm", time.Time{}, 1); err != nil {
@@ -182,7 +182,7 @@ func TestDirectPipelinerAuthAndDB(t *testing.T) {
 	}
 
 	wc, wp := directPipeliner(t, &redis.Options{Addr: srv.Addr, Password: "wrong"}, time.Second)
-	ws := pipelinedStore(t, wc, wp, algorithms.GCRA, oneTier(10, time.Minute), "auth")
+	ws := pipelinedStore(t, wc, wp, algorithms.GCRA, oneTier(10, time.Hour), "auth")
 	for i := 0; i < 2; i++ {
 		if _, err := ws.Take(ctx, "k", time.Time{}, 1); err == nil || !strings.Contains(err.Error(), "WRONGPASS") {
 			t.Fatalf("take %d with a wrong password: %v, want WRONGPASS", i+1, err)
@@ -199,7 +199,7 @@ func TestDirectPipelinerHooked(t *testing.T) {
 	srv := redistest.Start(t)
 	c := NewClient(&redis.UniversalOptions{Addrs: []string{srv.Addr}}, ClientOptions{})
 	defer c.Destruct()
-	s := pipelinedStore(t, c, c.Pipeliner(), algorithms.GCRA, oneTier(10, time.Minute), "hooked")
+	s := pipelinedStore(t, c, c.Pipeliner(), algorithms.GCRA, oneTier(10, time.Hour), "hooked")
 	ctx := context.Background()
 	if _, err := s.Take(ctx, "k", time.Time{}, 1); err != nil {
 		t.Fatal(err)
@@ -221,7 +221,7 @@ func TestDirectPipelinerHooked(t *testing.T) {
 func TestDirectPipelinerQueuedCallsFailWithTheBatchAhead(t *testing.T) {
 	srv := redistest.Start(t)
 	c, p := directPipeliner(t, &redis.Options{Addr: srv.Addr, ReadTimeout: 2 * time.Second, MaxRetries: -1}, 0)
-	s := pipelinedStore(t, c, p, algorithms.GCRA, oneTier(10, time.Minute), "queued")
+	s := pipelinedStore(t, c, p, algorithms.GCRA, oneTier(10, time.Hour), "queued")
 	ctx := context.Background()
 	if _, err := s.Take(ctx, "warm", time.Time{}, 1); err != nil {
 		t.Fatalf("Take before the pause: %v", err)
@@ -338,7 +338,7 @@ func TestDirectPipelinerReplies(t *testing.T) {
 func TestDirectPipelinerContext(t *testing.T) {
 	srv := redistest.Start(t)
 	c, p := directPipeliner(t, &redis.Options{Addr: srv.Addr}, 0)
-	s := pipelinedStore(t, c, p, algorithms.GCRA, oneTier(10, time.Minute), "ctx")
+	s := pipelinedStore(t, c, p, algorithms.GCRA, oneTier(10, time.Hour), "ctx")
 	if _, err := s.Take(context.Background(), "k", time.Time{}, 1); err != nil {
 		t.Fatal(err)
 	}
