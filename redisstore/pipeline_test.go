@@ -180,7 +180,10 @@ func TestPipelinerConnectionRefusedAtAuth(t *testing.T) {
 // still waiting when the queued calls expire.
 func TestPipelinerQueuedCallsNotSentAfterWait(t *testing.T) {
 	srv := redistest.Start(t)
-	c := redis.NewClient(&redis.Options{Addr: srv.Addr, ReadTimeout: 3 * time.Second, MaxRetries: -1,
+	// The workers' calls must stay held until the second wave gave up,
+	// however slowly the test runs: the read timeout is longer than the
+	// test (Resume answers them).
+	c := redis.NewClient(&redis.Options{Addr: srv.Addr, ReadTimeout: time.Minute, MaxRetries: -1,
 		PoolSize: 2 * pipelineWorkers, ContextTimeoutEnabled: true})
 	defer c.Close()
 	counter := &countHook{}
