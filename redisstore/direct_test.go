@@ -8,6 +8,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -214,13 +215,81 @@ func TestDirectPipelinerHooked(t *testing.T) {
 	}
 }
 
+// deadlineGate dials connections whose read deadlines it holds back while
+// it is closed: a read then waits without a deadline, and when the gate
+// opens, the deadline last asked for applies (one passed already times the
+// read out at once). A test so decides when a read times out, however
+// slowly it runs.
+type deadlineGate struct {
+	mu    sync.Mutex
+	held  bool
+	conns []*gatedConn
+}
+
+type gatedConn struct {
+	net.Conn
+	g    *deadlineGate
+	want time.Time // the read deadline asked for while held
+}
+
+func (g *deadlineGate) dial(ctx context.Context, network, addr string) (net.Conn, error) {
+	var d net.Dialer
+	nc, err := d.DialContext(ctx, network, addr)
+	if err != nil {
+		return nil, err
+	}
+	c := &gatedConn{Conn: nc, g: g}
+	g.mu.Lock()
+	g.conns = append(g.conns, c)
+	g.mu.Unlock()
+	return c, nil
+}
+
+// open lets the read deadlines through from now on.
+func (g *deadlineGate) open() {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.held = false
+	for _, c := range g.conns {
+		if !c.want.IsZero() {
+			c.Conn.SetReadDeadline(c.want)
+		}
+	}
+}
+
+func (c *gatedConn) SetReadDeadline(t time.Time) error {
+	c.g.mu.Lock()
+	defer c.g.mu.Unlock()
+	if c.g.held {
+		c.want = t
+		return c.Conn.SetReadDeadline(time.Time{})
+	}
+	return c.Conn.SetReadDeadline(t)
+}
+
+func (c *gatedConn) SetDeadline(t time.Time) error {
+	if err := c.Conn.SetWriteDeadline(t); err != nil {
+		return err
+	}
+	return c.SetReadDeadline(t)
+}
+
+// SyscallConn lets the direct Pipeliner peek at the socket, as it does at
+// a connection that is not wrapped.
+func (c *gatedConn) SyscallConn() (syscall.RawConn, error) {
+	return c.Conn.(syscall.Conn).SyscallConn()
+}
+
 // While Redis does not answer (CLIENT PAUSE WRITE holds the scripts, as
 // a hung Redis would), the calls queued behind the batch in flight fail
 // with its timeout when it times out, without being sent: a call costs at
-// most the timeout of the batch ahead of it, not one more of its own.
+// most the timeout of the batch ahead of it, not one more of its own. The
+// first call's read deadline is held back until the calls are queued, so
+// that it cannot pass before, on a slow run.
 func TestDirectPipelinerQueuedCallsFailWithTheBatchAhead(t *testing.T) {
 	srv := redistest.Start(t)
-	c, p := directPipeliner(t, &redis.Options{Addr: srv.Addr, ReadTimeout: 2 * time.Second, MaxRetries: -1}, 0)
+	gate := &deadlineGate{held: true}
+	c, p := directPipeliner(t, &redis.Options{Addr: srv.Addr, ReadTimeout: 2 * time.Second, MaxRetries: -1, Dialer: gate.dial}, 0)
 	s := pipelinedStore(t, c, p, algorithms.GCRA, oneTier(10, time.Hour), "queued")
 	ctx := context.Background()
 	if _, err := s.Take(ctx, "warm", time.Time{}, 1); err != nil {
@@ -256,6 +325,7 @@ func TestDirectPipelinerQueuedCallsFailWithTheBatchAhead(t *testing.T) {
 	const queued = 20
 	wave := takeAll(ctx, s, "second", queued)
 	storetest.WaitFor(t, "the calls queued", func() bool { return p.queued() == queued })
+	gate.open()
 	errs := wave()
 	var ne net.Error
 	if err := <-first; !errors.As(err, &ne) || !ne.Timeout() {
