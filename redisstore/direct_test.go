@@ -122,17 +122,28 @@ func TestDirectPipelinerConnectionClosedWhileIdle(t *testing.T) {
 
 // A call that times out fails with the timeout; the connection is
 // dropped, so that the late reply is not read as the next call's: the
-// calls after it get their own decisions.
+// calls after it get their own decisions. The read timeout is a minute:
+// the test times out the read of the call it holds (a gate), so that no
+// other read times out on a slow run.
 func TestDirectPipelinerTimeout(t *testing.T) {
 	srv := redistest.Start(t)
-	c, p := directPipeliner(t, &redis.Options{Addr: srv.Addr, ReadTimeout: 100 * time.Millisecond, MaxRetries: -1}, time.Minute)
+	gate := &deadlineGate{}
+	c, p := directPipeliner(t, &redis.Options{Addr: srv.Addr, ReadTimeout: time.Minute, MaxRetries: -1, Dialer: gate.dial}, time.Minute)
 	s := pipelinedStore(t, c, p, algorithms.GCRA, oneTier(10, time.Hour), "timeout")
 	ctx := context.Background()
 	if d, err := s.Take(ctx, "a", time.Time{}, 1); err != nil || d.Remaining != 9 {
 		t.Fatalf("before: %+v, %v", d, err)
 	}
 	srv.Pause()
-	_, err := s.Take(ctx, "a", time.Time{}, 1)
+	writes := gate.writes.Load()
+	paused := make(chan error, 1)
+	go func() {
+		_, err := s.Take(ctx, "a", time.Time{}, 1)
+		paused <- err
+	}()
+	storetest.WaitFor(t, "the call sent", func() bool { return gate.writes.Load() > writes })
+	gate.expire()
+	err := <-paused
 	srv.Resume()
 	var ne net.Error
 	if !errors.As(err, &ne) || !ne.Timeout() {
@@ -218,19 +229,25 @@ func TestDirectPipelinerHooked(t *testing.T) {
 // deadlineGate dials connections whose read deadlines it holds back while
 // it is closed: a read then waits without a deadline, and when the gate
 // opens, the deadline last asked for applies (one passed already times the
-// read out at once). A test so decides when a read times out, however
-// slowly it runs.
+// read out at once). Or it times out the reads of the connections it
+// dialed so far, at once (expire). A test so decides when a read times
+// out, however slowly it runs.
 type deadlineGate struct {
-	mu    sync.Mutex
-	held  bool
-	conns []*gatedConn
+	mu     sync.Mutex
+	held   bool
+	conns  []*gatedConn
+	writes atomic.Int64 // writes on its connections
 }
 
 type gatedConn struct {
 	net.Conn
-	g    *deadlineGate
-	want time.Time // the read deadline asked for while held
+	g       *deadlineGate
+	want    time.Time // the read deadline asked for while held
+	expired bool      // reads time out at once
 }
+
+// expired is a read deadline that has passed.
+var expired = time.Unix(1, 0)
 
 func (g *deadlineGate) dial(ctx context.Context, network, addr string) (net.Conn, error) {
 	var d net.Dialer
@@ -257,9 +274,29 @@ func (g *deadlineGate) open() {
 	}
 }
 
+// expire times out the reads of the connections dialed so far, those
+// under way and those to come.
+func (g *deadlineGate) expire() {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	for _, c := range g.conns {
+		c.expired = true
+		c.Conn.SetReadDeadline(expired)
+	}
+}
+
+func (c *gatedConn) Write(b []byte) (int, error) {
+	n, err := c.Conn.Write(b)
+	c.g.writes.Add(1)
+	return n, err
+}
+
 func (c *gatedConn) SetReadDeadline(t time.Time) error {
 	c.g.mu.Lock()
 	defer c.g.mu.Unlock()
+	if c.expired {
+		t = expired
+	}
 	if c.g.held {
 		c.want = t
 		return c.Conn.SetReadDeadline(time.Time{})
