@@ -246,8 +246,8 @@ type gatedConn struct {
 	expired bool      // reads time out at once
 }
 
-// expired is a read deadline that has passed.
-var expired = time.Unix(1, 0)
+// passed is a read deadline that has passed.
+func passed() time.Time { return time.Unix(1, 0) }
 
 func (g *deadlineGate) dial(ctx context.Context, network, addr string) (net.Conn, error) {
 	var d net.Dialer
@@ -281,7 +281,7 @@ func (g *deadlineGate) expire() {
 	defer g.mu.Unlock()
 	for _, c := range g.conns {
 		c.expired = true
-		c.Conn.SetReadDeadline(expired)
+		c.Conn.SetReadDeadline(passed())
 	}
 }
 
@@ -295,7 +295,7 @@ func (c *gatedConn) SetReadDeadline(t time.Time) error {
 	c.g.mu.Lock()
 	defer c.g.mu.Unlock()
 	if c.expired {
-		t = expired
+		t = passed()
 	}
 	if c.g.held {
 		c.want = t
