@@ -541,12 +541,14 @@ func testSentinelFailover(t *testing.T, pipe func(redis.UniversalClient) *Pipeli
 		t.Skip("-short: no failover")
 	}
 	st := redistest.StartSentinel(t, 1, 1)
+	// Timeouts long enough for a loaded machine: the calls that must
+	// succeed do not time out, and the killed master refuses at once.
 	c := redis.NewFailoverClient(&redis.FailoverOptions{
 		MasterName:    st.MasterName,
 		SentinelAddrs: st.SentinelAddrs,
 		MaxRetries:    -1,
-		DialTimeout:   200 * time.Millisecond,
-		ReadTimeout:   200 * time.Millisecond,
+		DialTimeout:   2 * time.Second,
+		ReadTimeout:   2 * time.Second,
 	})
 	defer c.Close()
 	ctx := context.Background()
@@ -566,7 +568,7 @@ func testSentinelFailover(t *testing.T, pipe func(redis.UniversalClient) *Pipeli
 	}
 	// Wait for the replica to have the writes, then kill the master.
 	for i := 0; ; i++ {
-		n, err := c.Do(ctx, "WAIT", 1, 100).Int() // within the 200ms read timeout
+		n, err := c.Do(ctx, "WAIT", 1, 100).Int() // within the read timeout
 		if err == nil && n == 1 {
 			break
 		}
