@@ -84,12 +84,13 @@ func TestBlockFor(t *testing.T) {
 
 // TestBlockRedisTime: with Redis TIME, the blocked Take waits the time left
 // (at most block_for, more than nothing), and the block key expires with
-// the block.
+// the block. The window and the block are an hour long, so that the Takes
+// (on Redis's real clock) fall within them however slowly the test runs.
 func TestBlockRedisTime(t *testing.T) {
 	_, c := newClient(t)
 	ctx := context.Background()
-	const blockFor = 5 * time.Second
-	s, err := NewStore(c, mustLimiter(t, algorithms.GCRA, oneTier(1, time.Second)), Options{KeyPrefix: "rltest:", Zone: "block-time", BlockFor: blockFor})
+	const blockFor = time.Hour
+	s, err := NewStore(c, mustLimiter(t, algorithms.GCRA, oneTier(1, time.Hour)), Options{KeyPrefix: "rltest:", Zone: "block-time", BlockFor: blockFor})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -78,7 +79,7 @@ func TestDirectPipelinerExact(t *testing.T) {
 func TestDirectPipelinerNoScriptAndClose(t *testing.T) {
 	srv := redistest.Start(t)
 	c, p := directPipeliner(t, &redis.Options{Addr: srv.Addr}, 0)
-	s := pipelinedStore(t, c, p, algorithms.GCRA, oneTier(10, time.Minute), "noscript")
+	s := pipelinedStore(t, c, p, algorithms.GCRA, oneTier(10, time.Hour), "noscript")
 	ctx := context.Background()
 	if _, err := s.Take(ctx, "k", time.Time{}, 1); err != nil {
 		t.Fatal(err)
@@ -104,7 +105,7 @@ func TestDirectPipelinerNoScriptAndClose(t *testing.T) {
 func TestDirectPipelinerConnectionClosedWhileIdle(t *testing.T) {
 	srv := redistest.Start(t)
 	c, p := directPipeliner(t, &redis.Options{Addr: srv.Addr}, time.Second)
-	s := pipelinedStore(t, c, p, algorithms.GCRA, oneTier(10, time.Minute), "killed")
+	s := pipelinedStore(t, c, p, algorithms.GCRA, oneTier(10, time.Hour), "killed")
 	ctx := context.Background()
 	for i := 0; i < 3; i++ {
 		if _, err := s.Take(ctx, "k", time.Time{}, 1); err != nil {
@@ -121,17 +122,28 @@ func TestDirectPipelinerConnectionClosedWhileIdle(t *testing.T) {
 
 // A call that times out fails with the timeout; the connection is
 // dropped, so that the late reply is not read as the next call's: the
-// calls after it get their own decisions.
+// calls after it get their own decisions. The read timeout is a minute:
+// the test times out the read of the call it holds (a gate), so that no
+// other read times out on a slow run.
 func TestDirectPipelinerTimeout(t *testing.T) {
 	srv := redistest.Start(t)
-	c, p := directPipeliner(t, &redis.Options{Addr: srv.Addr, ReadTimeout: 100 * time.Millisecond, MaxRetries: -1}, time.Minute)
-	s := pipelinedStore(t, c, p, algorithms.GCRA, oneTier(10, time.Minute), "timeout")
+	gate := &deadlineGate{}
+	c, p := directPipeliner(t, &redis.Options{Addr: srv.Addr, ReadTimeout: time.Minute, MaxRetries: -1, Dialer: gate.dial}, time.Minute)
+	s := pipelinedStore(t, c, p, algorithms.GCRA, oneTier(10, time.Hour), "timeout")
 	ctx := context.Background()
 	if d, err := s.Take(ctx, "a", time.Time{}, 1); err != nil || d.Remaining != 9 {
 		t.Fatalf("before: %+v, %v", d, err)
 	}
 	srv.Pause()
-	_, err := s.Take(ctx, "a", time.Time{}, 1)
+	writes := gate.writes.Load()
+	paused := make(chan error, 1)
+	go func() {
+		_, err := s.Take(ctx, "a", time.Time{}, 1)
+		paused <- err
+	}()
+	storetest.WaitFor(t, "the call sent", func() bool { return gate.writes.Load() > writes })
+	gate.expire()
+	err := <-paused
 	srv.Resume()
 	var ne net.Error
 	if !errors.As(err, &ne) || !ne.Timeout() {
@@ -158,7 +170,7 @@ func TestDirectPipelinerAuthAndDB(t *testing.T) {
 		t.Fatal(err)
 	}
 	c, p := directPipeliner(t, &redis.Options{Addr: srv.Addr, Username: "limiter", Password: "pw", DB: 3}, time.Second)
-	s := pipelinedStore(t, c, p, algorithms.GCRA, oneTier(10, time.Minute), "auth")
+	s := pipelinedStore(t, c, p, algorithms.GCRA, oneTier(10, time.Hour), "auth")
 	ctx := context.Background()
 	// The script's first call (NOSCRIPT, then EVAL through go-redis).
 	if _, err := s.Take(ctx, "warm", time.Time{}, 1); err != nil {
@@ -182,7 +194,7 @@ func TestDirectPipelinerAuthAndDB(t *testing.T) {
 	}
 
 	wc, wp := directPipeliner(t, &redis.Options{Addr: srv.Addr, Password: "wrong"}, time.Second)
-	ws := pipelinedStore(t, wc, wp, algorithms.GCRA, oneTier(10, time.Minute), "auth")
+	ws := pipelinedStore(t, wc, wp, algorithms.GCRA, oneTier(10, time.Hour), "auth")
 	for i := 0; i < 2; i++ {
 		if _, err := ws.Take(ctx, "k", time.Time{}, 1); err == nil || !strings.Contains(err.Error(), "WRONGPASS") {
 			t.Fatalf("take %d with a wrong password: %v, want WRONGPASS", i+1, err)
@@ -199,7 +211,7 @@ func TestDirectPipelinerHooked(t *testing.T) {
 	srv := redistest.Start(t)
 	c := NewClient(&redis.UniversalOptions{Addrs: []string{srv.Addr}}, ClientOptions{})
 	defer c.Destruct()
-	s := pipelinedStore(t, c, c.Pipeliner(), algorithms.GCRA, oneTier(10, time.Minute), "hooked")
+	s := pipelinedStore(t, c, c.Pipeliner(), algorithms.GCRA, oneTier(10, time.Hour), "hooked")
 	ctx := context.Background()
 	if _, err := s.Take(ctx, "k", time.Time{}, 1); err != nil {
 		t.Fatal(err)
@@ -214,14 +226,108 @@ func TestDirectPipelinerHooked(t *testing.T) {
 	}
 }
 
+// deadlineGate dials connections whose read deadlines it holds back while
+// it is closed: a read then waits without a deadline, and when the gate
+// opens, the deadline last asked for applies (one passed already times the
+// read out at once). Or it times out the reads of the connections it
+// dialed so far, at once (expire). A test so decides when a read times
+// out, however slowly it runs.
+type deadlineGate struct {
+	mu     sync.Mutex
+	held   bool
+	conns  []*gatedConn
+	writes atomic.Int64 // writes on its connections
+}
+
+type gatedConn struct {
+	net.Conn
+	g       *deadlineGate
+	want    time.Time // the read deadline asked for while held
+	expired bool      // reads time out at once
+}
+
+// passed is a read deadline that has passed.
+func passed() time.Time { return time.Unix(1, 0) }
+
+func (g *deadlineGate) dial(ctx context.Context, network, addr string) (net.Conn, error) {
+	var d net.Dialer
+	nc, err := d.DialContext(ctx, network, addr)
+	if err != nil {
+		return nil, err
+	}
+	c := &gatedConn{Conn: nc, g: g}
+	g.mu.Lock()
+	g.conns = append(g.conns, c)
+	g.mu.Unlock()
+	return c, nil
+}
+
+// open lets the read deadlines through from now on.
+func (g *deadlineGate) open() {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.held = false
+	for _, c := range g.conns {
+		if !c.want.IsZero() {
+			c.Conn.SetReadDeadline(c.want)
+		}
+	}
+}
+
+// expire times out the reads of the connections dialed so far, those
+// under way and those to come.
+func (g *deadlineGate) expire() {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	for _, c := range g.conns {
+		c.expired = true
+		c.Conn.SetReadDeadline(passed())
+	}
+}
+
+func (c *gatedConn) Write(b []byte) (int, error) {
+	n, err := c.Conn.Write(b)
+	c.g.writes.Add(1)
+	return n, err
+}
+
+func (c *gatedConn) SetReadDeadline(t time.Time) error {
+	c.g.mu.Lock()
+	defer c.g.mu.Unlock()
+	if c.expired {
+		t = passed()
+	}
+	if c.g.held {
+		c.want = t
+		return c.Conn.SetReadDeadline(time.Time{})
+	}
+	return c.Conn.SetReadDeadline(t)
+}
+
+func (c *gatedConn) SetDeadline(t time.Time) error {
+	if err := c.Conn.SetWriteDeadline(t); err != nil {
+		return err
+	}
+	return c.SetReadDeadline(t)
+}
+
+// SyscallConn lets the direct Pipeliner peek at the socket, as it does at
+// a connection that is not wrapped.
+func (c *gatedConn) SyscallConn() (syscall.RawConn, error) {
+	return c.Conn.(syscall.Conn).SyscallConn()
+}
+
 // While Redis does not answer (CLIENT PAUSE WRITE holds the scripts, as
 // a hung Redis would), the calls queued behind the batch in flight fail
 // with its timeout when it times out, without being sent: a call costs at
-// most the timeout of the batch ahead of it, not one more of its own.
+// most the timeout of the batch ahead of it, not one more of its own. The
+// first call's read deadline is held back until the calls are queued, so
+// that it cannot pass before, on a slow run.
 func TestDirectPipelinerQueuedCallsFailWithTheBatchAhead(t *testing.T) {
 	srv := redistest.Start(t)
-	c, p := directPipeliner(t, &redis.Options{Addr: srv.Addr, ReadTimeout: 2 * time.Second, MaxRetries: -1}, 0)
-	s := pipelinedStore(t, c, p, algorithms.GCRA, oneTier(10, time.Minute), "queued")
+	gate := &deadlineGate{held: true}
+	c, p := directPipeliner(t, &redis.Options{Addr: srv.Addr, ReadTimeout: 2 * time.Second, MaxRetries: -1, Dialer: gate.dial}, 0)
+	s := pipelinedStore(t, c, p, algorithms.GCRA, oneTier(10, time.Hour), "queued")
 	ctx := context.Background()
 	if _, err := s.Take(ctx, "warm", time.Time{}, 1); err != nil {
 		t.Fatalf("Take before the pause: %v", err)
@@ -256,6 +362,7 @@ func TestDirectPipelinerQueuedCallsFailWithTheBatchAhead(t *testing.T) {
 	const queued = 20
 	wave := takeAll(ctx, s, "second", queued)
 	storetest.WaitFor(t, "the calls queued", func() bool { return p.queued() == queued })
+	gate.open()
 	errs := wave()
 	var ne net.Error
 	if err := <-first; !errors.As(err, &ne) || !ne.Timeout() {
@@ -338,7 +445,7 @@ func TestDirectPipelinerReplies(t *testing.T) {
 func TestDirectPipelinerContext(t *testing.T) {
 	srv := redistest.Start(t)
 	c, p := directPipeliner(t, &redis.Options{Addr: srv.Addr}, 0)
-	s := pipelinedStore(t, c, p, algorithms.GCRA, oneTier(10, time.Minute), "ctx")
+	s := pipelinedStore(t, c, p, algorithms.GCRA, oneTier(10, time.Hour), "ctx")
 	if _, err := s.Take(context.Background(), "k", time.Time{}, 1); err != nil {
 		t.Fatal(err)
 	}

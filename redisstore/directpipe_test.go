@@ -144,7 +144,7 @@ func TestDirectPipelinerLeaderPanics(t *testing.T) {
 	srv := redistest.Start(t)
 	c := NewClient(&redis.UniversalOptions{Addrs: []string{srv.Addr}}, ClientOptions{})
 	defer c.Destruct()
-	s := pipelinedStore(t, c, c.Pipeliner(), algorithms.GCRA, oneTier(10, time.Minute), "panic")
+	s := pipelinedStore(t, c, c.Pipeliner(), algorithms.GCRA, oneTier(10, time.Hour), "panic")
 	ctx := context.Background()
 	if _, err := s.Take(ctx, "k", time.Time{}, 1); err != nil {
 		t.Fatal(err)

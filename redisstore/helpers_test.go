@@ -125,6 +125,10 @@ func idleClient(t testing.TB) *redis.Client {
 	return c
 }
 
+// oneTier is a config of one tier, events per w. A test that takes on
+// Redis's clock (a zero now) and counts what remains limits per hour or
+// more: a unit comes back every w/events, and a loaded machine can take
+// seconds between two Takes.
 func oneTier(events int64, w time.Duration) algorithms.Config {
 	return algorithms.Config{Tiers: []algorithms.Tier{{Events: events, Window: w}}}
 }

@@ -138,11 +138,13 @@ func TestStoreResetCluster(t *testing.T) {
 }
 
 // TestDenyCacheReset: a reset forgets the denial the cache remembers, so
-// the next request reaches Redis.
+// the next request reaches Redis. The Takes run on Redis's clock: a sliding
+// log, whose hour starts at the first Take, denies the second whenever the
+// test runs (a fixed window would admit it across the turn of an hour).
 func TestDenyCacheReset(t *testing.T) {
 	_, c := newClient(t)
 	ctx := context.Background()
-	l, err := limiter(algorithms.FixedWindow, algorithms.Config{Tiers: []algorithms.Tier{{Events: 1, Window: time.Hour}}})
+	l, err := limiter(algorithms.SlidingLog, algorithms.Config{Tiers: []algorithms.Tier{{Events: 1, Window: time.Hour}}})
 	if err != nil {
 		t.Fatal(err)
 	}

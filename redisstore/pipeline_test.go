@@ -94,7 +94,7 @@ func TestPipelinerSameDecisions(t *testing.T) {
 func TestPipelinerNoScriptAndClose(t *testing.T) {
 	srv, c := newClient(t)
 	p := NewPipeliner(c, 0)
-	s := pipelinedStore(t, c, p, algorithms.GCRA, oneTier(10, time.Minute), "noscript")
+	s := pipelinedStore(t, c, p, algorithms.GCRA, oneTier(10, time.Hour), "noscript")
 	if _, err := s.Take(context.Background(), "k", time.Time{}, 1); err != nil {
 		t.Fatal(err)
 	}
@@ -119,7 +119,7 @@ func TestPipelinerContext(t *testing.T) {
 		srv, c := newClient(t)
 		p := newPipeliner(c, 0)
 		defer p.Close()
-		s := pipelinedStore(t, c, p, algorithms.GCRA, oneTier(10, time.Minute), "ctx")
+		s := pipelinedStore(t, c, p, algorithms.GCRA, oneTier(10, time.Hour), "ctx")
 		srv.Pause()
 		ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
 		_, err := s.Take(ctx, "k", time.Time{}, 1)
@@ -158,7 +158,7 @@ func TestPipelinerConnectionRefusedAtAuth(t *testing.T) {
 	defer c.Close()
 	p := NewPipeliner(c, 0)
 	defer p.Close()
-	s := pipelinedStore(t, c, p, algorithms.SlidingLog, oneTier(10, time.Minute), "auth")
+	s := pipelinedStore(t, c, p, algorithms.SlidingLog, oneTier(10, time.Hour), "auth")
 	ctx := context.Background()
 	for i := 0; i < 3; i++ {
 		_, err := s.Take(ctx, "k", time.Time{}, 1)
@@ -180,14 +180,17 @@ func TestPipelinerConnectionRefusedAtAuth(t *testing.T) {
 // still waiting when the queued calls expire.
 func TestPipelinerQueuedCallsNotSentAfterWait(t *testing.T) {
 	srv := redistest.Start(t)
-	c := redis.NewClient(&redis.Options{Addr: srv.Addr, ReadTimeout: 3 * time.Second, MaxRetries: -1,
+	// The workers' calls must stay held until the second wave gave up,
+	// however slowly the test runs: the read timeout is longer than the
+	// test (Resume answers them).
+	c := redis.NewClient(&redis.Options{Addr: srv.Addr, ReadTimeout: time.Minute, MaxRetries: -1,
 		PoolSize: 2 * pipelineWorkers, ContextTimeoutEnabled: true})
 	defer c.Close()
 	counter := &countHook{}
 	c.AddHook(counter)
 	p := NewPipeliner(c, 100*time.Millisecond)
 	defer p.Close()
-	s := pipelinedStore(t, c, p, algorithms.GCRA, oneTier(10, time.Minute), "queued")
+	s := pipelinedStore(t, c, p, algorithms.GCRA, oneTier(10, time.Hour), "queued")
 	ctx := context.Background()
 	if _, err := s.Take(ctx, "warm", time.Time{}, 1); err != nil {
 		t.Fatalf("Take before the pause: %v", err)

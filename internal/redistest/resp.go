@@ -16,8 +16,13 @@ import (
 // error reply as an error). It is enough for the helpers' own PING, INFO and
 // CLUSTER commands, without a client library.
 func Do(addr string, args ...string) (string, error) {
-	return do(addr, 5*time.Second, args...)
+	return do(addr, exchangeTimeout, args...)
 }
+
+// exchangeTimeout bounds a command of Do, its dial included. It is only
+// there to end a test that hangs: long enough for a loaded machine, where
+// a dial or a reply can take seconds.
+const exchangeTimeout = 10 * time.Second
 
 func do(addr string, timeout time.Duration, args ...string) (string, error) {
 	return exchange(addr, timeout, args, readReply)
@@ -25,7 +30,7 @@ func do(addr string, timeout time.Duration, args ...string) (string, error) {
 
 // doList is Do for a command whose reply is an array of bulk strings.
 func doList(addr string, args ...string) ([]string, error) {
-	return exchange(addr, 5*time.Second, args, func(r *bufio.Reader) ([]string, error) {
+	return exchange(addr, exchangeTimeout, args, func(r *bufio.Reader) ([]string, error) {
 		line, err := readLine(r)
 		if err != nil {
 			return nil, err
@@ -50,15 +55,18 @@ func doList(addr string, args ...string) ([]string, error) {
 }
 
 // exchange sends args in RESP to addr on a new connection, within timeout,
-// and reads the reply with read.
+// and reads the reply with read. The dial has the same deadline as the
+// reply: on a loaded machine a connect can take a second or more (a dropped
+// SYN is sent again after one second), which is no failure of the server.
 func exchange[T any](addr string, timeout time.Duration, args []string, read func(*bufio.Reader) (T, error)) (T, error) {
 	var zero T
-	c, err := net.DialTimeout("tcp", addr, time.Second)
+	deadline := time.Now().Add(timeout)
+	c, err := net.DialTimeout("tcp", addr, timeout)
 	if err != nil {
 		return zero, err
 	}
 	defer c.Close()
-	_ = c.SetDeadline(time.Now().Add(timeout))
+	_ = c.SetDeadline(deadline)
 	var b strings.Builder
 	fmt.Fprintf(&b, "*%d\r\n", len(args))
 	for _, a := range args {
