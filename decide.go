@@ -88,7 +88,6 @@ func (h *Handler) decide(r *http.Request, z *zone, down *bool, t *taken) (outcom
 	if h.waits(z) {
 		d, st, err = h.takeOrWait(ctx, z, key, cost, down)
 	} else {
-		// Most zones: no call of takeOrWait's, nor a copy of its result.
 		d, st, err = h.take(ctx, z, key, cost, down)
 	}
 	if err != nil {

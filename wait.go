@@ -120,6 +120,25 @@ func (wl *waitLines) join(key string, w *waiter, d *algorithms.Decision, now, de
 	return joined, len(l.waiters) == 1, algorithms.Decision{}
 }
 
+// hold takes a place among the waiters for a request held outside any
+// line (a shaped admission): false when the zone holds max waiters.
+func (wl *waitLines) hold() bool {
+	wl.mu.Lock()
+	defer wl.mu.Unlock()
+	if wl.n >= wl.max {
+		return false
+	}
+	wl.n++
+	return true
+}
+
+// release gives back a place that hold took.
+func (wl *waitLines) release() {
+	wl.mu.Lock()
+	wl.n--
+	wl.mu.Unlock()
+}
+
 // latest is the newer of the line's denial and d (at now); l may be nil
 // when d is not.
 func (l *waitLine) latest(d *algorithms.Decision, now time.Time) (algorithms.Decision, time.Time) {
@@ -192,9 +211,9 @@ func (z *zone) retryWait(d algorithms.Decision) time.Duration {
 	return wait
 }
 
-// takeOrWait decides the request in zone z: with on_limit wait (and not
-// dry_run) a denied request waits in its key's line until it is admitted,
-// for at most max_wait. It returns the decision (denied when the request
+// takeOrWait decides the request in zone z, a zone that waits (see waits;
+// decide calls take for the others): a denied request waits in its key's
+// line until it is admitted, for at most max_wait. It returns the decision (denied when the request
 // could not be admitted in time or the zone holds too many waiters) and
 // the store that made it, the context's error when the client went away,
 // or the store's error. down is take's: set once a store call of the
@@ -203,11 +222,8 @@ func (z *zone) retryWait(d algorithms.Decision) time.Duration {
 // A request that the zone shapes (leaky_bucket) is admitted with the delay
 // it is to be held for, and a place among the zone's waiters for that
 // hold, given back by releaseShaped; a delay beyond max_wait, or no place
-// left, rejects it instead (see shapeDenial).
+// left, rejects it instead (see holdShaped).
 func (h *Handler) takeOrWait(ctx context.Context, z *zone, key string, cost int64, down *bool) (algorithms.Decision, store.Store, error) {
-	if !h.waits(z) {
-		return h.take(ctx, z, key, cost, down)
-	}
 	deadline := h.now().Add(z.maxWait)
 	d, st, err := h.waitTurn(ctx, z, key, cost, down, deadline)
 	if err == nil && shaped(z, d) {
@@ -221,7 +237,7 @@ func (h *Handler) takeOrWait(ctx context.Context, z *zone, key string, cost int6
 }
 
 // waits reports whether a request denied in zone z waits in line
-// (on_limit wait, not dry_run); decide calls take directly otherwise.
+// (on_limit wait, not dry_run).
 func (h *Handler) waits(z *zone) bool {
 	return z.wait && !h.rt.dryRun
 }
@@ -338,14 +354,10 @@ func (z *zone) holdShaped(d algorithms.Decision, left time.Duration) (algorithms
 		denial.RetryAfter = d.Delay - max(min(left, z.maxWait), 0)
 		return denial, false
 	}
-	wl := z.waiters
-	wl.mu.Lock()
-	defer wl.mu.Unlock()
-	if wl.n >= wl.max {
+	if !z.waiters.hold() {
 		denial.RetryAfter = d.Delay
 		return denial, false
 	}
-	wl.n++
 	return algorithms.Decision{}, true
 }
 
@@ -357,10 +369,7 @@ func (h *Handler) releaseShaped(takes []taken) {
 	}
 	for i := range takes {
 		if t := &takes[i]; shaped(t.z, t.d) {
-			wl := t.z.waiters
-			wl.mu.Lock()
-			wl.n--
-			wl.mu.Unlock()
+			t.z.waiters.release()
 		}
 	}
 }

@@ -82,16 +82,10 @@ http://%s:9080 {
 			block_for 1h
 		}
 		store redis
-		redis {
-			address %s
-			pool_size %d
-			read_timeout 10s
-			write_timeout 10s
-		}
-	}
+%s	}
 	respond "ok"
 }
-`, host, blockWindow, srv.Addr, 8+i)
+`, host, blockWindow, caddytesting.RedisBlock(srv.Addr, fmt.Sprintf("pool_size %d", 8+i)))
 	}
 	live.LoadSites(t, b.String())
 	expectBlocked(t, overLimit(t, "Host", "a.test", "X-Client", "a"), "a.test over the limit")

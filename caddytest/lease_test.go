@@ -9,6 +9,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/zonelimit/caddy-ratelimit/internal/caddytesting"
 	"github.com/zonelimit/caddy-ratelimit/internal/redistest"
 )
 
@@ -23,8 +24,8 @@ func leaseSites(addr string) string {
 			fmt.Fprintf(&b, "\t\tzone lease_%s {\n\t\t\tmatch {\n\t\t\t\tpath /%s\n\t\t\t}\n\t\t\tkey shared\n\t\t\talgorithm %s\n\t\t\tlimit 300 1h\n\t\t}\n",
 				alg, alg, alg)
 		}
-		fmt.Fprintf(&b, "\t\tstore redis\n\t\tredis {\n\t\t\taddress %s\n\t\t\tpool_size %d\n\t\t\tdial_timeout 5s\n\t\t\tread_timeout 10s\n\t\t\twrite_timeout 10s\n\t\t}\n\t\tlease 1s\n\t\ton_error closed\n\t}\n",
-			addr, 8+i)
+		fmt.Fprintf(&b, "\t\tstore redis\n%s\t\tlease 1s\n\t\ton_error closed\n\t}\n",
+			caddytesting.RedisBlock(addr, fmt.Sprintf("pool_size %d", 8+i)))
 		b.WriteString("\trespond \"ok\"\n}\n")
 	}
 	return b.String()

@@ -267,8 +267,8 @@ func exactSites(prefix string, addrs []string, upstream string) string {
 				prefix, alg, alg, alg, limit)
 		}
 		fmt.Fprintf(&b, "\t\tzone %s_concurrency {\n\t\t\tmatch {\n\t\t\t\tpath /concurrency\n\t\t\t}\n\t\t\tkey shared\n\t\t\talgorithm concurrency\n\t\t\tlimit 10 1m\n\t\t}\n", prefix)
-		fmt.Fprintf(&b, "\t\tstore redis\n\t\tredis {\n\t\t\taddress %s\n\t\t\tpool_size %d\n\t\t\tdial_timeout 5s\n\t\t\tread_timeout 10s\n\t\t\twrite_timeout 10s\n\t\t}\n\t\ton_error closed\n\t}\n",
-			strings.Join(addrs, " "), 8+i)
+		fmt.Fprintf(&b, "\t\tstore redis\n%s\t\ton_error closed\n\t}\n",
+			caddytesting.RedisBlock(strings.Join(addrs, " "), fmt.Sprintf("pool_size %d", 8+i)))
 		fmt.Fprintf(&b, "\thandle /concurrency {\n\t\treverse_proxy %s\n\t}\n\trespond \"ok\"\n}\n", upstream)
 	}
 	return b.String()

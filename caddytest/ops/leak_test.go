@@ -76,14 +76,7 @@ func closeIdle() {
 func TestFiftyReloadsLeakNothing(t *testing.T) {
 	srv := redistest.Start(t)
 	cfg := func(limit, poolSize int) string {
-		redisBlock := fmt.Sprintf(`		store redis
-		redis {
-			address %s
-			pool_size %d
-			read_timeout 10s
-			write_timeout 10s
-		}
-`, srv.Addr, poolSize)
+		redisBlock := "\t\tstore redis\n" + caddytesting.RedisBlock(srv.Addr, fmt.Sprintf("pool_size %d", poolSize))
 		return live.Globals("") + fmt.Sprintf(`
 http://:%d {
 	rate_limit /mem/* {

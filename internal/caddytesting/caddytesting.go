@@ -10,6 +10,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -23,14 +24,20 @@ import (
 )
 
 // RedisBlock is a Caddyfile redis block (the lines inside a rate_limit
-// handler, indented for it) for the Redis at addr, with timeouts that a
-// busy test machine stays within. The default read timeout (250ms) is
-// shorter than a loaded machine can stall Redis, and a timed-out decision
-// goes to on_error: admitted uncounted, or a 503, either of which fails a
-// test that counts what Redis decided.
-func RedisBlock(addr string) string {
-	return "\t\tredis {\n\t\t\taddress " + addr +
-		"\n\t\t\tdial_timeout 5s\n\t\t\tread_timeout 10s\n\t\t\twrite_timeout 10s\n\t\t}\n"
+// handler, indented for it) for the Redis at addr (addresses separated by
+// spaces for a Cluster), with the lines given (e.g. "pool_size 8") and
+// timeouts that a busy test machine stays within. The default read
+// timeout (250ms) is shorter than a loaded machine can stall Redis, and a
+// timed-out decision goes to on_error: admitted uncounted, or a 503,
+// either of which fails a test that counts what Redis decided.
+func RedisBlock(addr string, lines ...string) string {
+	var b strings.Builder
+	b.WriteString("\t\tredis {\n\t\t\taddress " + addr + "\n")
+	for _, l := range slices.Concat(lines, []string{"dial_timeout 5s", "read_timeout 10s", "write_timeout 10s"}) {
+		b.WriteString("\t\t\t" + l + "\n")
+	}
+	b.WriteString("\t\t}\n")
+	return b.String()
 }
 
 // Caddy is the in-process Caddy of a test package: the ports its configs
