@@ -1,9 +1,12 @@
 package ratelimit
 
 import (
+	"encoding/json"
+	"fmt"
 	"math"
 	"net/http"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -134,5 +137,122 @@ func TestRejectionErrorMessage(t *testing.T) {
 				t.Errorf("status %d: %s = %q, want %q", status, ph, got, want)
 			}
 		}
+	}
+}
+
+// mholtTimeline is a zone in mholt/caddy-ratelimit's JSON shape: ten GETs
+// per minute for everyone.
+const mholtTimeline = `{"rate_limits":{"zone1":{"match":[{"method":["GET"]}],"key":"static","window":"60s","max_events":10}}}`
+
+// expectDenied fails the test unless res is a 429 with Retry-After want.
+func expectDenied(t *testing.T, res result, want string, what string) {
+	t.Helper()
+	if res.code != 429 || res.called || res.hdr.Get("Retry-After") != want {
+		t.Fatalf("%s: code %d (next called %v), Retry-After %q; want 429 with %s", what, res.code, res.called, res.hdr.Get("Retry-After"), want)
+	}
+}
+
+// The window's timeline as mholt/caddy-ratelimit has it: the request past
+// the limit waits the whole window, half a window later half of it, and a
+// window after the first requests they have all left it (the instant a
+// request is a window old, it no longer counts). Requests the zone does
+// not match pass.
+func TestMholtWindowTimeline(t *testing.T) {
+	clock := newClock()
+	h := provision(t, mholtTimeline, clock)
+	for i := 0; i < 10; i++ {
+		if res := serve(h, newReq("192.0.2.1:1")); res.code != 200 {
+			t.Fatalf("GET %d: %d", i+1, res.code)
+		}
+	}
+	expectDenied(t, serve(h, newReq("192.0.2.2:1")), "60", "11th GET")
+	post := newReq("192.0.2.1:1")
+	post.Method = "POST"
+	if res := serve(h, post); res.code != 200 {
+		t.Fatalf("POST (not matched): %d", res.code)
+	}
+	clock.Advance(30 * time.Second)
+	expectDenied(t, serve(h, newReq("192.0.2.1:1")), "30", "half a window later")
+	clock.Advance(30 * time.Second)
+	for i := 0; i < 10; i++ {
+		if res := serve(h, newReq("192.0.2.1:1")); res.code != 200 {
+			t.Fatalf("a window later, GET %d: %d", i+1, res.code)
+		}
+	}
+	expectDenied(t, serve(h, newReq("192.0.2.1:1")), "60", "a window later, 11th GET")
+}
+
+// Requests spread over the window leave it one by one, as from
+// mholt/caddy-ratelimit's ring buffer: ten requests a second apart in a
+// 10s window; at the last, the next may come a second later; five seconds
+// after, the six requests at least a window old have left (the sixth
+// exactly a window old).
+func TestMholtSpreadRequestsLeave(t *testing.T) {
+	clock := newClock()
+	h := provision(t, `{"rate_limits":{"ring":{"key":"static","window":"10s","max_events":10}}}`, clock)
+	for i := 0; i < 10; i++ {
+		if i > 0 {
+			clock.Advance(time.Second)
+		}
+		if res := serve(h, newReq("192.0.2.1:1")); res.code != 200 {
+			t.Fatalf("request %d: %d", i+1, res.code)
+		}
+	}
+	expectDenied(t, serve(h, newReq("192.0.2.1:1")), "1", "a full window")
+	clock.Advance(6 * time.Second)
+	for i := 0; i < 6; i++ {
+		if res := serve(h, newReq("192.0.2.1:1")); res.code != 200 {
+			t.Fatalf("6s later, request %d: %d", i+1, res.code)
+		}
+	}
+	expectDenied(t, serve(h, newReq("192.0.2.1:1")), "1", "6s later, the 7th")
+}
+
+// ipv4_prefix and ipv6_prefix group addresses as mholt/caddy-ratelimit
+// does: two addresses share a count exactly when there they share a key.
+// The key's text differs only for a full-length prefix set explicitly
+// (there "172.16.5.4/32", here the address alone, as without a prefix).
+func TestMholtNetworkPrefixes(t *testing.T) {
+	for _, c := range []struct {
+		v4, v6   int
+		a, b     string
+		together bool
+		key      string // the key of a here
+	}{
+		{0, 64, "2001:db8:1234:5678:9abc:def0:1234:5678", "2001:db8:1234:5678:ffff:ffff:ffff:ffff", true, "2001:db8:1234:5678::/64"},
+		{0, 64, "2001:db8:1234:5678::1", "2001:db8:1234:5679::1", false, "2001:db8:1234:5678::/64"},
+		{0, 48, "2001:db8:1234:5678::1", "2001:db8:1234:ffff::2", true, "2001:db8:1234::/48"},
+		{0, 128, "2001:db8:1234:5678::1", "2001:db8:1234:5678::2", false, "2001:db8:1234:5678::1"},
+		{24, 0, "192.168.1.100", "192.168.1.7", true, "192.168.1.0/24"},
+		{8, 0, "10.0.0.50", "10.255.1.1", true, "10.0.0.0/8"},
+		{32, 0, "172.16.5.4", "172.16.5.5", false, "172.16.5.4"},
+		{24, 64, "2001:db8::1", "2001:db8::ffff:1", true, "2001:db8::/64"},
+		{24, 64, "192.168.1.100", "192.168.1.200", true, "192.168.1.0/24"},
+		{0, 64, "192.168.1.100", "192.168.1.101", false, "192.168.1.100"},
+		{24, 0, "2001:db8::1", "2001:db8::2", false, "2001:db8::1"},
+		{0, 0, "192.168.1.100", "192.168.1.101", false, "192.168.1.100"},
+	} {
+		h := provision(t, fmt.Sprintf(`{"rate_limits":{"p":{"key":"{http.request.header.X-Addr}","window":"1m","max_events":1,"ipv4_prefix":%d,"ipv6_prefix":%d}}}`, c.v4, c.v6), newClock())
+		res := serve(h, newReq("198.51.100.1:1", header("X-Addr", c.a)))
+		if res.code != 200 {
+			t.Fatalf("%+v: first: %d", c, res.code)
+		}
+		if got := res.repl.ReplaceAll("{http.rate_limit.key}", ""); got != c.key {
+			t.Errorf("%+v: key %q, want %q", c, got, c.key)
+		}
+		if res := serve(h, newReq("198.51.100.1:1", header("X-Addr", c.b))); (res.code == 429) != c.together {
+			t.Errorf("%+v: %s after %s: %d, want one count: %v", c, c.b, c.a, res.code, c.together)
+		}
+	}
+	// A prefix with a static key, which there had no effect, is refused
+	// here, as the other options that cannot act.
+	h := new(Handler)
+	if err := json.Unmarshal([]byte(`{"rate_limits":{"p":{"key":"static","window":"1m","max_events":1,"ipv6_prefix":64}}}`), h); err != nil {
+		t.Fatal(err)
+	}
+	err := h.Provision(testContext(t))
+	h.Cleanup()
+	if err == nil || !strings.Contains(err.Error(), "static key") {
+		t.Errorf("prefix with a static key: %v, want an error naming the static key", err)
 	}
 }
