@@ -32,7 +32,7 @@ func parseCaddyfile(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler, error)
 // messages.
 var (
 	handlerSubdirectives = []string{"zone", "store", "redis", "sync_interval", "lease", "on_error", "headers", "status", "problem_details", "dry_run", "jitter", "sweep_interval", "max_keys", "log_keys", "disable_metrics"}
-	zoneSubdirectives    = []string{"match", "key", "algorithm", "limit", "events", "window", "burst", "cost", "on_limit", "max_waiters", "count_rejected", "count_status", "block_for", "ipv4_prefix", "ipv6_prefix", "empty_key"}
+	zoneSubdirectives    = []string{"match", "key", "algorithm", "limit", "events", "window", "max_concurrent", "burst", "cost", "on_limit", "max_waiters", "count_rejected", "count_status", "block_for", "ipv4_prefix", "ipv6_prefix", "empty_key"}
 )
 
 // UnmarshalCaddyfile sets up the handler from Caddyfile tokens. Syntax:
@@ -45,6 +45,7 @@ var (
 //	        limit     <events> <window>
 //	        events    <n>
 //	        window    <duration>
+//	        max_concurrent <n>
 //	        burst     <n>
 //	        cost      <n | placeholder>
 //	        on_limit  reject | wait <max_wait>

@@ -42,6 +42,7 @@ func (h *Handler) unmarshalZone(d *caddyfile.Dispenser, zoneLines map[string]int
 		"cost":      {"<n | placeholder>", &z.Cost},
 		"empty_key": {emptyKeyEnum.usage(), &z.EmptyKey},
 	}
+	var maxConcurrent int64 // mholt/caddy-ratelimit's concurrency zone
 	for nesting := d.Nesting(); d.NextBlock(nesting); {
 		sub := d.Val()
 		if tok, dup := lines[sub]; dup && sub != "match" && sub != "limit" {
@@ -105,6 +106,13 @@ func (h *Handler) unmarshalZone(d *caddyfile.Dispenser, zoneLines map[string]int
 			if err := shorthandLine(d, z, sub); err != nil {
 				return err
 			}
+
+		case "max_concurrent":
+			n, err := positiveIntArg(d, "max_concurrent")
+			if err != nil {
+				return err
+			}
+			maxConcurrent = n
 
 		case "burst":
 			n, err := positiveIntArg(d, "burst")
@@ -204,6 +212,13 @@ func (h *Handler) unmarshalZone(d *caddyfile.Dispenser, zoneLines map[string]int
 		default:
 			return d.Errf("zone %q: unknown subdirective %q (want one of %s)%s", name, sub, strings.Join(zoneSubdirectives, ", "), elsewhere(sub))
 		}
+	}
+
+	if tok, ok := lines["max_concurrent"]; ok {
+		if other, mixed := firstOf(lines, "limit", "events", "window", "algorithm"); mixed {
+			return errAt(tok, fmt.Errorf("zone %q: max_concurrent cannot be mixed with %s (at line %d): for another lease lifetime than a day, write algorithm concurrency and limit <n> <window>", name, other.Text, other.Line))
+		}
+		setMaxConcurrent(z, maxConcurrent)
 	}
 
 	// The events/window shorthand needs both halves.

@@ -256,3 +256,81 @@ func TestMholtNetworkPrefixes(t *testing.T) {
 		t.Errorf("prefix with a static key: %v, want an error naming the static key", err)
 	}
 }
+
+// mholt/caddy-ratelimit's concurrency zones (max_concurrent instead of
+// window and max_events): at most that many requests of a key in flight; a
+// request that ends gives its slot back; keys count apart.
+func TestMholtMaxConcurrent(t *testing.T) {
+	h := provision(t, `{"rate_limits":{"cc":{"key":"{http.request.uri.path}","max_concurrent":2}}}`, newClock())
+	if z := h.Zones[0]; z.Algorithm != "concurrency" || len(z.Limits) != 1 || z.Limits[0].Events != 2 ||
+		time.Duration(z.Limits[0].Window) != mholtLeaseWindow {
+		t.Fatalf("converted to %+v", z)
+	}
+	first := serveHeld(h, newReq("192.0.2.1:1", path("/a")))
+	second := serveHeld(h, newReq("192.0.2.1:1", path("/a")))
+	res := serve(h, newReq("192.0.2.1:1", path("/a")))
+	if res.code != 429 || res.called {
+		t.Fatalf("third in flight: %d", res.code)
+	}
+	if res.hdr.Get("Retry-After") != "1" {
+		t.Errorf("third in flight: Retry-After %q, want 1 (a slot frees at any time)", res.hdr.Get("Retry-After"))
+	}
+	other := serveHeld(h, newReq("192.0.2.1:1", path("/b")))
+	if res := first(); res.code != 200 {
+		t.Fatalf("first: %d", res.code)
+	}
+	third := serveHeld(h, newReq("192.0.2.1:1", path("/a")))
+	if res := serve(h, newReq("192.0.2.1:1", path("/a"))); res.code != 429 {
+		t.Fatalf("again two in flight: %d", res.code)
+	}
+	for _, release := range []func() result{second, third, other} {
+		if res := release(); res.code != 200 {
+			t.Fatalf("release: %d", res.code)
+		}
+	}
+	if res := serve(h, newReq("192.0.2.1:1", path("/a"))); res.code != 200 {
+		t.Fatalf("all ended: %d", res.code)
+	}
+}
+
+// A concurrency zone beside a window zone (mholt/caddy-ratelimit's mixed
+// zones): a request the window zone denies gives its slot back, and the
+// window zone still denies once the slot is free.
+func TestMholtMaxConcurrentMixed(t *testing.T) {
+	h := provision(t, `{"rate_limits":{
+		"concurrency_zone":{"key":"static","max_concurrent":1},
+		"window_zone":{"key":"static","window":"10s","max_events":1}}}`, newClock())
+	held := serveHeld(h, newReq("192.0.2.1:1"))
+	res := serve(h, newReq("192.0.2.1:1"))
+	if res.code != 429 || res.repl.ReplaceAll("{http.rate_limit.exceeded.name}", "") != "concurrency_zone" {
+		t.Fatalf("second in flight: %d by %q", res.code, res.repl.ReplaceAll("{http.rate_limit.exceeded.name}", ""))
+	}
+	if res := held(); res.code != 200 {
+		t.Fatalf("first: %d", res.code)
+	}
+	for i := 0; i < 2; i++ {
+		res := serve(h, newReq("192.0.2.1:1"))
+		expectDenied(t, res, "10", "after the first ended")
+		if name := res.repl.ReplaceAll("{http.rate_limit.exceeded.name}", ""); name != "window_zone" {
+			t.Fatalf("denied by %q, want window_zone (the slot given back)", name)
+		}
+	}
+}
+
+func TestMholtMaxConcurrentRefused(t *testing.T) {
+	for _, c := range []struct{ config, want string }{
+		{`{"rate_limits":{"a":{"key":"k","max_concurrent":1,"max_events":1}}}`, `zone "a": max_concurrent cannot be used with window and max_events`},
+		{`{"rate_limits":{"a":{"key":"k","max_concurrent":1,"window":"1m"}}}`, `zone "a": max_concurrent cannot be used with window and max_events`},
+		{`{"rate_limits":{"a":{"key":"k","max_concurrent":-1}}}`, `zone "a": max_concurrent must be positive, got -1`},
+	} {
+		h := new(Handler)
+		if err := json.Unmarshal([]byte(c.config), h); err != nil {
+			t.Fatal(err)
+		}
+		err := h.Provision(testContext(t))
+		h.Cleanup()
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s: error %v, want one saying %q", c.config, err, c.want)
+		}
+	}
+}

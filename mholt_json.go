@@ -3,6 +3,7 @@ package ratelimit
 import (
 	"fmt"
 	"slices"
+	"time"
 
 	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
@@ -12,7 +13,8 @@ import (
 
 // MholtRateLimit is a zone in the shape of mholt/caddy-ratelimit's JSON
 // (an entry of rate_limits): at most MaxEvents requests per Window and
-// key, over an exact rolling window (sliding_log).
+// key, over an exact rolling window (sliding_log), or, with MaxConcurrent,
+// at most that many requests of a key in flight (concurrency).
 type MholtRateLimit struct {
 	// MatcherSetsRaw restricts the zone to the requests that match.
 	// Default: every request the handler sees.
@@ -24,12 +26,19 @@ type MholtRateLimit struct {
 	Key string `json:"key,omitempty"`
 
 	// MaxEvents is how many requests a key may make per window. Required,
-	// positive.
+	// positive, unless MaxConcurrent is set.
 	MaxEvents int64 `json:"max_events,omitempty"`
 
 	// Window is the length of the rolling window (nanoseconds in JSON, or
-	// a duration string such as "1m"). Required, at least 1ms.
+	// a duration string such as "1m"). Required, at least 1ms, unless
+	// MaxConcurrent is set.
 	Window caddy.Duration `json:"window,omitempty"`
+
+	// MaxConcurrent, instead of MaxEvents and Window, makes the zone a
+	// concurrency limit: at most this many requests of a key in flight,
+	// each holding its slot until it ends, or for a day at most
+	// (mholtLeaseWindow). Default: 0 (a window zone).
+	MaxConcurrent int64 `json:"max_concurrent,omitempty"`
 
 	// IPv4Prefix and IPv6Prefix group client addresses in the key (see
 	// Zone.IPv4Prefix). Default: 32 and 128 (each address alone).
@@ -64,7 +73,7 @@ func (h *Handler) convertMholt() error {
 		if rl == nil {
 			return fmt.Errorf("rate_limits: zone %q is empty (null)", name)
 		}
-		h.Zones = append(h.Zones, &Zone{
+		z := &Zone{
 			Name:           name,
 			MatcherSetsRaw: rl.MatcherSetsRaw,
 			Key:            rl.Key,
@@ -72,10 +81,33 @@ func (h *Handler) convertMholt() error {
 			Limits:         []Limit{{Events: rl.MaxEvents, Window: rl.Window}},
 			IPv4Prefix:     rl.IPv4Prefix,
 			IPv6Prefix:     rl.IPv6Prefix,
-		})
+		}
+		if rl.MaxConcurrent != 0 {
+			if rl.MaxEvents != 0 || rl.Window != 0 {
+				return fmt.Errorf("rate_limits: zone %q: max_concurrent cannot be used with window and max_events", name)
+			}
+			if rl.MaxConcurrent < 0 {
+				return fmt.Errorf("rate_limits: zone %q: max_concurrent must be positive, got %d", name, rl.MaxConcurrent)
+			}
+			setMaxConcurrent(z, rl.MaxConcurrent)
+		}
+		h.Zones = append(h.Zones, z)
 	}
 	// Converted once: Validate, which Caddy runs after Provision, sees
 	// them as zones.
 	h.RateLimits = nil
 	return nil
+}
+
+// mholtLeaseWindow is how long a request of a max_concurrent zone holds its
+// slot at most. There a slot was held until the request ended, however
+// long; a day keeps that for all but the longest connections, and still
+// frees the slots of a crashed instance that shares a Redis store.
+const mholtLeaseWindow = 24 * time.Hour
+
+// setMaxConcurrent makes z the concurrency zone that mholt/caddy-ratelimit's
+// max_concurrent n (JSON or Caddyfile) describes.
+func setMaxConcurrent(z *Zone, n int64) {
+	z.Algorithm = algorithms.Concurrency
+	z.Limits = []Limit{{Events: n, Window: caddy.Duration(mholtLeaseWindow)}}
 }
