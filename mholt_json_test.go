@@ -101,3 +101,17 @@ func TestMholtJSONRefused(t *testing.T) {
 	// distributed null is mholt's "off".
 	provision(t, `{"rate_limits":{"a":{"key":"k","window":"1m","max_events":1}},"distributed":null}`, nil)
 }
+
+// A concurrency zone of mholt/caddy-ratelimit's JSON decodes strictly, as
+// Caddy decodes it.
+func TestMholtJSONMaxConcurrentStrict(t *testing.T) {
+	dec := json.NewDecoder(strings.NewReader(`{"rate_limits":{"c":{"match":[{"method":["GET"]}],"key":"{http.request.remote.host}","max_concurrent":5}}}`))
+	dec.DisallowUnknownFields()
+	var h Handler
+	if err := dec.Decode(&h); err != nil {
+		t.Fatalf("strict decoding: %v", err)
+	}
+	if rl := h.RateLimits["c"]; rl == nil || rl.MaxConcurrent != 5 {
+		t.Fatalf("decoded %+v", h.RateLimits["c"])
+	}
+}

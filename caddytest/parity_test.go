@@ -268,3 +268,135 @@ func TestMholtErrorPage(t *testing.T) {
 		t.Fatalf("error page %q, want %q", r.Body, want)
 	}
 }
+
+// mholtRequest sends method to path with the header pairs hdr (see
+// caddytesting.Caddy.Request).
+func mholtRequest(t *testing.T, method, path string, hdr ...string) caddytesting.Response {
+	t.Helper()
+	req := live.Request(path, hdr...)
+	req.Method = method
+	r := caddytesting.Send(caddytesting.NoKeepAlive, req)
+	if r.Err != nil {
+		t.Fatalf("%s %s: %v", method, path, r.Err)
+	}
+	return r
+}
+
+// mholt/caddy-ratelimit's own Caddyfile test: its global options (order
+// before basicauth, the directive's old name), a zone of ten GETs per
+// minute for everyone; the eleventh waits about the window, and other
+// methods pass.
+func TestMholtCaddyfile(t *testing.T) {
+	live.Load(t, live.Globals("\tskip_install_trust\n\torder rate_limit before basicauth")+
+		live.Site(caddytesting.Zone("it_parity_mholt_caddyfile", "match {\n\t\t\t\tmethod GET\n\t\t\t}", "key static", "window 60s", "events 10"),
+			"respond 200"))
+	for i := 0; i < 10; i++ {
+		caddytesting.ExpectCode(t, live.Get(t, "/"), 200, fmt.Sprintf("GET %d", i+1))
+	}
+	r := live.Get(t, "/")
+	caddytesting.ExpectCode(t, r, 429, "11th GET")
+	caddytesting.ExpectRetryAfter(t, r, 1, 60)
+	caddytesting.ExpectCode(t, mholtRequest(t, "POST", "/"), 200, "POST (not matched)")
+}
+
+// mholt/caddy-ratelimit's zones and keys test: zones told apart by their
+// matchers, keys by {http.request.orig_uri.path}; each pair counts alone.
+func TestMholtZonesAndKeysApart(t *testing.T) {
+	zone := func(method string) string {
+		return fmt.Sprintf(`"it_parity_mholt_%s": {"match": [{"method": [%q]}], "key": "{http.request.orig_uri.path}", "window": "1h", "max_events": 3}`,
+			strings.ToLower(method), method)
+	}
+	loadJSON(t, `{"handle": [
+		{"handler": "rate_limit", "rate_limits": {`+zone("GET")+`, `+zone("DELETE")+`}},
+		{"handler": "static_response", "status_code": 200}
+	]}`, "")
+	for _, method := range []string{"GET", "DELETE"} {
+		for _, p := range []string{"/path1", "/path2"} {
+			for i := 0; i < 3; i++ {
+				caddytesting.ExpectCode(t, mholtRequest(t, method, p), 200, fmt.Sprintf("%s %s %d", method, p, i+1))
+			}
+			r := mholtRequest(t, method, p)
+			caddytesting.ExpectCode(t, r, 429, fmt.Sprintf("%s %s 4th", method, p))
+			caddytesting.ExpectRetryAfter(t, r, 1, 3600)
+		}
+	}
+}
+
+// mholt/caddy-ratelimit's concurrency test: max_concurrent 1 per client; a
+// second request of the client while the first is in flight is refused,
+// another client's passes, and the slot is free once the first ends.
+func TestMholtMaxConcurrent(t *testing.T) {
+	entered, release := make(chan struct{}, 1), make(chan struct{})
+	upstream := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/slow" {
+			entered <- struct{}{}
+			<-release
+		}
+		fmt.Fprint(w, "up")
+	}))
+	defer upstream.Close()
+	defer func() {
+		select {
+		case <-release:
+		default:
+			close(release)
+		}
+	}()
+	live.LoadSites(t, live.Site(caddytesting.Zone("it_parity_mholt_concurrent", caddytesting.ClientKey, "max_concurrent 1"),
+		"reverse_proxy "+strings.TrimPrefix(upstream.URL, "http://")))
+
+	done := make(chan caddytesting.Response, 1)
+	go func() { done <- live.Do("/slow", clientA()...) }()
+	select {
+	case <-entered:
+	case r := <-done:
+		t.Fatalf("the slow request ended before the upstream: %d %v", r.Code, r.Err)
+	}
+	r := live.Get(t, "/", clientA()...)
+	caddytesting.ExpectCode(t, r, 429, "a second request of the client in flight")
+	caddytesting.ExpectHeader(t, r, "Retry-After", "1")
+	caddytesting.ExpectCode(t, live.Get(t, "/", "X-Client", "b"), 200, "another client")
+	close(release)
+	caddytesting.ExpectCode(t, <-done, 200, "the slow request")
+	// The slot is given back when the handler returns, which the client
+	// may see after the response's last byte.
+	if !caddytesting.WaitFor(10*time.Second, func() bool { return live.Do("/", clientA()...).Code == 200 }) {
+		t.Fatal("the client's slot was not given back")
+	}
+}
+
+// A reload that turns a window zone into a max_concurrent zone of the same
+// name (mholt/caddy-ratelimit's reload test) serves the new zone.
+func TestMholtZoneBecomesConcurrency(t *testing.T) {
+	const name = "it_parity_mholt_switch"
+	live.LoadSites(t, live.Site(caddytesting.Zone(name, caddytesting.ClientKey, "events 1", "window 1h"), respondOK))
+	live.ExpectCodes(t, "/", clientA(), 200, 429)
+	live.LoadSites(t, live.Site(caddytesting.Zone(name, caddytesting.ClientKey, "max_concurrent 1"), respondOK))
+	live.ExpectCodes(t, "/", clientA(), 200, 200, 200)
+}
+
+// mholt/caddy-ratelimit's metrics test, with this module's names (see the
+// README's migration section): requests by zone and result, and the keys a
+// zone holds.
+func TestMholtMetrics(t *testing.T) {
+	const zone = "it_parity_mholt_metrics"
+	loadJSON(t, `{"handle": [
+		{"handler": "rate_limit", "rate_limits": {"`+zone+`": {"match": [{"method": ["GET"]}], "key": "static", "window": "1h", "max_events": 2}}},
+		{"handler": "static_response", "status_code": 200}
+	]}`, "")
+	live.ExpectCodes(t, "/", nil, 200, 200, 429)
+	fams := live.Scrape(t)
+	for _, c := range []struct {
+		name   string
+		labels []string
+		want   float64
+	}{
+		{"caddy_http_rate_limit_requests_total", []string{"zone", zone, "result", "allowed"}, 2},
+		{"caddy_http_rate_limit_requests_total", []string{"zone", zone, "result", "denied"}, 1},
+		{"caddy_http_rate_limit_keys", []string{"zone", zone}, 1},
+	} {
+		if got := caddytesting.Value(fams, c.name, c.labels...); got != c.want {
+			t.Errorf("%s%v = %v, want %v", c.name, c.labels, got, c.want)
+		}
+	}
+}
