@@ -296,6 +296,10 @@ func TestMholtCaddyfile(t *testing.T) {
 	r := live.Get(t, "/")
 	caddytesting.ExpectCode(t, r, 429, "11th GET")
 	caddytesting.ExpectRetryAfter(t, r, 1, 60)
+	// Its tests expect the empty body of a 429 without error routes.
+	if r.Body != "" {
+		t.Errorf("429 body %q, want none", r.Body)
+	}
 	caddytesting.ExpectCode(t, mholtRequest(t, "POST", "/"), 200, "POST (not matched)")
 }
 
