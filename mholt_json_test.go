@@ -85,6 +85,11 @@ func TestMholtJSONRefused(t *testing.T) {
 		{`{"rate_limits":{"a":{"key":"k","window":"1m","max_events":0}}}`, `zone "a"`},
 		{`{"rate_limits":{"a":{"key":"k","max_events":1}}}`, `zone "a"`},
 		{`{"rate_limits":{"a":null}}`, `zone "a" is empty`},
+		// A prefix with a static key had no effect there.
+		{`{"rate_limits":{"a":{"key":"static","window":"1m","max_events":1,"ipv6_prefix":64}}}`, `static key "static"`},
+		{`{"rate_limits":{"a":{"key":"k","max_concurrent":1,"max_events":1}}}`, `zone "a": max_concurrent cannot be used with window and max_events`},
+		{`{"rate_limits":{"a":{"key":"k","max_concurrent":1,"window":"1m"}}}`, `zone "a": max_concurrent cannot be used with window and max_events`},
+		{`{"rate_limits":{"a":{"key":"k","max_concurrent":-1}}}`, `zone "a": max_concurrent must be positive, got -1`},
 		{`{"zones":[{"name":"a","key":"k","limits":[{"events":1,"window":"1m"}]}],"rate_limits":{"a":{"key":"k","window":"1m","max_events":1}}}`,
 			`duplicate zone name "a"`},
 	} {
