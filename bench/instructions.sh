@@ -20,7 +20,11 @@
 # counters zeroed before and dumped after (SITES="plain pass redis_pass"
 # counts only those). User space only (the
 # kernel's share of a request is not counted), and garbage collection falls
-# where it falls: repeat a run to see the spread (2-4 % here).
+# where it falls: repeat a run to see the spread (2-4 % here). With GOGC=off
+# in the environment (Caddy inherits it) the collector does not run, and a
+# site repeats to about 0.5 %: the way to compare what one handler adds to
+# a memory site (its allocations are then counted, not what collecting
+# them costs; plain Caddy spends about a third of its instructions there).
 #
 # lua: one redis-server under callgrind; for each algorithm, N decisions
 # (default 2000, one connection, 1,000 keys) made by the Redis store itself
