@@ -74,7 +74,7 @@ func TestBlockForRedisFleet(t *testing.T) {
 	var b strings.Builder
 	for i, host := range []string{"a.test", "b.test"} {
 		fmt.Fprintf(&b, `
-http://%s:9080 {
+http://%s {
 	rate_limit {
 		zone it_block_redis {
 			key {http.request.header.X-Client}

@@ -9,13 +9,13 @@ import (
 	"github.com/zonelimit/caddy-ratelimit/internal/caddytesting"
 )
 
-// loadCountStatus loads a site on :9080 whose zone counts only the
+// loadCountStatus loads a site on the HTTP port whose zone counts only the
 // responses of status, events a minute by X-Client, with problem details,
 // in front of routes.
 func loadCountStatus(t *testing.T, zone string, events, status int, routes string) {
 	t.Helper()
 	live.LoadSites(t, fmt.Sprintf(`
-http://:9080 {
+http:// {
 	rate_limit {
 		zone %s {
 			key {http.request.header.X-Client}

@@ -31,7 +31,7 @@ func TestRedisClientLogsToCaddy(t *testing.T) {
 		level DEBUG
 	}`, logFile)
 	live.Load(t, live.Globals(logBlock)+fmt.Sprintf(`
-http://:9080 {
+http:// {
 	rate_limit {
 		zone rf_logs {
 			key {http.request.header.X-Key}

@@ -1,6 +1,6 @@
 // Package integration runs the rate_limit handler inside a real Caddy
 // (Caddy's caddytest harness: an in-process Caddy whose admin API listens on
-// localhost:2999, loaded with Caddyfiles through /load).
+// a free port of localhost, loaded with Caddyfiles through /load).
 //
 // Every test uses zone names of its own: the state of a zone survives a
 // config load when the zone is unchanged, which is what TestReload checks,
@@ -14,6 +14,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"strconv"
 	"strings"
 	"sync"
@@ -26,8 +27,13 @@ import (
 	_ "github.com/zonelimit/caddy-ratelimit"
 )
 
-// live is the package's Caddy, on caddytest's default admin port.
-var live = &caddytesting.Caddy{AdminPort: 2999, HTTPPort: 9080, HTTPSPort: 9443, GracePeriod: "1ns"}
+// live is the package's Caddy.
+var live = caddytesting.New("1ns")
+
+func TestMain(m *testing.M) {
+	live.Use()
+	os.Exit(m.Run())
+}
 
 // respondOK and respondKey are the directives of a site that answers "ok"
 // and one that answers the request's key.
@@ -48,11 +54,11 @@ func limitedSites(rateLimit, a, b string) string {
 %s
 	}
 }
-http://a.test:9080 {
+http://a.test {
 	import limited
 	%s
 }
-http://b.test:9080 {
+http://b.test {
 	import limited
 	%s
 }`, rateLimit, a, b)
@@ -252,7 +258,7 @@ func TestIPv6Client(t *testing.T) {
 		"bind ::1\n"+respondKey))
 	client := &http.Client{Timeout: 10 * time.Second} // the tester's client dials 127.0.0.1 only
 	do := func() caddytesting.Response {
-		req, err := http.NewRequest("GET", "http://[::1]:9080/", nil)
+		req, err := http.NewRequest("GET", fmt.Sprintf("http://[::1]:%d/", live.HTTPPort), nil)
 		if err != nil {
 			t.Fatal(err)
 		}

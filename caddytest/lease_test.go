@@ -19,7 +19,7 @@ import (
 func leaseSites(addr string) string {
 	var b strings.Builder
 	for i, host := range exactHosts {
-		fmt.Fprintf(&b, "http://%s:9080 {\n\trate_limit {\n", host)
+		fmt.Fprintf(&b, "http://%s {\n\trate_limit {\n", host)
 		for _, alg := range []string{"sliding_log", "sliding_window", "fixed_window", "token_bucket", "gcra"} {
 			fmt.Fprintf(&b, "\t\tzone lease_%s {\n\t\t\tmatch {\n\t\t\t\tpath /%s\n\t\t\t}\n\t\t\tkey shared\n\t\t\talgorithm %s\n\t\t\tlimit 300 1h\n\t\t}\n",
 				alg, alg, alg)

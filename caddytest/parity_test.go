@@ -64,7 +64,7 @@ func (s *eventSink) Handle(ctx context.Context, e caddy.Event) error {
 }
 
 // loadJSON (re)configures the shared Caddy with a JSON config: one HTTP
-// server on 127.0.0.1:9080 with routes (a JSON array's elements) and the
+// server on the package's HTTP port with routes (a JSON array's elements) and the
 // other apps (JSON object members, "" for none). As Caddy.Load, it adds the
 // marker.test route and waits until the new config serves every new
 // connection.
@@ -75,15 +75,15 @@ func loadJSON(t *testing.T, routes, apps string) {
 		apps = "," + apps
 	}
 	config := fmt.Sprintf(`{
-	"admin": {"listen": "localhost:2999"},
+	"admin": {"listen": "localhost:%d"},
 	"apps": {
 		"http": {
-			"http_port": 9080,
-			"https_port": 9443,
+			"http_port": %d,
+			"https_port": %d,
 			"grace_period": 1,
 			"servers": {
 				"parity": {
-					"listen": ["127.0.0.1:9080"],
+					"listen": ["127.0.0.1:%d"],
 					"automatic_https": {"disable": true},
 					"routes": [
 						{"match": [{"host": ["marker.test"]}], "handle": [{"handler": "static_response", "body": %q}]},
@@ -93,7 +93,7 @@ func loadJSON(t *testing.T, routes, apps string) {
 			}
 		}%s
 	}
-}`, marker, routes, apps)
+}`, live.AdminPort, live.HTTPPort, live.HTTPSPort, live.HTTPPort, marker, routes, apps)
 	live.LoadMarked(t, config, "json", marker)
 }
 
@@ -131,7 +131,7 @@ func TestZoneSharedBySites(t *testing.T) {
 // error naming both places; the running config stays.
 func TestZoneConflictFailsToLoad(t *testing.T) {
 	live.LoadSites(t, `
-http://a.test:9080 {
+http://a.test {
 	respond "running"
 }`)
 	site := func(host string, events int) string {
@@ -190,14 +190,14 @@ func TestMholtJSONConfig(t *testing.T) {
 	caddytesting.ExpectCode(t, live.Get(t, "/", "X-Client", "c"), 429, "4th GET (it_parity_static: 3 per minute)")
 
 	// Its distributed mode is refused, with the Caddyfile's message.
-	caddytest.AssertLoadError(t, `{
-	"admin": {"listen": "localhost:2999"},
-	"apps": {"http": {"servers": {"parity": {"listen": ["127.0.0.1:9080"], "routes": [{"handle": [{
+	caddytest.AssertLoadError(t, fmt.Sprintf(`{
+	"admin": {"listen": "localhost:%d"},
+	"apps": {"http": {"servers": {"parity": {"listen": ["127.0.0.1:%d"], "routes": [{"handle": [{
 		"handler": "rate_limit",
 		"rate_limits": {"it_parity_distributed": {"key": "static", "window": "1m", "max_events": 1}},
 		"distributed": {"read_interval": "5s", "write_interval": "5s"}
 	}]}]}}}}
-}`, "json", "distributed (from mholt/caddy-ratelimit) is not supported: this module shares counts between instances with its own store (see store)")
+}`, live.AdminPort, live.HTTPPort), "json", "distributed (from mholt/caddy-ratelimit) is not supported: this module shares counts between instances with its own store (see store)")
 }
 
 // Each rejection emits rate_limit_exceeded, with mholt/caddy-ratelimit's

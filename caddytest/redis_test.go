@@ -254,7 +254,7 @@ var exactHosts = []string{"a.test", "b.test", "c.test"}
 func exactSites(prefix string, addrs []string, upstream string) string {
 	var b strings.Builder
 	for i, host := range exactHosts {
-		fmt.Fprintf(&b, "http://%s:9080 {\n\trate_limit {\n", host)
+		fmt.Fprintf(&b, "http://%s {\n\trate_limit {\n", host)
 		for _, alg := range []string{"sliding_log", "fixed_window", "token_bucket", "gcra"} {
 			limit := "limit 100 10s"
 			if alg == "token_bucket" || alg == "gcra" {
@@ -451,7 +451,7 @@ func downSites(zone, addr, onError string, limit int) string {
 	var b strings.Builder
 	for i, host := range []string{"a.test", "b.test"} {
 		fmt.Fprintf(&b, `
-http://%s:9080 {
+http://%s {
 	rate_limit {
 		zone %s {
 			key {http.request.header.X-Key}
@@ -646,7 +646,7 @@ func TestRedisDownUnderLoad(t *testing.T) {
 func TestRedisSlowTripsBreaker(t *testing.T) {
 	srv := redistest.Start(t)
 	live.LoadSites(t, fmt.Sprintf(`
-http://:9080 {
+http:// {
 	rate_limit {
 		zone rs_slow {
 			key {http.request.header.X-Key}
@@ -796,7 +796,7 @@ func TestRedisClusterFailover(t *testing.T) {
 	cl := redistest.StartCluster(t, 3, 1)
 	const zone = "rf_failover"
 	live.LoadSites(t, fmt.Sprintf(`
-http://:9080 {
+http:// {
 	rate_limit {
 		zone %s {
 			key k

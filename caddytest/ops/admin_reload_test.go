@@ -82,7 +82,7 @@ func TestAdminAfterFailedReload(t *testing.T) {
 	live.ExpectCodes(t, "/", hdr, 200, 200, 200, 429)
 
 	// A config without rate_limit: no zones.
-	live.LoadSites(t, fmt.Sprintf("\nhttp://running.test:%d {\n\trespond \"plain\"\n}\n", httpPort))
+	live.LoadSites(t, fmt.Sprintf("\nhttp://running.test:%d {\n\trespond \"plain\"\n}\n", live.HTTPPort))
 	if list := adminGet(t, "/rate_limit/zones")["zones"].([]any); len(list) != 0 {
 		t.Fatalf("zones of a config without rate_limit: %v", list)
 	}

@@ -30,7 +30,7 @@ func rateLimitCLI(t *testing.T, args ...string) (string, error) {
 	var out bytes.Buffer
 	root.SetOut(&out)
 	root.SetErr(io.Discard)
-	root.SetArgs(append(args, "--address", "localhost:"+strconv.Itoa(adminPort)))
+	root.SetArgs(append(args, "--address", "localhost:"+strconv.Itoa(live.AdminPort)))
 	err := root.Execute()
 	return out.String(), err
 }
@@ -69,7 +69,7 @@ http://%s:%d {
 	}
 	respond "ok"
 }
-`, host, httpPort, zone, store)
+`, host, live.HTTPPort, zone, store)
 	}
 	live.LoadSites(t, site("mem.test", memZone, "")+
 		site("redis.test", redisZone, "store redis\n"+caddytesting.RedisBlock(srv.Addr)))

@@ -51,7 +51,7 @@ http://:%d {
 	}
 	respond "ok"
 }
-`, httpPort, memZone, redisZone, caddytesting.RedisBlock(srv.Addr)))
+`, live.HTTPPort, memZone, redisZone, caddytesting.RedisBlock(srv.Addr)))
 
 	for _, path := range []string{"/mem", "/redis"} {
 		for i, want := range []int{200, 200, 429} {

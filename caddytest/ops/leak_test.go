@@ -102,7 +102,7 @@ http://:%d {
 	}
 	respond "ok"
 }
-`, httpPort, limit, redisBlock)
+`, live.HTTPPort, limit, redisBlock)
 	}
 	configs := []struct {
 		text  string

@@ -164,7 +164,7 @@ http://:%d {
 	}
 	respond "ok"
 }
-`, httpPort, zone, srv.Addr))
+`, live.HTTPPort, zone, srv.Addr))
 	decided := max(histogramCount(live.Scrape(t), mDecision, "store", "redis"), 0) // earlier tests'
 
 	for i := 1; i <= 2; i++ {

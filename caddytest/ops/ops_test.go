@@ -3,9 +3,9 @@
 // load, reloads that must leak nothing, client identity behind proxies, the
 // Prometheus metrics on the admin endpoint, and the TTL of every Redis key.
 //
-// Its Caddy listens on ports of its own (admin localhost:2998, HTTP 9180,
-// HTTPS 9543), so that it runs in parallel with the package
-// caddytest/integration (2999, 9080) under `go test ./...`.
+// Its Caddy listens on free ports of its own (see caddytesting.New), so
+// that it runs in parallel with the package caddytest/integration under
+// `go test ./...`, and beside any other test suite on the machine.
 //
 // Every test uses zone names of its own (a zone's state survives a config
 // load when the zone is unchanged) and starts its own redis-server
@@ -17,9 +17,6 @@ package ops
 import (
 	"os"
 	"testing"
-	"time"
-
-	"github.com/caddyserver/caddy/v2/caddytest"
 
 	"github.com/zonelimit/caddy-ratelimit/internal/caddytesting"
 
@@ -27,21 +24,12 @@ import (
 	_ "github.com/zonelimit/caddy-ratelimit"
 )
 
-const (
-	adminPort = 2998
-	httpPort  = 9180
-	httpsPort = 9543
-)
-
 // live is the package's Caddy. Its grace period is long enough that a
 // reload never cuts a request short (the old server finishes what it
 // accepted).
-var live = &caddytesting.Caddy{AdminPort: adminPort, HTTPPort: httpPort, HTTPSPort: httpsPort, GracePeriod: "10s"}
+var live = caddytesting.New("10s")
 
 func TestMain(m *testing.M) {
-	caddytest.Default.AdminPort = adminPort
-	// Loads under -race on a busy machine can take seconds.
-	caddytest.Default.LoadRequestTimeout = 30 * time.Second
-	caddytest.Default.TestRequestTimeout = 30 * time.Second
+	live.Use()
 	os.Exit(m.Run())
 }

@@ -66,7 +66,7 @@ http://:%d {
 http://other.test:%d {
 	respond %q
 }
-`, httpPort, zoneName, limit, storeLines, httpPort, other)
+`, live.HTTPPort, zoneName, limit, storeLines, live.HTTPPort, other)
 	}
 	first := cfg(limit, "v0")
 	live.Load(t, first)

@@ -96,7 +96,7 @@ http://:%d {
 		respond "ok"
 	}
 }
-`, httpPort, zones.String(), caddytesting.RedisBlock(srv.Addr), upstream.Listener.Addr().String()))
+`, live.HTTPPort, zones.String(), caddytesting.RedisBlock(srv.Addr), upstream.Listener.Addr().String()))
 
 	// Hold one concurrency lease while the keys are scanned.
 	slow := make(chan caddytesting.Response, 1)

@@ -42,7 +42,8 @@ func RedisBlock(addr string, lines ...string) string {
 
 // Caddy is the in-process Caddy of a test package: the ports its configs
 // use. A package has its own ports, so that packages run in parallel under
-// `go test ./...`.
+// `go test ./...`; New picks free ones, so that a suite also runs beside
+// another program or test suite that holds caddytest's fixed ports.
 type Caddy struct {
 	AdminPort int
 	HTTPPort  int
@@ -53,6 +54,31 @@ type Caddy struct {
 	GracePeriod string
 
 	loads atomic.Int64 // configs loaded, to number their markers
+}
+
+// New returns a Caddy on three ports of 127.0.0.1 that were free when it
+// was called (the kernel's choice), whose servers have gracePeriod.
+func New(gracePeriod string) *Caddy {
+	var lns [3]net.Listener
+	for i := range lns {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			panic(fmt.Sprintf("caddytesting: no free port: %v", err))
+		}
+		defer ln.Close()
+		lns[i] = ln
+	}
+	port := func(i int) int { return lns[i].Addr().(*net.TCPAddr).Port }
+	return &Caddy{AdminPort: port(0), HTTPPort: port(1), HTTPSPort: port(2), GracePeriod: gracePeriod}
+}
+
+// Use makes c the Caddy of Caddy's caddytest harness (the admin port its
+// testers and AssertLoadError call), with request timeouts that loads under
+// -race on a busy machine stay within. For a package's TestMain.
+func (c *Caddy) Use() {
+	caddytest.Default.AdminPort = c.AdminPort
+	caddytest.Default.LoadRequestTimeout = 30 * time.Second
+	caddytest.Default.TestRequestTimeout = 30 * time.Second
 }
 
 // URL is the address of path on the HTTP port.
