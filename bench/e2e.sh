@@ -107,38 +107,57 @@ for s in "${scenarios[@]}"; do
 done
 
 declare -A PORT=()
-{
-	cat <<-'GLOBAL'
+# start_caddy: writes the Caddyfile of every scenario, each on a free port
+# (PORT), and starts Caddy (caddy_pid). Another process may take a port
+# between free_port and Caddy's bind (Caddy then exits, and wait_port may see
+# the other process answer): so Caddy must still run a second after its
+# ports answer, and three sets of ports are tried before giving up.
+start_caddy() {
+	local attempt s ok
+	for attempt in 1 2 3; do
 		{
-			admin off
-			auto_https off
-			persist_config off
-			skip_install_trust
-		}
-	GLOBAL
-	for s in "${scenarios[@]}"; do
-		PORT[$s]=$(free_port)
-		echo
-		echo "# scenario $s"
-		echo "http://127.0.0.1:${PORT[$s]} {"
-		echo "	bind 127.0.0.1"
-		"site_$s" "$s" | sed 's/^/\t/'
-		echo "}"
+			cat <<-'GLOBAL'
+				{
+					admin off
+					auto_https off
+					persist_config off
+					skip_install_trust
+				}
+			GLOBAL
+			for s in "${scenarios[@]}"; do
+				PORT[$s]=$(free_port)
+				echo
+				echo "# scenario $s"
+				echo "http://127.0.0.1:${PORT[$s]} {"
+				echo "	bind 127.0.0.1"
+				"site_$s" "$s" | sed 's/^/\t/'
+				echo "}"
+			done
+		} >"$workdir/Caddyfile"
+		"$workdir/caddy" fmt --overwrite "$workdir/Caddyfile" >/dev/null 2>&1 || true
+		"$workdir/caddy" adapt --config "$workdir/Caddyfile" --adapter caddyfile >/dev/null 2>"$workdir/adapt.log" ||
+			{ cat "$workdir/Caddyfile" "$workdir/adapt.log" >&2; die "the bench Caddyfile does not adapt"; }
+
+		echo "e2e: starting Caddy on core $CADDY_CPU"
+		taskset -c "$CADDY_CPU" "$workdir/caddy" run --config "$workdir/Caddyfile" --adapter caddyfile \
+			>"$workdir/caddy.log" 2>&1 &
+		caddy_pid=$!
+		on_exit "kill $caddy_pid 2>/dev/null; wait $caddy_pid 2>/dev/null"
+		ok=1
+		for s in "${scenarios[@]}"; do
+			wait_port "${PORT[$s]}" 30 || { ok=0; break; }
+		done
+		if [ "$ok" = 1 ] && sleep 1 && kill -0 "$caddy_pid" 2>/dev/null; then
+			return 0
+		fi
+		echo "e2e: Caddy did not start on its ports (attempt $attempt)" >&2
+		tail -3 "$workdir/caddy.log" >&2
+		kill "$caddy_pid" 2>/dev/null
+		wait "$caddy_pid" 2>/dev/null || true
 	done
-} >"$workdir/Caddyfile"
-
-"$workdir/caddy" fmt --overwrite "$workdir/Caddyfile" >/dev/null 2>&1 || true
-"$workdir/caddy" adapt --config "$workdir/Caddyfile" --adapter caddyfile >/dev/null 2>"$workdir/adapt.log" ||
-	{ cat "$workdir/Caddyfile" "$workdir/adapt.log" >&2; die "the bench Caddyfile does not adapt"; }
-
-echo "e2e: starting Caddy on core $CADDY_CPU"
-taskset -c "$CADDY_CPU" "$workdir/caddy" run --config "$workdir/Caddyfile" --adapter caddyfile \
-	>"$workdir/caddy.log" 2>&1 &
-caddy_pid=$!
-on_exit "kill $caddy_pid 2>/dev/null; wait $caddy_pid 2>/dev/null"
-for s in "${scenarios[@]}"; do
-	wait_port "${PORT[$s]}" 30 || { cat "$workdir/caddy.log" >&2; die "Caddy did not listen on ${PORT[$s]} ($s)"; }
-done
+	die "Caddy did not start"
+}
+start_caddy
 
 # Sanity: each site answers as its scenario expects.
 for s in "${scenarios[@]}"; do

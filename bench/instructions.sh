@@ -80,6 +80,39 @@ result=bench/results/instructions-$(date -u +%Y%m%dT%H%M%SZ).txt
 	echo "# $(go version | cut -d' ' -f3-), valgrind $(valgrind --version)"
 } >"$result"
 
+# start_site S: starts Caddy under callgrind serving site S alone on a free
+# port (sets port and pid). Another process may take the port between
+# free_port and Caddy's bind, and wait_port would then see that process
+# answer: so Caddy must still run a second after its port answers, and
+# three ports are tried before giving up.
+start_site() {
+	local s=$1 attempt
+	for attempt in 1 2 3; do
+		port=$(free_port)
+		{
+			printf '{\n\tadmin off\n\tauto_https off\n\tpersist_config off\n\tskip_install_trust\n}\n'
+			printf '\nhttp://127.0.0.1:%s {\n\tbind 127.0.0.1\n' "$port"
+			"site_$s" "$s" | sed 's/^/\t/'
+			printf '}\n'
+		} >"$workdir/Caddyfile-$s"
+		"$workdir/caddy" adapt --config "$workdir/Caddyfile-$s" --adapter caddyfile >/dev/null 2>"$workdir/adapt.log" ||
+			{ cat "$workdir/Caddyfile-$s" "$workdir/adapt.log" >&2; die "the Caddyfile of $s does not adapt"; }
+		GODEBUG=asyncpreemptoff=1,cpu.rdtscp=off taskset -c "$CADDY_CPU" valgrind --tool=callgrind --callgrind-out-file="$out" \
+			"$workdir/caddy" run --config "$workdir/Caddyfile-$s" --adapter caddyfile >"$workdir/caddy-$s.log" 2>&1 &
+		pid=$!
+		on_exit "kill $pid 2>/dev/null; wait $pid 2>/dev/null"
+		if wait_port "$port" 120 && sleep 1 && kill -0 "$pid" 2>/dev/null; then
+			return 0
+		fi
+		echo "instructions: Caddy did not start on port $port for $s (attempt $attempt)" >&2
+		tail -3 "$workdir/caddy-$s.log" >&2
+		kill "$pid" 2>/dev/null
+		wait "$pid" 2>/dev/null || true
+		rm -f "$out".*
+	done
+	die "Caddy did not start for $s"
+}
+
 run_caddy() {
 	need wrk wrk
 	# e2e.sh's sites (bench/lib.sh), pass with headers off, the
@@ -102,21 +135,8 @@ run_caddy() {
 		# One Caddy per site: a Caddy serving every site at once has
 		# stopped under callgrind on an assertion at thread creation
 		# (vgCallgrind_post_signal); one site at a time has not.
-		port=$(free_port)
-		{
-			printf '{\n\tadmin off\n\tauto_https off\n\tpersist_config off\n\tskip_install_trust\n}\n'
-			printf '\nhttp://127.0.0.1:%s {\n\tbind 127.0.0.1\n' "$port"
-			"site_$s" "$s" | sed 's/^/\t/'
-			printf '}\n'
-		} >"$workdir/Caddyfile-$s"
-		"$workdir/caddy" adapt --config "$workdir/Caddyfile-$s" --adapter caddyfile >/dev/null 2>"$workdir/adapt.log" ||
-			{ cat "$workdir/Caddyfile-$s" "$workdir/adapt.log" >&2; die "the Caddyfile of $s does not adapt"; }
 		out="$workdir/caddy-$s.cg"
-		GODEBUG=asyncpreemptoff=1,cpu.rdtscp=off taskset -c "$CADDY_CPU" valgrind --tool=callgrind --callgrind-out-file="$out" \
-			"$workdir/caddy" run --config "$workdir/Caddyfile-$s" --adapter caddyfile >"$workdir/caddy-$s.log" 2>&1 &
-		pid=$!
-		on_exit "kill $pid 2>/dev/null; wait $pid 2>/dev/null"
-		wait_port "$port" 120 || { tail -20 "$workdir/caddy-$s.log" >&2; die "Caddy did not listen on $port"; }
+		start_site "$s"
 		taskset -c "$WRK_CPU" wrk -t1 -c"$CONNS" -d2s "http://127.0.0.1:$port/" >/dev/null
 		callgrind_control -z "$pid" >/dev/null 2>&1
 		n=$(taskset -c "$WRK_CPU" wrk -t1 -c"$CONNS" -d"$DURATION" "http://127.0.0.1:$port/" | awk '/requests in/ { print $1 }')
