@@ -67,6 +67,15 @@ func EscapeKey(key string) string {
 
 const hexDigits = "0123456789ABCDEF"
 
+// mustEscape reports whether EscapeKey escapes c: a bit test, since a
+// key's every byte is looked at for each call.
 func mustEscape(c byte) bool {
-	return c <= ' ' || c == 0x7f || c == '{' || c == '}' || c == '%'
+	const (
+		low  uint64 = 1<<('%') | 1<<(' '+1) - 1         // bytes 0-63: the control bytes, ' ', '%'
+		high uint64 = 1<<('{'-64) | 1<<('}'-64) | 1<<63 // bytes 64-127: '{', '}', 0x7F
+	)
+	if c < 64 {
+		return low>>c&1 != 0
+	}
+	return c < 128 && high>>(c-64)&1 != 0
 }

@@ -32,6 +32,16 @@ func TestEscapeKey(t *testing.T) {
 	}
 }
 
+// mustEscape picks out exactly the bytes EscapeKey's documentation names.
+func TestMustEscape(t *testing.T) {
+	for c := 0; c < 256; c++ {
+		want := c < 0x20 || c == 0x7f || c == ' ' || c == '{' || c == '}' || c == '%'
+		if got := mustEscape(byte(c)); got != want {
+			t.Errorf("mustEscape(%#x) = %v, want %v", c, got, want)
+		}
+	}
+}
+
 func FuzzEscapeKey(f *testing.F) {
 	for _, s := range []string{"", "a", "{", "}", "%", "%H", "%7B", "{}", "a\nb", strings.Repeat("x", 200), strings.Repeat("{", 43)} {
 		f.Add(s, s+"x")

@@ -19,7 +19,7 @@ import (
 // appendEvalSha appends e to b as an EVALSHA.
 func appendEvalSha(b []byte, e *evalCall) []byte {
 	if e.take.s != nil {
-		return e.take.s.appendCall(b, e.script, &e.take)
+		return e.take.s.appendCall(b, &e.take)
 	}
 	var n [20]byte
 	b = appendArray(b, 3+len(e.keys)+len(e.args))

@@ -3,8 +3,6 @@ package redisstore
 import (
 	"strconv"
 	"time"
-
-	"github.com/redis/go-redis/v9"
 )
 
 // storeCall is a Store's Take or Undo as the Pipeliner carries it: what
@@ -56,30 +54,37 @@ func (e *evalCall) keysArgs() ([]string, []any) {
 // encoded holds the parts of a Store's EVALSHAs that are the same for
 // every call, in RESP, built with its limits (see Store.encode).
 type encoded struct {
-	head    []byte // the array's length and "evalsha"; the script's SHA follows
-	numKeys []byte // the number of KEYS, as a bulk string
-	static  []byte // the ARGV after the common arguments (Store.static)
+	// head is the array's length, "evalsha", the script's SHA and the
+	// number of KEYS.
+	head []byte
+	// take and undo are ARGV[1] of a take and of an undo (mode), cr the
+	// ARGV[4] of every call.
+	take, undo, cr []byte
+	static         []byte // the ARGV after the common arguments (Store.static)
 }
 
-// encode builds s.enc from s's key tails and constant arguments: what
-// appendCall writes as is.
+// encode builds s.enc from s's script, key tails and constant arguments:
+// what appendCall writes as is.
 func (s *Store) encode() {
 	e := &s.enc
 	e.head = appendArray(e.head[:0], 3+len(s.tails)+5+len(s.static))
 	e.head = appendBulk(e.head, "evalsha")
-	e.numKeys = appendBulk(e.numKeys[:0], strconv.Itoa(len(s.tails)))
+	e.head = appendBulk(e.head, s.script.run.Hash())
+	e.head = appendBulk(e.head, strconv.Itoa(len(s.tails)))
+	e.take = appendArg(e.take[:0], modeTake)
+	e.undo = appendArg(e.undo[:0], modeUndo)
+	e.cr = appendArg(e.cr[:0], s.cr)
 	e.static = e.static[:0]
 	for _, a := range s.static {
 		e.static = appendArg(e.static, a)
 	}
 }
 
-// appendCall appends c, a call of s running script, to b as an EVALSHA:
-// the same command as go-redis writes for c's keysArgs, encoded in place.
-func (s *Store) appendCall(b []byte, script *redis.Script, c *storeCall) []byte {
+// appendCall appends c, a call of s (of its script, s.script.run), to b
+// as an EVALSHA: the same command as go-redis writes for c's keysArgs,
+// encoded in place.
+func (s *Store) appendCall(b []byte, c *storeCall) []byte {
 	b = append(b, s.enc.head...)
-	b = appendBulk(b, script.Hash())
-	b = append(b, s.enc.numKeys...)
 	esc := EscapeKey(c.key)
 	for _, t := range s.tails {
 		b = append(b, '$')
@@ -91,14 +96,18 @@ func (s *Store) appendCall(b []byte, script *redis.Script, c *storeCall) []byte 
 		b = append(b, '\r', '\n')
 	}
 	var n [24]byte
-	b = appendArg(b, c.mode())
+	if c.undo {
+		b = append(b, s.enc.undo...)
+	} else {
+		b = append(b, s.enc.take...)
+	}
 	if c.now.IsZero() {
 		b = appendBulk(b, "")
 	} else {
 		b = appendBulkBytes(b, strconv.AppendInt(n[:0], c.now.UnixMicro(), 10))
 	}
 	b = appendBulkBytes(b, strconv.AppendInt(n[:0], c.cost, 10))
-	b = appendArg(b, s.cr)
+	b = append(b, s.enc.cr...)
 	switch {
 	case c.undo:
 		b = appendBulkBytes(b, strconv.AppendUint(n[:0], c.n, 10))
