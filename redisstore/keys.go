@@ -38,6 +38,15 @@ func EscapeKey(key string) string {
 		// the keys of one zone key could land in different slots).
 		return emptyKey
 	}
+	// Most keys (an address, an ID) are kept as they are: one test a
+	// byte finds so.
+	i := 0
+	for i < len(key) && !mustEscape(key[i]) {
+		i++
+	}
+	if i == len(key) && len(key) <= MaxEscapedKey {
+		return key
+	}
 	n := 0
 	for i := 0; i < len(key); i++ {
 		if mustEscape(key[i]) {

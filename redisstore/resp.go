@@ -186,9 +186,12 @@ func (d *directConn) readInts(r *reply) bool {
 		}
 		start := p
 		var v int64
-		for p < len(b) && b[p]-'0' <= 9 {
-			v = v*10 + int64(b[p]-'0')
-			p++
+		for ; p < len(b); p++ {
+			c := b[p] - '0'
+			if c > 9 {
+				break
+			}
+			v = v*10 + int64(c)
 		}
 		// (18 digits cannot overflow an int64.)
 		if k := p - start; k == 0 || k > 18 || p+1 >= len(b) || b[p] != '\r' || b[p+1] != '\n' {

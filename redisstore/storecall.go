@@ -57,10 +57,15 @@ type encoded struct {
 	// head is the array's length, "evalsha", the script's SHA and the
 	// number of KEYS.
 	head []byte
+	// tails are the key tails (Store.tails), each with its CRLF.
+	tails [][]byte
 	// take and undo are ARGV[1] of a take and of an undo (mode), cr the
-	// ARGV[4] of every call.
-	take, undo, cr []byte
-	static         []byte // the ARGV after the common arguments (Store.static)
+	// ARGV[4] of every call; takeNow is take with ARGV[2] for Redis TIME.
+	take, takeNow, undo, cr []byte
+	static                  []byte // the ARGV after the common arguments (Store.static)
+	// plain is cr, ARGV[5] of a take without a member and static: how
+	// most calls end.
+	plain []byte
 }
 
 // encode builds s.enc from s's script, key tails and constant arguments:
@@ -71,13 +76,19 @@ func (s *Store) encode() {
 	e.head = appendBulk(e.head, "evalsha")
 	e.head = appendBulk(e.head, s.script.run.Hash())
 	e.head = appendBulk(e.head, strconv.Itoa(len(s.tails)))
+	e.tails = e.tails[:0]
+	for _, t := range s.tails {
+		e.tails = append(e.tails, append([]byte(t), '\r', '\n'))
+	}
 	e.take = appendArg(e.take[:0], modeTake)
+	e.takeNow = appendArg(append(e.takeNow[:0], e.take...), noNow)
 	e.undo = appendArg(e.undo[:0], modeUndo)
 	e.cr = appendArg(e.cr[:0], s.cr)
 	e.static = e.static[:0]
 	for _, a := range s.static {
 		e.static = appendArg(e.static, a)
 	}
+	e.plain = append(appendBulk(append(e.plain[:0], e.cr...), ""), e.static...)
 }
 
 // appendCall appends c, a call of s (of its script, s.script.run), to b
@@ -86,32 +97,30 @@ func (s *Store) encode() {
 func (s *Store) appendCall(b []byte, c *storeCall) []byte {
 	b = append(b, s.enc.head...)
 	esc := EscapeKey(c.key)
-	for _, t := range s.tails {
+	for _, t := range s.enc.tails {
 		b = append(b, '$')
-		b = appendLen(b, len(s.head)+len(esc)+len(t))
+		b = appendLen(b, len(s.head)+len(esc)+len(t)-2)
 		b = append(b, '\r', '\n')
 		b = append(b, s.head...)
 		b = append(b, esc...)
 		b = append(b, t...)
-		b = append(b, '\r', '\n')
 	}
-	var n [24]byte
-	if c.undo {
-		b = append(b, s.enc.undo...)
-	} else {
-		b = append(b, s.enc.take...)
-	}
-	if c.now.IsZero() {
-		b = appendBulk(b, "")
-	} else {
-		b = appendBulkBytes(b, strconv.AppendInt(n[:0], c.now.UnixMicro(), 10))
-	}
-	b = appendBulkBytes(b, strconv.AppendInt(n[:0], c.cost, 10))
-	b = append(b, s.enc.cr...)
 	switch {
 	case c.undo:
+		b = appendNow(append(b, s.enc.undo...), c.now)
+	case c.now.IsZero():
+		b = append(b, s.enc.takeNow...)
+	default:
+		b = appendNow(append(b, s.enc.take...), c.now)
+	}
+	b = appendInt(b, c.cost)
+	var n [24]byte
+	switch {
+	case c.undo:
+		b = append(b, s.enc.cr...)
 		b = appendBulkBytes(b, strconv.AppendUint(n[:0], c.n, 10))
 	case s.script.member:
+		b = append(b, s.enc.cr...)
 		num := strconv.AppendUint(n[:0], c.n, 36)
 		b = append(b, '$')
 		b = appendLen(b, len(s.idHead)+len(num))
@@ -120,7 +129,24 @@ func (s *Store) appendCall(b []byte, c *storeCall) []byte {
 		b = append(b, num...)
 		b = append(b, '\r', '\n')
 	default:
-		b = appendBulk(b, "")
+		return append(b, s.enc.plain...)
 	}
 	return append(b, s.enc.static...)
+}
+
+// appendNow appends ARGV[2], now in µs (empty: zero, Redis TIME).
+func appendNow(b []byte, now time.Time) []byte {
+	if now.IsZero() {
+		return appendBulk(b, "")
+	}
+	return appendInt(b, now.UnixMicro())
+}
+
+// appendInt appends v as a bulk string: a cost is most often one digit.
+func appendInt(b []byte, v int64) []byte {
+	if v >= 0 && v < 10 {
+		return append(b, '$', '1', '\r', '\n', byte('0'+v), '\r', '\n')
+	}
+	var n [20]byte
+	return appendBulkBytes(b, strconv.AppendInt(n[:0], v, 10))
 }
