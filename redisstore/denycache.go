@@ -39,6 +39,12 @@ type DenyCache struct {
 	store.Store
 	denials *store.LRU[deniedUntil]
 	kept    atomic.Bool // a denial was kept past its recheck: admissions forget the key's
+	// last is the latest end (unix ns) of a denial remembered: from then
+	// on none is in force, and a key is not looked up (a zone that
+	// denies nothing pays no look-up per request). ended is a last that
+	// was found passed: the denials that ended by then are gone, even if
+	// the clock goes back, as a denial a look-up found ended is.
+	last, ended atomic.Int64
 }
 
 var (
@@ -133,6 +139,12 @@ func (c *DenyCache) denied(key string, now time.Time, whole bool) (algorithms.De
 		return algorithms.Decision{}, false
 	}
 	ns := now.UnixNano()
+	if last := c.last.Load(); ns >= last {
+		if c.ended.Load() < last {
+			c.ended.Store(last)
+		}
+		return algorithms.Decision{}, false // every denial ended
+	}
 	s := c.denials.Shard(key)
 	s.Lock()
 	var e deniedUntil
@@ -140,7 +152,7 @@ func (c *DenyCache) denied(key string, now time.Time, whole bool) (algorithms.De
 	if entry != nil {
 		e = entry.Value
 		switch {
-		case ns >= e.until:
+		case ns >= e.until || e.until <= c.ended.Load():
 			s.Remove(entry)
 			entry = nil
 		case ns >= e.expires && !whole:
@@ -165,13 +177,19 @@ func (c *DenyCache) put(key string, now time.Time, d algorithms.Decision) {
 		return
 	}
 	ns := now.UnixNano()
+	until := ns + int64(d.RetryAfter)
+	for {
+		last := c.last.Load()
+		if until <= last || c.last.CompareAndSwap(last, until) {
+			break
+		}
+	}
 	s := c.denials.Shard(key)
 	s.Lock()
 	e := s.Use(key)
 	if e == nil {
 		e = s.Add(key, nil)
 	}
-	until := ns + int64(d.RetryAfter)
 	expires := min(until, ns+int64(recheck))
 	if expires < until && !c.kept.Load() {
 		c.kept.Store(true)

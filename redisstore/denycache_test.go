@@ -99,6 +99,37 @@ func TestDenyCache(t *testing.T) {
 // TestDenyCacheTakeHeld: without the store, a denial holds until its
 // Retry-After, and a block's until the block ends (not only
 // recheck, as Denied does), until an admission says it was lifted.
+// A denial is answered until it ends, however many shorter ones follow
+// it, and once all have ended, a new one is answered again: the cache
+// skips its look-up only when no denial can be in force.
+func TestDenyCacheLookUpAfterDenialsEnded(t *testing.T) {
+	ctx := context.Background()
+	inner := &answerStore{}
+	c := NewDenyCache(inner)
+	if _, ok := c.Denied("k", t0); ok {
+		t.Fatal("a denial in a new cache")
+	}
+	deny := func(key string, at time.Time, retry time.Duration) {
+		t.Helper()
+		inner.d = algorithms.Decision{Limit: 1, RetryAfter: retry}
+		if _, err := c.Ask(ctx, key, at, 1); err != nil {
+			t.Fatal(err)
+		}
+	}
+	deny("long", t0, 10*time.Second)
+	deny("short", t0.Add(time.Second), 100*time.Millisecond)
+	if d, ok := c.TakeHeld("long", t0.Add(5*time.Second), 1); !ok || d.RetryAfter != 5*time.Second {
+		t.Fatalf("long denial after a shorter one ended: %+v, %v; want it answered until it ends", d, ok)
+	}
+	if _, ok := c.TakeHeld("long", t0.Add(10*time.Second), 1); ok {
+		t.Fatal("long denial answered when it ended")
+	}
+	deny("later", t0.Add(20*time.Second), time.Second)
+	if d, ok := c.Denied("later", t0.Add(20500*time.Millisecond)); !ok || d.RetryAfter != 500*time.Millisecond {
+		t.Fatalf("a denial after all others ended: %+v, %v; want it answered", d, ok)
+	}
+}
+
 func TestDenyCacheTakeHeld(t *testing.T) {
 	ctx := context.Background()
 	inner := &answerStore{d: algorithms.Decision{Limit: 5, RetryAfter: 2 * time.Second, ResetAfter: 2 * time.Second}}

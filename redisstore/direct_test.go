@@ -3,6 +3,7 @@ package redisstore
 import (
 	"context"
 	"errors"
+	"io"
 	"net"
 	"slices"
 	"strings"
@@ -400,6 +401,76 @@ func TestDirectConnNumber(t *testing.T) {
 		d := &directConn{in: []byte(tc.s + "\r\n")}
 		if v, err := d.number(); v != tc.v || (err == nil) != tc.ok {
 			t.Errorf("number of %q = %d, %v; want %d, ok %v", tc.s, v, err, tc.v, tc.ok)
+		}
+	}
+}
+
+// chunkConn is a connection that returns data at most chunk bytes a Read.
+type chunkConn struct {
+	net.Conn
+	data  []byte
+	chunk int
+}
+
+func (c *chunkConn) Read(b []byte) (int, error) {
+	if len(c.data) == 0 {
+		return 0, io.EOF
+	}
+	n := copy(b[:min(len(b), c.chunk)], c.data)
+	c.data = c.data[n:]
+	return n, nil
+}
+
+// A reply reads the same whether it is all in the buffer (readInts, for
+// a decision) or arrives a byte at a time (read's general path), and the
+// connection stays in step after it (the integer reply that follows).
+func TestDirectConnReadWholeOrByByte(t *testing.T) {
+	maxInts := "*2\r\n:999999999999999999\r\n:-999999999999999999\r\n"
+	for _, tc := range []struct {
+		reply string
+		vals  []int64
+		err   bool // an error reply (r.err), not the connection's
+		fails bool // the connection fails
+	}{
+		{reply: "*10\r\n:1\r\n:0\r\n:1000000\r\n:999999\r\n:1\r\n:0\r\n:0\r\n:0\r\n:0\r\n:0\r\n", vals: []int64{1, 0, 1000000, 999999, 1, 0, 0, 0, 0, 0}},
+		{reply: maxInts, vals: []int64{999999999999999999, -999999999999999999}},
+		{reply: "*0\r\n", vals: []int64{}},
+		{reply: "*01\r\n:5\r\n", vals: []int64{5}},
+		{reply: "*1\r\n:0000000000000000001\r\n", vals: []int64{1}},         // 19 digits
+		{reply: "*1\r\n:9223372036854775807\r\n", vals: []int64{1<<63 - 1}}, // 19 digits
+		{reply: "*1\r\n:-9223372036854775808\r\n", vals: []int64{-1 << 63}},
+		{reply: "*16\r\n" + strings.Repeat(":7\r\n", 16), vals: slices.Repeat([]int64{7}, 16)},
+		{reply: "*17\r\n" + strings.Repeat(":7\r\n", 17), vals: slices.Repeat([]int64{7}, 16), err: true},
+		{reply: "*-1\r\n", err: true},
+		{reply: ":42\r\n", vals: []int64{42}},
+		{reply: "+OK\r\n", vals: []int64{}},
+		{reply: "-ERR x\r\n", err: true},
+		{reply: "*1\r\n:9223372036854775808\r\n", fails: true},
+		{reply: "*1\r\n:\r\n", fails: true},
+		{reply: "*1\r\n:-\r\n", fails: true},
+		{reply: "*1\r\n:1\n", fails: true},
+		{reply: "*2\r\n:1\r\n$1\r\nx\r\n", fails: true},
+		{reply: "*1\r:1\r\n", fails: true},
+		{reply: "*", fails: true},
+	} {
+		for _, chunk := range []int{1, 1 << 10} {
+			d := &directConn{in: make([]byte, 0, 4<<10), nc: &chunkConn{data: []byte(tc.reply + ":7\r\n"), chunk: chunk}}
+			var r reply
+			err := d.read(&r)
+			if (err != nil) != tc.fails {
+				t.Errorf("%q in chunks of %d: connection's error %v, want one: %v", tc.reply, chunk, err, tc.fails)
+				continue
+			}
+			if tc.fails {
+				continue
+			}
+			if (r.err != nil) != tc.err || !tc.err && !slices.Equal(r.ints(), tc.vals) || tc.vals != nil && tc.err && !slices.Equal(r.ints(), tc.vals) {
+				t.Errorf("%q in chunks of %d: %v, %v; want %v, error %v", tc.reply, chunk, r.ints(), r.err, tc.vals, tc.err)
+			}
+			var next reply
+			if err := d.read(&next); err != nil || !slices.Equal(next.ints(), []int64{7}) {
+				t.Errorf("%q in chunks of %d: the next reply read %v, %v: out of step", tc.reply, chunk, next.ints(), err)
+			}
 		}
 	}
 }

@@ -35,20 +35,21 @@ type directPipe struct {
 	stopped chan struct{} // closed once a leader closes d after Close
 }
 
-// runDirect runs c through p's connection: at once, by the caller
-// itself, when no batch is in flight; else in the next batch, whose
-// replies the first of its callers that waits without a deadline reads.
-// A caller whose ctx has a deadline never leads (it could not stop
-// waiting in a read): when it finds the connection idle, a goroutine
-// leads its batch.
-func (p *Pipeliner) runDirect(ctx context.Context, c *scriptCall) reply {
+// runDirect runs c through p's connection and answers into r: at once,
+// by the caller itself, when no batch is in flight; else in the next
+// batch, whose replies the first of its callers that waits without a
+// deadline reads. A caller whose ctx has a deadline never leads (it could
+// not stop waiting in a read): when it finds the connection idle, a
+// goroutine leads its batch.
+func (p *Pipeliner) runDirect(ctx context.Context, c *scriptCall, r *reply) {
 	_, c.watch = ctx.Deadline()
 	x := p.direct
 	x.mu.Lock()
 	if x.closing {
 		x.mu.Unlock()
 		c.release()
-		return reply{err: redis.ErrClosed}
+		*r = reply{err: redis.ErrClosed}
+		return
 	}
 	if !x.busy {
 		x.busy = true
@@ -57,7 +58,8 @@ func (p *Pipeliner) runDirect(ctx context.Context, c *scriptCall) reply {
 		x.written = false
 		if !c.watch {
 			p.lead(c)
-			return c.release()
+			c.releaseTo(r)
+			return
 		}
 		go p.lead(nil)
 	} else {
@@ -72,19 +74,21 @@ func (p *Pipeliner) runDirect(ctx context.Context, c *scriptCall) reply {
 		if c.lead {
 			p.lead(c)
 		}
-		return c.release()
+		c.releaseTo(r)
+		return
 	}
 	select {
 	case <-c.done:
-		return c.release()
+		c.releaseTo(r)
 	case <-ctx.Done():
 		if c.state.CompareAndSwap(callWaiting, callLeft) {
 			// Whoever answers c drops it; it may still be sent, and
 			// applied in Redis.
-			return reply{err: ctx.Err()}
+			*r = reply{err: ctx.Err()}
+			return
 		}
 		<-c.done // answered meanwhile
-		return c.release()
+		c.releaseTo(r)
 	}
 }
 

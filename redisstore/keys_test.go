@@ -1,6 +1,7 @@
 package redisstore
 
 import (
+	"math/rand/v2"
 	"strings"
 	"testing"
 )
@@ -29,6 +30,44 @@ func TestEscapeKey(t *testing.T) {
 	// 43 braces escape to 129 bytes: hashed.
 	if got := EscapeKey(strings.Repeat("{", 43)); !strings.HasPrefix(got, hashedKeyPrefix) {
 		t.Errorf("43 braces: %q", got)
+	}
+}
+
+// mustEscape picks out exactly the bytes EscapeKey's documentation names.
+func TestMustEscape(t *testing.T) {
+	for c := 0; c < 256; c++ {
+		want := c < 0x20 || c == 0x7f || c == ' ' || c == '{' || c == '}' || c == '%'
+		if got := mustEscape(byte(c)); got != want {
+			t.Errorf("mustEscape(%#x) = %v, want %v", c, got, want)
+		}
+	}
+}
+
+// needsEscape, eight bytes at a time, finds a byte to escape exactly
+// when one is there, wherever it is and whatever bytes surround it.
+func TestNeedsEscape(t *testing.T) {
+	rng := rand.New(rand.NewPCG(3, 4))
+	for range 100000 {
+		// Bytes kept as they are (printable, or above 0x7F), and at
+		// times one of any value anywhere.
+		b := make([]byte, rng.IntN(40))
+		for i := range b {
+			c := byte(rng.IntN(256))
+			for mustEscape(c) {
+				c = byte(rng.IntN(256))
+			}
+			b[i] = c
+		}
+		if len(b) > 0 && rng.IntN(2) == 0 {
+			b[rng.IntN(len(b))] = byte(rng.IntN(256))
+		}
+		want := false
+		for _, c := range b {
+			want = want || mustEscape(c)
+		}
+		if got := needsEscape(string(b)); got != want {
+			t.Fatalf("needsEscape(%q) = %v, want %v", b, got, want)
+		}
 	}
 }
 

@@ -149,11 +149,19 @@ func (c *scriptCall) signal() bool {
 
 // release puts c back in the pool and returns its reply.
 func (c *scriptCall) release() reply {
-	r := c.reply
-	c.evalCall, c.reply, c.deadline, c.lead, c.watch = evalCall{}, reply{}, time.Time{}, false, false
+	var r reply
+	c.releaseTo(&r)
+	return r
+}
+
+// releaseTo puts c back in the pool and copies its reply into r: one copy
+// of it, where returning it copies it at every return on the way.
+func (c *scriptCall) releaseTo(r *reply) {
+	*r = c.reply
+	// A reply's integers past n are not read: n and err make it empty.
+	c.evalCall, c.reply.n, c.reply.err, c.deadline, c.lead, c.watch = evalCall{}, 0, nil, time.Time{}, false, false
 	c.state.Store(callWaiting)
 	callPool.Put(c)
-	return r
 }
 
 // NewPipeliner starts the workers of a Pipeliner on c. A caller waits at
@@ -233,14 +241,28 @@ func (p *Pipeliner) run(ctx context.Context, script *redis.Script, keys []string
 
 // runCall is run for the call e.
 func (p *Pipeliner) runCall(ctx context.Context, e evalCall) reply {
+	var r reply
+	p.runTo(ctx, &e, &r)
+	return r
+}
+
+// runTo is runCall answering into r.
+func (p *Pipeliner) runTo(ctx context.Context, e *evalCall, r *reply) {
 	if err := ctx.Err(); err != nil {
-		return reply{err: err}
+		*r = reply{err: err}
+		return
 	}
 	c := callPool.Get().(*scriptCall)
-	c.evalCall = e
+	c.evalCall = *e
 	if p.direct != nil {
-		return p.runDirect(ctx, c)
+		p.runDirect(ctx, c, r)
+		return
 	}
+	*r = p.runQueued(ctx, c)
+}
+
+// runQueued runs c through the workers.
+func (p *Pipeliner) runQueued(ctx context.Context, c *scriptCall) reply {
 	var expired <-chan time.Time
 	if p.wait > 0 {
 		c.deadline = time.Now().Add(p.wait)

@@ -19,7 +19,7 @@ import (
 // appendEvalSha appends e to b as an EVALSHA.
 func appendEvalSha(b []byte, e *evalCall) []byte {
 	if e.take.s != nil {
-		return e.take.s.appendCall(b, e.script, &e.take)
+		return e.take.s.appendCall(b, &e.take)
 	}
 	var n [20]byte
 	b = appendArray(b, 3+len(e.keys)+len(e.args))
@@ -100,6 +100,14 @@ var errProtocol = errors.New("redis: unexpected reply to a script call")
 // read from it.
 func (d *directConn) read(r *reply) error {
 	r.n, r.err = 0, nil
+	if d.pos == len(d.in) {
+		if err := d.fill(); err != nil {
+			return err
+		}
+	}
+	if d.in[d.pos] == '*' && d.readInts(r) {
+		return nil
+	}
 	t, err := d.kind()
 	if err != nil {
 		return err
@@ -149,6 +157,55 @@ func (d *directConn) read(r *reply) error {
 		return nil
 	}
 	return errProtocol
+}
+
+// readInts reads a decision, an array of at most replyLen integers of at
+// most 18 digits each, when the whole of it is buffered: in one pass,
+// without a call per element (read's parts cost a decision about as much
+// again). False when the reply is another, or longer, or not all read
+// yet: read then takes it apart, reading more as it needs.
+func (d *directConn) readInts(r *reply) bool {
+	b := d.in[d.pos:]
+	p, n := 1, 0
+	for p < len(b) && p < 4 && b[p]-'0' <= 9 {
+		n = n*10 + int(b[p]-'0')
+		p++
+	}
+	if p == 1 || n > replyLen || p+1 >= len(b) || b[p] != '\r' || b[p+1] != '\n' {
+		return false
+	}
+	p += 2
+	for i := 0; i < n; i++ {
+		if p >= len(b) || b[p] != ':' {
+			return false
+		}
+		p++
+		neg := p < len(b) && b[p] == '-'
+		if neg {
+			p++
+		}
+		start := p
+		var v int64
+		for ; p < len(b); p++ {
+			c := b[p] - '0'
+			if c > 9 {
+				break
+			}
+			v = v*10 + int64(c)
+		}
+		// (18 digits cannot overflow an int64.)
+		if k := p - start; k == 0 || k > 18 || p+1 >= len(b) || b[p] != '\r' || b[p+1] != '\n' {
+			return false
+		}
+		p += 2
+		if neg {
+			v = -v
+		}
+		r.vals[i] = v
+	}
+	r.n = n
+	d.pos += p
+	return true
 }
 
 // kind reads the type byte of the next reply or array element.

@@ -279,7 +279,8 @@ func (s *Store) Take(ctx context.Context, key string, now time.Time, cost int64)
 	if s.script.member {
 		c.n = s.counter.Add(1)
 	}
-	r := s.call(ctx, &c)
+	var r reply
+	s.call(ctx, &c, &r)
 	if r.err != nil {
 		return algorithms.Decision{}, fmt.Errorf("redis store: %s: %w", s.l.Name(), r.err)
 	}
@@ -311,22 +312,24 @@ func (s *Store) Undo(ctx context.Context, key string, now time.Time, cost int64,
 		return nil
 	}
 	c := storeCall{s: s, key: key, undo: true, now: now, cost: min(cost, s.maxCost), n: d.Token}
-	err := s.call(ctx, &c).err
-	if err != nil && !errors.Is(err, redis.Nil) {
+	var r reply
+	s.call(ctx, &c, &r)
+	if err := r.err; err != nil && !errors.Is(err, redis.Nil) {
 		return fmt.Errorf("redis store: %s undo: %w", s.l.Name(), err)
 	}
 	return nil
 }
 
-// call runs the script once for c: in the Pipeliner's next pipeline, or
-// on its own.
-func (s *Store) call(ctx context.Context, c *storeCall) reply {
+// call runs the script once for c, answering into r: in the Pipeliner's
+// next pipeline, or on its own.
+func (s *Store) call(ctx context.Context, c *storeCall, r *reply) {
 	e := evalCall{script: s.script.run, take: *c}
 	if s.pipe == nil {
 		keys, args := e.keysArgs()
-		return replyOf(evalOne(ctx, s.c, e.script, keys, args))
+		*r = replyOf(evalOne(ctx, s.c, e.script, keys, args))
+		return
 	}
-	return s.pipe.runCall(ctx, e)
+	s.pipe.runTo(ctx, &e, r)
 }
 
 // decisionOf reads the first nine values a script answers (see lib.lua):

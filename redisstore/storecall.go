@@ -3,8 +3,6 @@ package redisstore
 import (
 	"strconv"
 	"time"
-
-	"github.com/redis/go-redis/v9"
 )
 
 // storeCall is a Store's Take or Undo as the Pipeliner carries it: what
@@ -56,53 +54,73 @@ func (e *evalCall) keysArgs() ([]string, []any) {
 // encoded holds the parts of a Store's EVALSHAs that are the same for
 // every call, in RESP, built with its limits (see Store.encode).
 type encoded struct {
-	head    []byte // the array's length and "evalsha"; the script's SHA follows
-	numKeys []byte // the number of KEYS, as a bulk string
-	static  []byte // the ARGV after the common arguments (Store.static)
+	// head is the array's length, "evalsha", the script's SHA and the
+	// number of KEYS.
+	head []byte
+	// tails are the key tails (Store.tails), each with its CRLF.
+	tails [][]byte
+	// take and undo are ARGV[1] of a take and of an undo (mode), cr the
+	// ARGV[4] of every call; takeNow is take with ARGV[2] for Redis TIME.
+	take, takeNow, undo, cr []byte
+	static                  []byte // the ARGV after the common arguments (Store.static)
+	// plain is cr, ARGV[5] of a take without a member and static: how
+	// most calls end.
+	plain []byte
 }
 
-// encode builds s.enc from s's key tails and constant arguments: what
-// appendCall writes as is.
+// encode builds s.enc from s's script, key tails and constant arguments:
+// what appendCall writes as is.
 func (s *Store) encode() {
 	e := &s.enc
 	e.head = appendArray(e.head[:0], 3+len(s.tails)+5+len(s.static))
 	e.head = appendBulk(e.head, "evalsha")
-	e.numKeys = appendBulk(e.numKeys[:0], strconv.Itoa(len(s.tails)))
+	e.head = appendBulk(e.head, s.script.run.Hash())
+	e.head = appendBulk(e.head, strconv.Itoa(len(s.tails)))
+	e.tails = e.tails[:0]
+	for _, t := range s.tails {
+		e.tails = append(e.tails, append([]byte(t), '\r', '\n'))
+	}
+	e.take = appendArg(e.take[:0], modeTake)
+	e.takeNow = appendArg(append(e.takeNow[:0], e.take...), noNow)
+	e.undo = appendArg(e.undo[:0], modeUndo)
+	e.cr = appendArg(e.cr[:0], s.cr)
 	e.static = e.static[:0]
 	for _, a := range s.static {
 		e.static = appendArg(e.static, a)
 	}
+	e.plain = append(appendBulk(append(e.plain[:0], e.cr...), ""), e.static...)
 }
 
-// appendCall appends c, a call of s running script, to b as an EVALSHA:
-// the same command as go-redis writes for c's keysArgs, encoded in place.
-func (s *Store) appendCall(b []byte, script *redis.Script, c *storeCall) []byte {
+// appendCall appends c, a call of s (of its script, s.script.run), to b
+// as an EVALSHA: the same command as go-redis writes for c's keysArgs,
+// encoded in place.
+func (s *Store) appendCall(b []byte, c *storeCall) []byte {
 	b = append(b, s.enc.head...)
-	b = appendBulk(b, script.Hash())
-	b = append(b, s.enc.numKeys...)
 	esc := EscapeKey(c.key)
-	for _, t := range s.tails {
+	for _, t := range s.enc.tails {
 		b = append(b, '$')
-		b = appendLen(b, len(s.head)+len(esc)+len(t))
+		b = appendLen(b, len(s.head)+len(esc)+len(t)-2)
 		b = append(b, '\r', '\n')
 		b = append(b, s.head...)
 		b = append(b, esc...)
 		b = append(b, t...)
-		b = append(b, '\r', '\n')
 	}
-	var n [24]byte
-	b = appendArg(b, c.mode())
-	if c.now.IsZero() {
-		b = appendBulk(b, "")
-	} else {
-		b = appendBulkBytes(b, strconv.AppendInt(n[:0], c.now.UnixMicro(), 10))
-	}
-	b = appendBulkBytes(b, strconv.AppendInt(n[:0], c.cost, 10))
-	b = appendArg(b, s.cr)
 	switch {
 	case c.undo:
+		b = appendNow(append(b, s.enc.undo...), c.now)
+	case c.now.IsZero():
+		b = append(b, s.enc.takeNow...)
+	default:
+		b = appendNow(append(b, s.enc.take...), c.now)
+	}
+	b = appendInt(b, c.cost)
+	var n [24]byte
+	switch {
+	case c.undo:
+		b = append(b, s.enc.cr...)
 		b = appendBulkBytes(b, strconv.AppendUint(n[:0], c.n, 10))
 	case s.script.member:
+		b = append(b, s.enc.cr...)
 		num := strconv.AppendUint(n[:0], c.n, 36)
 		b = append(b, '$')
 		b = appendLen(b, len(s.idHead)+len(num))
@@ -111,7 +129,24 @@ func (s *Store) appendCall(b []byte, script *redis.Script, c *storeCall) []byte 
 		b = append(b, num...)
 		b = append(b, '\r', '\n')
 	default:
-		b = appendBulk(b, "")
+		return append(b, s.enc.plain...)
 	}
 	return append(b, s.enc.static...)
+}
+
+// appendNow appends ARGV[2], now in µs (empty: zero, Redis TIME).
+func appendNow(b []byte, now time.Time) []byte {
+	if now.IsZero() {
+		return appendBulk(b, "")
+	}
+	return appendInt(b, now.UnixMicro())
+}
+
+// appendInt appends v as a bulk string: a cost is most often one digit.
+func appendInt(b []byte, v int64) []byte {
+	if v >= 0 && v < 10 {
+		return append(b, '$', '1', '\r', '\n', byte('0'+v), '\r', '\n')
+	}
+	var n [20]byte
+	return appendBulkBytes(b, strconv.AppendInt(n[:0], v, 10))
 }

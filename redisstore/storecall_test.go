@@ -2,6 +2,7 @@ package redisstore
 
 import (
 	"bytes"
+	"strings"
 	"testing"
 	"time"
 
@@ -13,8 +14,8 @@ import (
 // A Store's call encoded in place (appendCall, from the Store's encoded
 // constants) is the EVALSHA built from its KEYS and ARGV as go-redis gets
 // them, for every algorithm, a Take and an Undo, with and without an
-// instant, a key that is escaped, limits changed by Under and a margin
-// changed after the store was built.
+// instant, costs of one digit and more, a key that is escaped or hashed,
+// limits changed by Under and a margin changed after the store was built.
 func TestStoreCallEncoding(t *testing.T) {
 	c := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"}) // never dialed
 	defer c.Close()
@@ -39,6 +40,9 @@ func TestStoreCallEncoding(t *testing.T) {
 				{key: "a {b}%c\r\n", now: t0, cost: 1 << 40, n: 1 << 50},
 				{key: "", undo: true, now: t0, cost: 3, n: 12345},
 				{key: "k", undo: true, cost: 1, n: 0},
+				{key: "zero", cost: 0, n: 2},
+				{key: "ten", now: t0, cost: 10, n: 3},
+				{key: strings.Repeat("long{", 30), cost: 9, n: 4},
 			} {
 				sc.s = st
 				e := evalCall{script: st.script.run, take: sc}
