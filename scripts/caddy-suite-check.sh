@@ -20,9 +20,9 @@
 #
 # Needs Go and the module proxy (Caddy's test dependencies). With a warm build
 # cache it takes about two minutes. Caddy's integration tests listen on fixed
-# ports (2999, 9080, 9443): do not run it while another Caddy test suite (this
-# repository's ./caddytest/ included) runs on the machine; it refuses to start
-# if one of those ports is taken.
+# ports (2999, 9080, 9443): do not run it while another program holds them
+# (this repository's ./caddytest/ uses free ports of its own); it refuses to
+# start if one of those ports is taken.
 #
 #   bash scripts/caddy-suite-check.sh
 #   KEEP=1 bash scripts/caddy-suite-check.sh   # keep the work directory
