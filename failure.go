@@ -99,10 +99,14 @@ func isRoutine(format string) bool {
 	return false
 }
 
-// go-redis has one logger per process: Caddy's, named for this module,
-// whatever client logs. It reads caddy.Log() at every line, which follows
-// the logging config of the running Caddy.
-func init() {
+// useGoRedisLogger makes Caddy's log, named for this module, go-redis's
+// logger, for the clients of the Redis store. go-redis has one logger per
+// process, whatever client logs: it is set when this module makes a Redis
+// client, not when it is linked in, so that a Caddy with another plugin's
+// go-redis client and no rate_limit Redis store keeps go-redis's logging
+// as it was. It reads caddy.Log() at every line, which follows the logging
+// config of the running Caddy.
+func useGoRedisLogger() {
 	name := string(Handler{}.CaddyModule().ID)
 	redis.SetLogger(&goRedisLogger{logger: func() *zap.Logger { return caddy.Log().Named(name) }})
 }

@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"os"
+	"os/exec"
 	"strconv"
 	"strings"
 	"sync"
@@ -457,6 +459,64 @@ func TestGoRedisLogger(t *testing.T) {
 	}
 	if w := warns[0]; w.Message != "redis: connection pool: failed to dial after 1 attempts: connection refused" || w.LoggerName != "http.handlers.rate_limit" {
 		t.Errorf("line %q from logger %q", w.Message, w.LoggerName)
+	}
+}
+
+// go-redis has one logger per process, and it becomes this module's only
+// when the module makes a Redis client: in a Caddy whose rate_limit
+// handlers use the memory store, another plugin's go-redis client logs as
+// go-redis does; once a handler with store redis is provisioned, go-redis
+// logs to Caddy's log under the module's name. Each case runs in a child
+// process of its own, since a logger once set stays for the process.
+func TestGoRedisLoggerOnlyWithRedisStore(t *testing.T) {
+	if store := os.Getenv("RATELIMIT_GOREDIS_LOGGER_STORE"); store != "" {
+		goRedisLoggerChild(t, store)
+		return
+	}
+	for _, c := range []struct {
+		store string
+		ours  bool // the line is logged by this module's logger
+	}{{"memory", false}, {"redis", true}} {
+		cmd := exec.Command(os.Args[0], "-test.run=^TestGoRedisLoggerOnlyWithRedisStore$", "-test.count=1")
+		cmd.Env = append(os.Environ(), "RATELIMIT_GOREDIS_LOGGER_STORE="+c.store)
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			t.Fatalf("store %s: the child failed: %v\n%s", c.store, err, out)
+		}
+		var line string
+		for _, l := range strings.Split(string(out), "\n") {
+			if strings.Contains(l, "failed to dial") {
+				line = l
+				break
+			}
+		}
+		if line == "" {
+			t.Fatalf("store %s: go-redis logged no dial failure:\n%s", c.store, out)
+		}
+		if ours := strings.Contains(line, "http.handlers.rate_limit") && strings.Contains(line, "go-redis"); ours != c.ours {
+			t.Errorf("store %s: go-redis's line %q: by this module's logger %v, want %v", c.store, line, ours, c.ours)
+		}
+	}
+}
+
+// goRedisLoggerChild provisions a handler with store, then has a go-redis
+// client of its own fail to dial, which go-redis logs.
+func goRedisLoggerChild(t *testing.T, store string) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close() // nothing listens there: dials are refused
+	config := `{"zones":[{"name":"go_redis_logger","key":"k","limits":[{"events":1,"window":"1m"}]}]`
+	if store == "redis" {
+		config += `,"store":"redis","redis":{"address":"` + addr + `"}`
+	}
+	provision(t, config+"}", newClock())
+	c := redis.NewClient(&redis.Options{Addr: addr, DialerRetries: 1, MaxRetries: -1})
+	defer c.Close()
+	if err := c.Ping(context.Background()).Err(); err == nil {
+		t.Fatal("a ping to a closed port succeeded")
 	}
 }
 

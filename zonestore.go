@@ -28,6 +28,7 @@ const (
 // under keyPrefix, and the breaker's state changes are logged to logger,
 // once each.
 func newRedisClient(opts *redis.UniversalOptions, keyPrefix string, logger *zap.Logger) *redisstore.Client {
+	useGoRedisLogger()
 	return redisstore.NewClient(opts, redisstore.ClientOptions{
 		KeyPrefix: keyPrefix,
 		OnBreakerChange: func(open bool, err error) {
