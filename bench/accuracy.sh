@@ -96,9 +96,7 @@ start_caddy() {
 		"$workdir/caddy" run --config "$cf" --adapter caddyfile >"$workdir/caddy.$i.log" 2>&1 &
 		pid=$!
 		on_exit "kill $pid 2>/dev/null; wait $pid 2>/dev/null"
-		# Listening, and still running a second later: the port is
-		# this Caddy's, not a process that took it first.
-		if wait_port "$port" 30 && sleep 1 && kill -0 "$pid" 2>/dev/null; then
+		if serving "$pid" 30 "$port"; then
 			ports+=("$port")
 			return 0
 		fi

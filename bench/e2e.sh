@@ -108,12 +108,10 @@ done
 
 declare -A PORT=()
 # start_caddy: writes the Caddyfile of every scenario, each on a free port
-# (PORT), and starts Caddy (caddy_pid). Another process may take a port
-# between free_port and Caddy's bind (Caddy then exits, and wait_port may see
-# the other process answer): so Caddy must still run a second after its
-# ports answer, and three sets of ports are tried before giving up.
+# (PORT), and starts Caddy (caddy_pid); three sets of ports are tried before
+# giving up (see serving).
 start_caddy() {
-	local attempt s ok
+	local attempt s
 	for attempt in 1 2 3; do
 		{
 			cat <<-'GLOBAL'
@@ -143,11 +141,7 @@ start_caddy() {
 			>"$workdir/caddy.log" 2>&1 &
 		caddy_pid=$!
 		on_exit "kill $caddy_pid 2>/dev/null; wait $caddy_pid 2>/dev/null"
-		ok=1
-		for s in "${scenarios[@]}"; do
-			wait_port "${PORT[$s]}" 30 || { ok=0; break; }
-		done
-		if [ "$ok" = 1 ] && sleep 1 && kill -0 "$caddy_pid" 2>/dev/null; then
+		if serving "$caddy_pid" 30 "${PORT[@]}"; then
 			return 0
 		fi
 		echo "e2e: Caddy did not start on its ports (attempt $attempt)" >&2

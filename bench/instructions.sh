@@ -81,10 +81,8 @@ result=bench/results/instructions-$(date -u +%Y%m%dT%H%M%SZ).txt
 } >"$result"
 
 # start_site S: starts Caddy under callgrind serving site S alone on a free
-# port (sets port and pid). Another process may take the port between
-# free_port and Caddy's bind, and wait_port would then see that process
-# answer: so Caddy must still run a second after its port answers, and
-# three ports are tried before giving up.
+# port (sets port and pid); three ports are tried before giving up (see
+# serving).
 start_site() {
 	local s=$1 attempt
 	for attempt in 1 2 3; do
@@ -101,7 +99,7 @@ start_site() {
 			"$workdir/caddy" run --config "$workdir/Caddyfile-$s" --adapter caddyfile >"$workdir/caddy-$s.log" 2>&1 &
 		pid=$!
 		on_exit "kill $pid 2>/dev/null; wait $pid 2>/dev/null"
-		if wait_port "$port" 120 && sleep 1 && kill -0 "$pid" 2>/dev/null; then
+		if serving "$pid" 120 "$port"; then
 			return 0
 		fi
 		echo "instructions: Caddy did not start on port $port for $s (attempt $attempt)" >&2

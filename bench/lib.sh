@@ -241,6 +241,20 @@ wait_port() {
 	return 1
 }
 
+# serving PID SECONDS PORT...: wait (at most SECONDS for each) until every
+# PORT accepts, and PID still runs a second later: the ports are that
+# process's, not another's that took one between free_port and its bind
+# (the process then exits on the bind's error).
+serving() {
+	local pid=$1 limit=$2 port
+	shift 2
+	for port in "$@"; do
+		wait_port "$port" "$limit" || return 1
+	done
+	sleep 1
+	kill -0 "$pid" 2>/dev/null
+}
+
 need() {
 	command -v "$1" >/dev/null 2>&1 && return 0
 	if [ -n "${2:-}" ]; then
