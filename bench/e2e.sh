@@ -59,6 +59,12 @@ cpu_busy() { awk '/^cpu / { print $2 + $3 + $4 + $7 + $8 }' /proc/stat; }
 cpu_steal() { awk '/^cpu / { print $9 }' /proc/stat; }
 proc_ticks() { awk '{ print $14 + $15 }' "/proc/$1/stat" 2>/dev/null || echo 0; }
 proc_sys_ticks() { awk '{ print $15 }' "/proc/$1/stat" 2>/dev/null || echo 0; }
+# Context switches of all the process's threads, voluntary and not: a
+# thread that sleeps (an idle Go scheduler, Go's sysmon) or is preempted.
+proc_csw() {
+	cat /proc/"$1"/task/*/status 2>/dev/null |
+		awk '/^(non)?voluntary_ctxt_switches:/ { s += $2 } END { print s + 0 }'
+}
 # Sets KIDS (not printed: `times` in a $(...) subshell would see its own
 # children only).
 children_ticks() {
@@ -174,17 +180,19 @@ fi
 echo "e2e: warm-up, $WARMUP per scenario"
 for s in "${scenarios[@]}"; do run_wrk "${PORT[$s]}" "$WARMUP" >/dev/null; done
 
-declare -A RPS=() BAD=() TOTAL=() CPUT=() SYST=()
+declare -A RPS=() BAD=() TOTAL=() CPUT=() SYST=() CSW=() WALL=()
 t_start=$(date +%s.%N) busy_start=$(cpu_busy) steal_start=$(cpu_steal)
 caddy_start=$(proc_ticks "$caddy_pid")
 children_ticks
 kids_start=$KIDS
 for ((r = 1; r <= ROUNDS; r++)); do
 	for s in "${scenarios[@]}"; do
-		c0=$(proc_ticks "$caddy_pid") k0=$(proc_sys_ticks "$caddy_pid")
+		c0=$(proc_ticks "$caddy_pid") k0=$(proc_sys_ticks "$caddy_pid") x0=$(proc_csw "$caddy_pid") w0=$(date +%s%N)
 		read -r rps total bad < <(run_wrk "${PORT[$s]}" "$DURATION")
 		CPUT[$s]=$((${CPUT[$s]:-0} + $(proc_ticks "$caddy_pid") - c0))
 		SYST[$s]=$((${SYST[$s]:-0} + $(proc_sys_ticks "$caddy_pid") - k0))
+		CSW[$s]=$((${CSW[$s]:-0} + $(proc_csw "$caddy_pid") - x0))
+		WALL[$s]=$((${WALL[$s]:-0} + $(date +%s%N) - w0))
 		RPS[$s]+="$rps "
 		TOTAL[$s]=$((${TOTAL[$s]:-0} + total))
 		BAD[$s]=$((${BAD[$s]:-0} + bad))
@@ -214,7 +222,7 @@ commit=$(git rev-parse --short HEAD 2>/dev/null || echo unknown)
 	echo "# $(go version | cut -d' ' -f3-), $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //')"
 	echo "# caddy on core $CADDY_CPU; wrk -t1 -c$CONNECTIONS -d$DURATION on core $WRK_CPU; $ROUNDS rounds after a $WARMUP warm-up; algorithm $ALGORITHM"
 	echo "# load average at start $load_start; during the rounds other processes used ${others}% of a core, steal ${stolen}% (other load makes the figures noisy)"
-	printf '%-22s %10s %10s %8s %8s %8s %-7s %8s %8s %8s\n' scenario best_rps median_rps ratio_b ratio_m target non2xx cpu_us cpu_ratio sys_us
+	printf '%-22s %10s %10s %8s %8s %8s %-7s %8s %8s %8s %8s %6s\n' scenario best_rps median_rps ratio_b ratio_m target non2xx cpu_us cpu_ratio sys_us csw_req busy
 	plain_best=$(tr ' ' '\n' <<<"${RPS[plain]}" | grep . | best)
 	plain_median=$(tr ' ' '\n' <<<"${RPS[plain]}" | grep . | median)
 	for s in "${scenarios[@]}"; do
@@ -236,7 +244,14 @@ commit=$(git rev-parse --short HEAD 2>/dev/null || echo unknown)
 		cr=$(awk -v a="$cu" -v p="$cp" 'BEGIN { printf "%.3f", (a > 0 ? p / a : 0) }')
 		# The kernel's part of cpu_us (system calls, network stack).
 		su=$(awk -v c="${SYST[$s]}" -v n="${TOTAL[$s]}" -v hz="$CLK_TCK" 'BEGIN { printf "%.1f", n ? c * 1e6 / hz / n : 0 }')
-		printf '%-22s %10.0f %10.0f %8s %8s %8s %-7s %8s %8s %8s\n' "$s" "$b" "$m" "$rb" "$rm" "${t:+>=$t $verdict}" "$nonok" "$cu" "$cr" "$su"
+		# Context switches of Caddy's threads per request, and how busy
+		# Caddy's core was: a Caddy that waits (for Redis) rather than
+		# works goes idle and comes back, and each time Go's scheduler
+		# and its sysmon thread sleep and wake, which costs CPU that no
+		# count of instructions shows.
+		xr=$(awk -v x="${CSW[$s]}" -v n="${TOTAL[$s]}" 'BEGIN { printf "%.3f", n ? x / n : 0 }')
+		bz=$(awk -v c="${CPUT[$s]}" -v w="${WALL[$s]}" -v hz="$CLK_TCK" 'BEGIN { printf "%.0f%%", w ? 100 * c / hz / (w / 1e9) : 0 }')
+		printf '%-22s %10.0f %10.0f %8s %8s %8s %-7s %8s %8s %8s %8s %6s\n' "$s" "$b" "$m" "$rb" "$rm" "${t:+>=$t $verdict}" "$nonok" "$cu" "$cr" "$su" "$xr" "$bz"
 	done
 	for s in "${scenarios[@]}"; do
 		printf '# rounds %-22s %s\n' "$s" "$(printf '%.0f ' ${RPS[$s]})"
@@ -251,7 +266,7 @@ if [ -n "${CPUT[leased]:-}" ] && [ -n "${CPUT[pass]:-}" ]; then
 	}' | tee -a "$result"
 fi
 cp "$result" bench/results/e2e-latest.txt
-echo "e2e: written to $result (ratios are to plain in this run: ratio_b of best rounds, ratio_m of medians; cpu_us is Caddy's CPU per request, cpu_ratio plain's over the scenario's, sys_us the kernel's part of cpu_us)"
+echo "e2e: written to $result (ratios are to plain in this run: ratio_b of best rounds, ratio_m of medians; cpu_us is Caddy's CPU per request, cpu_ratio plain's over the scenario's, sys_us the kernel's part of cpu_us, csw_req Caddy's context switches per request, busy how much of its core Caddy used)"
 
 # A scenario that should pass but saw errors, or should deny but passed,
 # measured the wrong thing.
