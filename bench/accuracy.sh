@@ -90,18 +90,11 @@ start_caddy() {
 	for attempt in 1 2 3; do
 		port=$(free_port)
 		"$workdir/accuracy" caddyfile -port "$port" "${flags[@]}" >"$cf"
-		"$workdir/caddy" fmt --overwrite "$cf" >/dev/null 2>&1 || true
-		"$workdir/caddy" adapt --config "$cf" --adapter caddyfile >/dev/null 2>"$workdir/adapt.log" ||
-			{ cat "$cf" "$workdir/adapt.log" >&2; die "the generated Caddyfile does not adapt"; }
-		"$workdir/caddy" run --config "$cf" --adapter caddyfile >"$workdir/caddy.$i.log" 2>&1 &
-		pid=$!
-		on_exit "kill $pid 2>/dev/null; wait $pid 2>/dev/null"
-		if serving "$pid" 30 "$port"; then
+		if launch "$cf" "$workdir/caddy.$i.log" 30 "$port" -- \
+			"$workdir/caddy" run --config "$cf" --adapter caddyfile; then
 			ports+=("$port")
 			return 0
 		fi
-		echo "accuracy: Caddy $i did not start on port $port (attempt $attempt)" >&2
-		tail -1 "$workdir/caddy.$i.log" >&2
 	done
 	die "Caddy $i did not start"
 }

@@ -138,22 +138,12 @@ start_caddy() {
 				echo "}"
 			done
 		} >"$workdir/Caddyfile"
-		"$workdir/caddy" fmt --overwrite "$workdir/Caddyfile" >/dev/null 2>&1 || true
-		"$workdir/caddy" adapt --config "$workdir/Caddyfile" --adapter caddyfile >/dev/null 2>"$workdir/adapt.log" ||
-			{ cat "$workdir/Caddyfile" "$workdir/adapt.log" >&2; die "the bench Caddyfile does not adapt"; }
-
-		echo "e2e: starting Caddy on core $CADDY_CPU"
-		taskset -c "$CADDY_CPU" "$workdir/caddy" run --config "$workdir/Caddyfile" --adapter caddyfile \
-			>"$workdir/caddy.log" 2>&1 &
-		caddy_pid=$!
-		on_exit "kill $caddy_pid 2>/dev/null; wait $caddy_pid 2>/dev/null"
-		if serving "$caddy_pid" 30 "${PORT[@]}"; then
+		echo "e2e: starting Caddy on core $CADDY_CPU (attempt $attempt)"
+		if launch "$workdir/Caddyfile" "$workdir/caddy.log" 30 "${PORT[@]}" -- \
+			taskset -c "$CADDY_CPU" "$workdir/caddy" run --config "$workdir/Caddyfile" --adapter caddyfile; then
+			caddy_pid=$LAUNCHED
 			return 0
 		fi
-		echo "e2e: Caddy did not start on its ports (attempt $attempt)" >&2
-		tail -3 "$workdir/caddy.log" >&2
-		kill "$caddy_pid" 2>/dev/null
-		wait "$caddy_pid" 2>/dev/null || true
 	done
 	die "Caddy did not start"
 }

@@ -93,19 +93,13 @@ start_site() {
 			"site_$s" "$s" | sed 's/^/\t/'
 			printf '}\n'
 		} >"$workdir/Caddyfile-$s"
-		"$workdir/caddy" adapt --config "$workdir/Caddyfile-$s" --adapter caddyfile >/dev/null 2>"$workdir/adapt.log" ||
-			{ cat "$workdir/Caddyfile-$s" "$workdir/adapt.log" >&2; die "the Caddyfile of $s does not adapt"; }
-		GODEBUG=asyncpreemptoff=1,cpu.rdtscp=off taskset -c "$CADDY_CPU" valgrind --tool=callgrind --callgrind-out-file="$out" \
-			"$workdir/caddy" run --config "$workdir/Caddyfile-$s" --adapter caddyfile >"$workdir/caddy-$s.log" 2>&1 &
-		pid=$!
-		on_exit "kill $pid 2>/dev/null; wait $pid 2>/dev/null"
-		if serving "$pid" 120 "$port"; then
+		if launch "$workdir/Caddyfile-$s" "$workdir/caddy-$s.log" 120 "$port" -- \
+			env GODEBUG=asyncpreemptoff=1,cpu.rdtscp=off taskset -c "$CADDY_CPU" \
+			valgrind --tool=callgrind --callgrind-out-file="$out" \
+			"$workdir/caddy" run --config "$workdir/Caddyfile-$s" --adapter caddyfile; then
+			pid=$LAUNCHED
 			return 0
 		fi
-		echo "instructions: Caddy did not start on port $port for $s (attempt $attempt)" >&2
-		tail -3 "$workdir/caddy-$s.log" >&2
-		kill "$pid" 2>/dev/null
-		wait "$pid" 2>/dev/null || true
 		rm -f "$out".*
 	done
 	die "Caddy did not start for $s"

@@ -255,6 +255,31 @@ serving() {
 	kill -0 "$pid" 2>/dev/null
 }
 
+# launch CADDYFILE LOG SECONDS PORT... -- COMMAND...: dies, showing
+# CADDYFILE and Caddy's error, unless it adapts ($workdir/caddy); starts
+# COMMAND (which runs Caddy on it) in the background, its output in LOG,
+# stopped on exit; and waits until it serves every PORT (see serving).
+# Sets LAUNCHED to its PID. Returns 1, the process stopped and LOG's last
+# lines shown, if it does not serve (another process took a port).
+launch() {
+	local cf=$1 log=$2 limit=$3 ports=()
+	shift 3
+	while [ "$1" != -- ]; do ports+=("$1"); shift; done
+	shift
+	"$workdir/caddy" fmt --overwrite "$cf" >/dev/null 2>&1 || true
+	"$workdir/caddy" adapt --config "$cf" --adapter caddyfile >/dev/null 2>"$log.adapt" ||
+		{ cat "$cf" "$log.adapt" >&2; die "$cf does not adapt"; }
+	"$@" >"$log" 2>&1 &
+	LAUNCHED=$!
+	on_exit "kill $LAUNCHED 2>/dev/null; wait $LAUNCHED 2>/dev/null"
+	serving "$LAUNCHED" "$limit" "${ports[@]}" && return 0
+	echo "$BENCH: Caddy did not start on port(s) ${ports[*]}" >&2
+	tail -3 "$log" >&2
+	kill "$LAUNCHED" 2>/dev/null
+	wait "$LAUNCHED" 2>/dev/null || true
+	return 1
+}
+
 need() {
 	command -v "$1" >/dev/null 2>&1 && return 0
 	if [ -n "${2:-}" ]; then

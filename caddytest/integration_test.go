@@ -14,7 +14,6 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
-	"os"
 	"strconv"
 	"strings"
 	"sync"
@@ -30,10 +29,7 @@ import (
 // live is the package's Caddy.
 var live = caddytesting.New("1ns")
 
-func TestMain(m *testing.M) {
-	live.Use()
-	os.Exit(m.Run())
-}
+func TestMain(m *testing.M) { live.Main(m) }
 
 // respondOK and respondKey are the directives of a site that answers "ok"
 // and one that answers the request's key.

@@ -15,7 +15,6 @@
 package ops
 
 import (
-	"os"
 	"testing"
 
 	"github.com/zonelimit/caddy-ratelimit/internal/caddytesting"
@@ -29,7 +28,4 @@ import (
 // accepted).
 var live = caddytesting.New("10s")
 
-func TestMain(m *testing.M) {
-	live.Use()
-	os.Exit(m.Run())
-}
+func TestMain(m *testing.M) { live.Main(m) }

@@ -10,6 +10,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"os"
 	"slices"
 	"strconv"
 	"strings"
@@ -72,13 +73,18 @@ func New(gracePeriod string) *Caddy {
 	return &Caddy{AdminPort: port(0), HTTPPort: port(1), HTTPSPort: port(2), GracePeriod: gracePeriod}
 }
 
-// Use makes c the Caddy of Caddy's caddytest harness (the admin port its
+// Main runs a package's tests against c, as its TestMain:
+//
+//	func TestMain(m *testing.M) { live.Main(m) }
+//
+// c becomes the Caddy of Caddy's caddytest harness (the admin port its
 // testers and AssertLoadError call), with request timeouts that loads under
-// -race on a busy machine stay within. For a package's TestMain.
-func (c *Caddy) Use() {
+// -race on a busy machine stay within.
+func (c *Caddy) Main(m *testing.M) {
 	caddytest.Default.AdminPort = c.AdminPort
 	caddytest.Default.LoadRequestTimeout = 30 * time.Second
 	caddytest.Default.TestRequestTimeout = 30 * time.Second
+	os.Exit(m.Run())
 }
 
 // URL is the address of path on the HTTP port.
