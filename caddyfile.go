@@ -22,7 +22,7 @@ func init() {
 // parseCaddyfile sets up the handler from Caddyfile tokens.
 func parseCaddyfile(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler, error) {
 	handler := new(Handler)
-	if err := handler.UnmarshalCaddyfile(h.Dispenser); err != nil {
+	if err := handler.unmarshalCaddyfile(h.Dispenser, caddyExtZoneNamer(h.State)); err != nil {
 		return nil, err
 	}
 	return handler, nil
@@ -92,11 +92,21 @@ var (
 // limit. match may be repeated: a request counts in the zone when it
 // matches any of the match blocks. Options left out stay out of the JSON;
 // Provision fills in their defaults.
+//
+// RussellLuo/caddy-ext's one-line form is taken too (see caddyext.go):
+//
+//	rate_limit [<matcher>] <key> <rate> [<zone_size> [<reject_status>]]
 func (h *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
+	return h.unmarshalCaddyfile(d, nil)
+}
+
+// unmarshalCaddyfile is UnmarshalCaddyfile with the namer of the zones of
+// caddy-ext's one-line form (see caddyExtZoneNamer; nil: caddyExtZone).
+func (h *Handler) unmarshalCaddyfile(d *caddyfile.Dispenser, caddyExtName func() string) error {
 	d.Next() // consume directive name
 	directive := d.Token()
 	if d.NextArg() {
-		return d.Errf("rate_limit: unexpected argument %q: the only argument is a matcher; the configuration goes in a block", d.Val())
+		return h.unmarshalCaddyExt(d, directive, caddyExtName)
 	}
 
 	zoneLines := make(map[string]int)

@@ -726,17 +726,24 @@ func TestProvisionErrors(t *testing.T) {
 		`{"zones":[{"name":"a","key_resolver":{"resolver":"no_such"},"limits":[{"events":1,"window":"1s"}]}]}`,
 		`{"zones":[{"name":"a","key":"k","limits":[{"events":1,"window":"1s"}]},{"name":"a","key":"k","limits":[{"events":1,"window":"1s"}]}]}`,
 	} {
-		h := new(Handler)
-		if err := json.Unmarshal([]byte(cfg), h); err != nil {
-			t.Fatalf("%s: %v", cfg, err)
-		}
-		err := h.Provision(testContext(t))
-		if err == nil {
-			t.Errorf("%s: provisioned", cfg)
-		}
-		if err := h.Cleanup(); err != nil {
-			t.Errorf("%s: cleanup: %v", cfg, err)
-		}
+		expectProvisionErr(t, cfg, "")
+	}
+}
+
+// expectProvisionErr provisions the handler config (JSON) and fails the
+// test unless that fails with an error saying want (any error for "").
+func expectProvisionErr(t *testing.T, config, want string) {
+	t.Helper()
+	h := new(Handler)
+	if err := json.Unmarshal([]byte(config), h); err != nil {
+		t.Fatalf("%s: %v", config, err)
+	}
+	err := h.Provision(testContext(t))
+	if err == nil || !strings.Contains(err.Error(), want) {
+		t.Errorf("%s: error %v, want one saying %q", config, err, want)
+	}
+	if err := h.Cleanup(); err != nil {
+		t.Errorf("%s: cleanup: %v", config, err)
 	}
 }
 

@@ -93,15 +93,7 @@ func TestMholtJSONRefused(t *testing.T) {
 		{`{"zones":[{"name":"a","key":"k","limits":[{"events":1,"window":"1m"}]}],"rate_limits":{"a":{"key":"k","window":"1m","max_events":1}}}`,
 			`duplicate zone name "a"`},
 	} {
-		h := new(Handler)
-		if err := json.Unmarshal([]byte(c.config), h); err != nil {
-			t.Fatal(err)
-		}
-		err := h.Provision(testContext(t))
-		h.Cleanup()
-		if err == nil || !strings.Contains(err.Error(), c.want) {
-			t.Errorf("%s: error %v, want one saying %q", c.config, err, c.want)
-		}
+		expectProvisionErr(t, c.config, c.want)
 	}
 	// distributed null is mholt's "off".
 	provision(t, `{"rate_limits":{"a":{"key":"k","window":"1m","max_events":1}},"distributed":null}`, nil)

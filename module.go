@@ -140,6 +140,19 @@ type Handler struct {
 	// on. Default: false.
 	LogKey bool `json:"log_key,omitempty"`
 
+	// Key, Rate, ZoneSize and RejectStatus are the configuration of
+	// RussellLuo/caddy-ext's rate_limit handler, so that its configs load
+	// unchanged: together one zone named "default" over a sliding window
+	// (sliding_window) in which each value of Key (a placeholder, in
+	// Caddy's form or caddy-ext's short one such as {query.id}) may make
+	// Rate requests ("<n>r/s" or "<n>r/m"); a request whose key is empty
+	// is not limited. ZoneSize is max_keys and RejectStatus is status.
+	// Not with Zones or RateLimits. Default: none.
+	Key          string `json:"key,omitempty"`
+	Rate         string `json:"rate,omitempty"`
+	ZoneSize     int    `json:"zone_size,omitempty"`
+	RejectStatus int    `json:"reject_status,omitempty"`
+
 	rt handlerRuntime // set up by Provision (provision.go)
 }
 

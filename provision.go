@@ -201,6 +201,9 @@ func (h *Handler) provision(ctx caddy.Context, opts provisionOptions) error {
 	if err := h.convertMholt(); err != nil {
 		return err
 	}
+	if err := h.convertCaddyExt(caddyExtZone); err != nil {
+		return err
+	}
 	if err := h.Validate(); err != nil {
 		return err
 	}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -388,19 +389,57 @@ func TestMholtMetrics(t *testing.T) {
 		{"handler": "rate_limit", "rate_limits": {"`+zone+`": {"match": [{"method": ["GET"]}], "key": "static", "window": "1h", "max_events": 2}}},
 		{"handler": "static_response", "status_code": 200}
 	]}`, "")
+	// The counters keep counting across reloads (and test runs, with
+	// -count): this config's requests are what they gain.
+	before := live.Scrape(t)
 	live.ExpectCodes(t, "/", nil, 200, 200, 429)
 	fams := live.Scrape(t)
 	for _, c := range []struct {
 		name   string
 		labels []string
 		want   float64
+		gauge  bool
 	}{
-		{"caddy_http_rate_limit_requests_total", []string{"zone", zone, "result", "allowed"}, 2},
-		{"caddy_http_rate_limit_requests_total", []string{"zone", zone, "result", "denied"}, 1},
-		{"caddy_http_rate_limit_keys", []string{"zone", zone}, 1},
+		{"caddy_http_rate_limit_requests_total", []string{"zone", zone, "result", "allowed"}, 2, false},
+		{"caddy_http_rate_limit_requests_total", []string{"zone", zone, "result", "denied"}, 1, false},
+		{"caddy_http_rate_limit_keys", []string{"zone", zone}, 1, true},
 	} {
-		if got := caddytesting.Value(fams, c.name, c.labels...); got != c.want {
+		got := caddytesting.Value(fams, c.name, c.labels...)
+		if !c.gauge {
+			got -= max(0, caddytesting.Value(before, c.name, c.labels...)) // -1: none yet
+		}
+		if got != c.want {
 			t.Errorf("%s%v = %v, want %v", c.name, c.labels, got, c.want)
 		}
 	}
+}
+
+// RussellLuo/caddy-ext's one-line form, its README's example: two requests
+// a minute per id; another id and a request without one pass. A second
+// such handler counts on its own, and a reload of the same Caddyfile keeps
+// the counts.
+func TestCaddyExtOneLine(t *testing.T) {
+	id := strconv.FormatInt(time.Now().UnixNano(), 10) // new keys in each run
+	caddyfile := live.Globals("") + fmt.Sprintf(`
+http://:%d {
+	route /foo {
+		rate_limit {query.id} 2r/m
+		respond 200
+	}
+	route /bar {
+		rate_limit {query.id} 1r/m 100 503
+		respond 200
+	}
+}
+`, live.HTTPPort)
+	live.Load(t, caddyfile)
+	live.ExpectCodes(t, "/foo?id="+id, nil, 200, 200, 429)
+	caddytesting.ExpectRetryAfter(t, live.Get(t, "/foo?id="+id), 1, 120)
+	live.ExpectCodes(t, "/foo?id=other"+id, nil, 200)
+	live.ExpectCodes(t, "/foo", nil, 200, 200, 200)
+	live.ExpectCodes(t, "/bar?id="+id, nil, 200, 503)
+
+	live.Load(t, caddyfile)
+	live.ExpectCodes(t, "/foo?id="+id, nil, 429)
+	live.ExpectCodes(t, "/bar?id="+id, nil, 503)
 }

@@ -1,0 +1,210 @@
+package ratelimit
+
+import (
+	"errors"
+	"fmt"
+	"regexp"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/caddyserver/caddy/v2"
+	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
+
+	"github.com/zonelimit/caddy-ratelimit/algorithms"
+)
+
+// The configuration of RussellLuo/caddy-ext's rate_limit handler, taken so
+// that its configs load unchanged:
+//
+//	rate_limit [<matcher>] <key> <rate> [<zone_size> [<reject_status>]]
+//
+// in the Caddyfile, and key, rate, zone_size and reject_status in JSON. It
+// becomes one zone, caddyExtZone, over a sliding window (the algorithm
+// there) with empty_key allow (a request whose key is empty is not
+// limited there either).
+const caddyExtZone = "default"
+
+// caddyExtRate is caddy-ext's rate: requests per second or per minute.
+var caddyExtRate = regexp.MustCompile(`^([0-9]+)r/([sm])$`)
+
+// caddyExtSet reports whether any of caddy-ext's options is set.
+func (h *Handler) caddyExtSet() bool {
+	return h.Key != "" || h.Rate != "" || h.ZoneSize != 0 || h.RejectStatus != 0
+}
+
+// caddyExtZoneNamer names the zones of caddy-ext's one-line form in one
+// Caddyfile: caddyExtZone, then caddyExtZone_2, _3, … in the order written,
+// so that each such handler counts on its own, as there (one zone name is
+// one count for every handler that names it), and keeps its name, and so
+// its counts, across a reload of the same Caddyfile. state is the
+// adaptation's (httpcaddyfile.Helper.State).
+func caddyExtZoneNamer(state map[string]any) func() string {
+	return func() string {
+		n, _ := state["rate_limit.caddy_ext_zones"].(int)
+		n++
+		state["rate_limit.caddy_ext_zones"] = n
+		if n == 1 {
+			return caddyExtZone
+		}
+		return fmt.Sprintf("%s_%d", caddyExtZone, n)
+	}
+}
+
+// convertCaddyExt turns caddy-ext's options into a zone named name,
+// max_keys and status. Errors name the option, as caddy-ext's did.
+func (h *Handler) convertCaddyExt(name string) error {
+	if !h.caddyExtSet() {
+		return nil
+	}
+	if len(h.Zones) > 0 || len(h.RateLimits) > 0 {
+		return errors.New("key and rate (from RussellLuo/caddy-ext) cannot be combined with zones: write the limit as a zone")
+	}
+	if h.Key == "" {
+		return errors.New("key (from RussellLuo/caddy-ext) is missing: the key variable, e.g. {query.id}")
+	}
+	if h.Rate == "" {
+		return errors.New("rate (from RussellLuo/caddy-ext) is missing: <n>r/s or <n>r/m")
+	}
+	m := caddyExtRate.FindStringSubmatch(h.Rate)
+	if m == nil {
+		return fmt.Errorf("rate (from RussellLuo/caddy-ext) must be <n>r/s or <n>r/m, got %q", h.Rate)
+	}
+	n, err := strconv.ParseInt(m[1], 10, 64)
+	if err != nil || n <= 0 {
+		return fmt.Errorf("rate (from RussellLuo/caddy-ext) must allow at least one request, got %q", h.Rate)
+	}
+	window := time.Second
+	if m[2] == "m" {
+		window = time.Minute
+	}
+	z := &Zone{
+		Name:      name,
+		Algorithm: algorithms.SlidingWindow,
+		Limits:    []Limit{{Events: n, Window: caddy.Duration(window)}},
+		EmptyKey:  "allow",
+	}
+	if err := z.setCaddyExtKey(h.Key); err != nil {
+		return err
+	}
+	if h.ZoneSize < 0 {
+		return fmt.Errorf("zone_size (from RussellLuo/caddy-ext) must be positive, got %d", h.ZoneSize)
+	}
+	if h.ZoneSize > 0 {
+		h.MaxKeys = h.ZoneSize
+	}
+	if h.RejectStatus != 0 {
+		if err := checkStatus(h.RejectStatus); err != nil {
+			return fmt.Errorf("reject_status (from RussellLuo/caddy-ext): %v", err)
+		}
+		h.Status = h.RejectStatus
+	}
+	h.Zones = []*Zone{z}
+	// Converted once: Validate, which Caddy runs after Provision, sees a
+	// zone.
+	h.Key, h.Rate, h.ZoneSize, h.RejectStatus = "", "", 0, 0
+	return nil
+}
+
+// setCaddyExtKey sets z's key from caddy-ext's key variable: a placeholder
+// of the request, in Caddy's full form ({http.request.…}) or caddy-ext's
+// short one ({query.id}, {header.X}, {remote.host}, …). {remote.ip} is the
+// client address as Caddy knows it ({http.request.client_ip}, which trusts
+// X-Forwarded-For only from trusted_proxies; caddy-ext trusted it from
+// anyone), and the _prefix.<bits> forms group addresses by that many
+// leading bits (ipv4_prefix and ipv6_prefix).
+func (z *Zone) setCaddyExtKey(v string) error {
+	if strings.HasPrefix(v, "{http.request.") && strings.HasSuffix(v, "}") {
+		z.Key = v
+		return nil
+	}
+	where, name, ok := strings.Cut(strings.TrimSuffix(strings.TrimPrefix(v, "{"), "}"), ".")
+	if !ok || name == "" || len(v) < 2 || v[0] != '{' || v[len(v)-1] != '}' {
+		return fmt.Errorf("key (from RussellLuo/caddy-ext): invalid key variable %q: want a placeholder such as {query.id}", v)
+	}
+	switch where {
+	case "path":
+		z.Key = "{http.request.uri.path." + name + "}"
+	case "query":
+		z.Key = "{http.request.uri.query." + name + "}"
+	case "header":
+		z.Key = "{http.request.header." + name + "}"
+	case "cookie":
+		z.Key = "{http.request.cookie." + name + "}"
+	case "remote":
+		return z.setCaddyExtRemote(v, name)
+	default:
+		return fmt.Errorf("key (from RussellLuo/caddy-ext): unrecognized key variable %q (want {path.*}, {query.*}, {header.*}, {cookie.*} or {remote.*})", v)
+	}
+	return nil
+}
+
+// setCaddyExtRemote sets z's key from caddy-ext's {remote.<name>}.
+func (z *Zone) setCaddyExtRemote(v, name string) error {
+	base, bits, prefixed := strings.Cut(name, "_prefix.")
+	switch base {
+	case "host", "port":
+		z.Key = "{http.request.remote." + base + "}"
+	case "ip":
+		z.Key = "{http.request.client_ip}"
+	default:
+		return fmt.Errorf("key (from RussellLuo/caddy-ext): unrecognized key variable %q (want {remote.host}, {remote.port}, {remote.ip} or {remote.host_prefix.<bits>}, {remote.ip_prefix.<bits>})", v)
+	}
+	if !prefixed {
+		return nil
+	}
+	n, err := strconv.Atoi(bits)
+	if base == "port" || err != nil || n < 1 || n > maxIPv6Prefix {
+		return fmt.Errorf("key (from RussellLuo/caddy-ext): invalid key variable %q: the prefix is {remote.host_prefix.<bits>} or {remote.ip_prefix.<bits>}, bits from 1 to %d", v, maxIPv6Prefix)
+	}
+	z.IPv4Prefix, z.IPv6Prefix = min(n, maxIPv4Prefix), n
+	return nil
+}
+
+// unmarshalCaddyExt reads caddy-ext's one-line form, whose first argument
+// d holds:
+//
+//	rate_limit [<matcher>] <key> <rate> [<zone_size> [<reject_status>]]
+func (h *Handler) unmarshalCaddyExt(d *caddyfile.Dispenser, directive caddyfile.Token, name func() string) error {
+	args := append([]string{d.Val()}, d.RemainingArgs()...)
+	if len(args) < 2 || len(args) > 4 {
+		what := fmt.Sprintf("argument %q", args[0])
+		if len(args) > 1 {
+			what = fmt.Sprintf("arguments %q", args)
+		}
+		return d.Errf("rate_limit: unexpected %s: the configuration goes in a block (rate_limit { zone <name> { ... } }); on the line, only RussellLuo/caddy-ext's form: rate_limit <key> <rate> [<zone_size> [<reject_status>]]", what)
+	}
+	h.Key, h.Rate = args[0], args[1]
+	for i, name := range []string{"zone_size", "reject_status"} {
+		if len(args) <= 2+i {
+			break
+		}
+		n, err := strconv.Atoi(args[2+i])
+		if err != nil {
+			return d.Errf("rate_limit: %s must be an integer, got %q", name, args[2+i])
+		}
+		if i == 0 {
+			h.ZoneSize = n
+		} else {
+			h.RejectStatus = n
+		}
+	}
+	if d.NextBlock(d.Nesting()) {
+		return errAt(directive, errors.New("rate_limit: the one-line form (rate_limit <key> <rate> ...) takes no block"))
+	}
+	zone := caddyExtZone
+	if name != nil {
+		zone = name()
+	}
+	if err := h.convertCaddyExt(zone); err != nil {
+		return errAt(directive, err)
+	}
+	if err := h.Validate(); err != nil {
+		var oe *zoneError
+		if errors.As(err, &oe) {
+			err = oe.err
+		}
+		return errAt(directive, err)
+	}
+	return nil
+}

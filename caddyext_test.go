@@ -1,0 +1,114 @@
+package ratelimit
+
+import (
+	"bytes"
+	"encoding/json"
+	"net/http"
+	"strings"
+	"testing"
+)
+
+// caddy-ext's key variables, as its own parseVar test has them, and the
+// key each becomes here.
+func TestCaddyExtKeys(t *testing.T) {
+	for _, c := range []struct {
+		in, key, err string
+		v4, v6       int
+	}{
+		{in: "{path.id}", key: "{http.request.uri.path.id}"},
+		{in: "{query.id}", key: "{http.request.uri.query.id}"},
+		{in: "{header.id}", key: "{http.request.header.id}"},
+		{in: "{cookie.id}", key: "{http.request.cookie.id}"},
+		{in: "{remote.host}", key: "{http.request.remote.host}"},
+		{in: "{remote.port}", key: "{http.request.remote.port}"},
+		{in: "{remote.ip}", key: "{http.request.client_ip}"},
+		{in: "{http.request.uri.path.id}", key: "{http.request.uri.path.id}"},
+		{in: "{remote.host_prefix.24}", key: "{http.request.remote.host}", v4: 24, v6: 24},
+		{in: "{remote.ip_prefix.64}", key: "{http.request.client_ip}", v4: 32, v6: 64},
+		{in: "{unknown.id}", err: `unrecognized key variable "{unknown.id}"`},
+		{in: "{unknown}", err: `invalid key variable "{unknown}"`},
+		{in: "static", err: `invalid key variable "static"`},
+		{in: "{remote.mac}", err: `unrecognized key variable "{remote.mac}"`},
+		{in: "{remote.port_prefix.8}", err: "bits from 1 to 128"},
+		{in: "{remote.host_prefix.0}", err: "bits from 1 to 128"},
+		{in: "{remote.host_prefix.129}", err: "bits from 1 to 128"},
+	} {
+		z := new(Zone)
+		err := z.setCaddyExtKey(c.in)
+		if c.err != "" {
+			if err == nil || !strings.Contains(err.Error(), c.err) {
+				t.Errorf("%s: error %v, want one saying %q", c.in, err, c.err)
+			}
+			continue
+		}
+		if err != nil || z.Key != c.key || z.IPv4Prefix != c.v4 || z.IPv6Prefix != c.v6 {
+			t.Errorf("%s: key %q, prefixes %d/%d, error %v; want %q, %d/%d", c.in, z.Key, z.IPv4Prefix, z.IPv6Prefix, err, c.key, c.v4, c.v6)
+		}
+	}
+}
+
+// caddy-ext's README example, in its JSON: two requests a minute per id;
+// the third is rejected, another id is not, and a request without an id is
+// not limited.
+func TestCaddyExtJSON(t *testing.T) {
+	const config = `{"key":"{query.id}","rate":"2r/m","zone_size":100,"reject_status":503}`
+	dec := json.NewDecoder(bytes.NewReader([]byte(config)))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(new(Handler)); err != nil {
+		t.Fatalf("strict decoding: %v", err)
+	}
+	h := provision(t, config, newClock())
+	if len(h.Zones) != 1 || h.Zones[0].Name != "default" || h.Zones[0].Algorithm != "sliding_window" ||
+		h.MaxKeys != 100 || h.Status != 503 || h.Key != "" || h.Rate != "" {
+		t.Fatalf("converted to zones %+v, max_keys %d, status %d", h.Zones, h.MaxKeys, h.Status)
+	}
+	query := func(q string) reqOpt { return func(r *http.Request) { r.URL.RawQuery = q } }
+	for i, want := range []int{200, 200, 503} {
+		if res := serve(h, newReq("192.0.2.1:1", query("id=1"))); res.code != want {
+			t.Fatalf("id=1, request %d: %d, want %d", i+1, res.code, want)
+		}
+	}
+	if res := serve(h, newReq("192.0.2.1:1", query("id=2"))); res.code != 200 {
+		t.Fatalf("id=2: %d", res.code)
+	}
+	for i := 0; i < 5; i++ {
+		if res := serve(h, newReq("192.0.2.1:1")); res.code != 200 {
+			t.Fatalf("no id, request %d: %d", i+1, res.code)
+		}
+	}
+}
+
+func TestCaddyExtJSONRefused(t *testing.T) {
+	for _, c := range []struct{ config, want string }{
+		{`{"key":"{query.id}"}`, "rate (from RussellLuo/caddy-ext) is missing"},
+		{`{"rate":"1r/s"}`, "key (from RussellLuo/caddy-ext) is missing"},
+		{`{"key":"{query.id}","rate":"1r/h"}`, `must be <n>r/s or <n>r/m, got "1r/h"`},
+		{`{"key":"{query.id}","rate":"0r/s"}`, "must allow at least one request"},
+		{`{"key":"{query.id}","rate":"99999999999999999999r/s"}`, "must allow at least one request"},
+		{`{"key":"{query.id}","rate":"1r/s","zone_size":-1}`, "zone_size (from RussellLuo/caddy-ext) must be positive"},
+		{`{"key":"{query.id}","rate":"1r/s","reject_status":200}`, "reject_status (from RussellLuo/caddy-ext): status must be a 4xx or 5xx code"},
+		{`{"key":"{nope.id}","rate":"1r/s"}`, "unrecognized key variable"},
+		{`{"key":"{query.id}","rate":"1r/s","zones":[{"name":"a","key":"k","limits":[{"events":1,"window":"1m"}]}]}`, "cannot be combined with zones"},
+		{`{"key":"{query.id}","rate":"1r/s","rate_limits":{"a":{"key":"k","window":"1m","max_events":1}}}`, "cannot be combined with zones"},
+	} {
+		expectProvisionErr(t, c.config, c.want)
+	}
+}
+
+// The one-line form's errors name the directive's line.
+func TestCaddyExtCaddyfileErrors(t *testing.T) {
+	for _, c := range []struct{ line, want string }{
+		{"rate_limit {query.id}", `unexpected argument "{http.request.uri.query.id}"`},
+		{"rate_limit {query.id} 1r/s 10 429 x", "unexpected arguments"},
+		{"rate_limit {query.id} 1r/s ten", `zone_size must be an integer, got "ten"`},
+		{"rate_limit {query.id} 1r/s 10 too-many", `reject_status must be an integer, got "too-many"`},
+		{"rate_limit {query.id} 1r/s {\n\t\tzone z\n\t}", "takes no block"},
+		{"rate_limit {query.id} 1r/d", `got "1r/d"`},
+		{"rate_limit {query.id} 1r/s -1", "zone_size (from RussellLuo/caddy-ext) must be positive"},
+	} {
+		_, _, err := adaptCaddyfile(t, ":8080 {\n\t"+c.line+"\n}\n")
+		if err == nil || !strings.Contains(err.Error(), c.want) || !strings.Contains(err.Error(), "Caddyfile:2") {
+			t.Errorf("%q: error %v, want one at Caddyfile:2 saying %q", c.line, err, c.want)
+		}
+	}
+}
