@@ -40,9 +40,13 @@ type MholtRateLimit struct {
 	// (mholtLeaseWindow). Default: 0 (a window zone).
 	MaxConcurrent int64 `json:"max_concurrent,omitempty"`
 
-	// IPv4Prefix and IPv6Prefix group client addresses in the key (see
-	// Zone.IPv4Prefix). Default: 32 and 128 (each address alone).
+	// IPv4Prefix groups IPv4 client addresses in the key by this many
+	// leading bits (see Zone.IPv4Prefix). Default: 32 (each address alone).
 	IPv4Prefix int `json:"ipv4_prefix,omitempty"`
+
+	// IPv6Prefix groups IPv6 client addresses in the key by this many
+	// leading bits (see Zone.IPv6Prefix). Default: 128 (each address
+	// alone).
 	IPv6Prefix int `json:"ipv6_prefix,omitempty"`
 }
 

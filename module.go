@@ -130,28 +130,40 @@ type Handler struct {
 	// Zones, in name order. Default: none.
 	RateLimits map[string]*MholtRateLimit `json:"rate_limits,omitempty"`
 
-	// Distributed and StorageRaw are mholt/caddy-ratelimit's periodic
-	// state sharing through Caddy's storage. Not supported: set, they
-	// fail the config with a message pointing at store redis.
+	// Distributed is mholt/caddy-ratelimit's periodic state sharing. Not
+	// supported: set (other than null), it fails the config with a message
+	// pointing at store redis. Default: none.
 	Distributed json.RawMessage `json:"distributed,omitempty"`
-	StorageRaw  json.RawMessage `json:"storage,omitempty"`
+
+	// StorageRaw is mholt/caddy-ratelimit's storage for Distributed. Not
+	// supported: set (other than null), it fails the config with a message
+	// pointing at store redis. Default: none.
+	StorageRaw json.RawMessage `json:"storage,omitempty"`
 
 	// LogKey is mholt/caddy-ratelimit's name of LogKeys; either turns it
 	// on. Default: false.
 	LogKey bool `json:"log_key,omitempty"`
 
-	// Key, Rate, ZoneSize and RejectStatus are the configuration of
-	// RussellLuo/caddy-ext's rate_limit handler, so that its configs load
-	// unchanged: together one zone named "default" over a sliding window
-	// (sliding_window) in which each value of Key (a placeholder, in
-	// Caddy's form or caddy-ext's short one such as {query.id}) may make
-	// Rate requests ("<n>r/s" or "<n>r/m"); a request whose key is empty
-	// is not limited. ZoneSize is max_keys and RejectStatus is status.
-	// Not with Zones or RateLimits. Default: none.
-	Key          string `json:"key,omitempty"`
-	Rate         string `json:"rate,omitempty"`
-	ZoneSize     int    `json:"zone_size,omitempty"`
-	RejectStatus int    `json:"reject_status,omitempty"`
+	// Key is RussellLuo/caddy-ext's key variable: with Rate, the
+	// configuration of its rate_limit handler, taken so that its configs
+	// load unchanged. Together they make one zone named "default" over a
+	// sliding window (sliding_window) in which each value of Key (a
+	// placeholder, in Caddy's form or caddy-ext's short one such as
+	// {query.id}) may make Rate requests; a request whose key is empty is
+	// not limited. Not with Zones or RateLimits. Default: none.
+	Key string `json:"key,omitempty"`
+
+	// Rate is caddy-ext's limit per key: "<n>r/s" (n requests per second)
+	// or "<n>r/m" (per minute). Required with Key. Default: none.
+	Rate string `json:"rate,omitempty"`
+
+	// ZoneSize is caddy-ext's name of MaxKeys (with Key and Rate).
+	// Default: MaxKeys' default.
+	ZoneSize int `json:"zone_size,omitempty"`
+
+	// RejectStatus is caddy-ext's name of Status (with Key and Rate), a
+	// 4xx or 5xx code. Default: 429.
+	RejectStatus int `json:"reject_status,omitempty"`
 
 	rt handlerRuntime // set up by Provision (provision.go)
 }
