@@ -38,16 +38,22 @@ func (h *Handler) caddyExtSet() bool {
 // so that each such handler counts on its own, as there (one zone name is
 // one count for every handler that names it), and keeps its name, and so
 // its counts, across a reload of the same Caddyfile. state is the
-// adaptation's (httpcaddyfile.Helper.State).
-func caddyExtZoneNamer(state map[string]any) func() string {
+// adaptation's (httpcaddyfile.Helper.State). Named routes are adapted
+// with a state of their own, before the sites: theirs are named
+// caddyExtZone_route, _route_2, … so as not to take the sites' names.
+func caddyExtZoneNamer(state map[string]any, namedRoute bool) func() string {
+	base := caddyExtZone
+	if namedRoute {
+		base += "_route"
+	}
 	return func() string {
 		n, _ := state["rate_limit.caddy_ext_zones"].(int)
 		n++
 		state["rate_limit.caddy_ext_zones"] = n
 		if n == 1 {
-			return caddyExtZone
+			return base
 		}
-		return fmt.Sprintf("%s_%d", caddyExtZone, n)
+		return fmt.Sprintf("%s_%d", base, n)
 	}
 }
 

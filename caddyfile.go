@@ -22,7 +22,7 @@ func init() {
 // parseCaddyfile sets up the handler from Caddyfile tokens.
 func parseCaddyfile(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler, error) {
 	handler := new(Handler)
-	if err := handler.unmarshalCaddyfile(h.Dispenser, caddyExtZoneNamer(h.State)); err != nil {
+	if err := handler.unmarshalCaddyfile(h.Dispenser, caddyExtZoneNamer(h.State, h.IsNamedRoute())); err != nil {
 		return nil, err
 	}
 	return handler, nil

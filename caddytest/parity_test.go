@@ -443,3 +443,24 @@ http://:%d {
 	live.ExpectCodes(t, "/foo?id="+id, nil, 429)
 	live.ExpectCodes(t, "/bar?id="+id, nil, 503)
 }
+
+// caddy-ext's one-line form in a named route and in a site of one
+// Caddyfile: each counts on its own (the two would fail to load were they
+// one zone name with two definitions).
+func TestCaddyExtNamedRoute(t *testing.T) {
+	id := strconv.FormatInt(time.Now().UnixNano(), 10)
+	live.Load(t, live.Globals("")+fmt.Sprintf(`
+&(limited) {
+	rate_limit {query.id} 2r/m
+	respond "named"
+}
+
+http://:%d {
+	rate_limit /a {query.id} 1r/m
+	invoke /b limited
+	respond ok
+}
+`, live.HTTPPort))
+	live.ExpectCodes(t, "/a?id="+id, nil, 200, 429)
+	live.ExpectCodes(t, "/b?id="+id, nil, 200, 200, 429)
+}
