@@ -120,29 +120,34 @@ func (h *Handler) convertCaddyExt(name string) error {
 // anyone), and the _prefix.<bits> forms group addresses by that many
 // leading bits (ipv4_prefix and ipv6_prefix).
 func (z *Zone) setCaddyExtKey(v string) error {
-	if strings.HasPrefix(v, "{http.request.") && strings.HasSuffix(v, "}") {
+	inner, open := strings.CutPrefix(v, "{")
+	inner, closed := strings.CutSuffix(inner, "}")
+	where, name, dotted := strings.Cut(inner, ".")
+	if !open || !closed || !dotted || name == "" {
+		return fmt.Errorf("key (from RussellLuo/caddy-ext): invalid key variable %q: want a placeholder such as {query.id}", v)
+	}
+	if where == "remote" {
+		return z.setCaddyExtRemote(v, name)
+	}
+	if strings.HasPrefix(inner, "http.request.") {
 		z.Key = v
 		return nil
 	}
-	where, name, ok := strings.Cut(strings.TrimSuffix(strings.TrimPrefix(v, "{"), "}"), ".")
-	if !ok || name == "" || len(v) < 2 || v[0] != '{' || v[len(v)-1] != '}' {
-		return fmt.Errorf("key (from RussellLuo/caddy-ext): invalid key variable %q: want a placeholder such as {query.id}", v)
-	}
-	switch where {
-	case "path":
-		z.Key = "{http.request.uri.path." + name + "}"
-	case "query":
-		z.Key = "{http.request.uri.query." + name + "}"
-	case "header":
-		z.Key = "{http.request.header." + name + "}"
-	case "cookie":
-		z.Key = "{http.request.cookie." + name + "}"
-	case "remote":
-		return z.setCaddyExtRemote(v, name)
-	default:
+	full, ok := caddyExtPlaceholders[where]
+	if !ok {
 		return fmt.Errorf("key (from RussellLuo/caddy-ext): unrecognized key variable %q (want {path.*}, {query.*}, {header.*}, {cookie.*} or {remote.*})", v)
 	}
+	z.Key = "{http.request." + full + "." + name + "}"
 	return nil
+}
+
+// caddyExtPlaceholders maps caddy-ext's short key variables {<where>.<name>}
+// (but {remote.*}) to Caddy's {http.request.<full>.<name>}.
+var caddyExtPlaceholders = map[string]string{
+	"path":   "uri.path",
+	"query":  "uri.query",
+	"header": "header",
+	"cookie": "cookie",
 }
 
 // setCaddyExtRemote sets z's key from caddy-ext's {remote.<name>}.
@@ -181,19 +186,16 @@ func (h *Handler) unmarshalCaddyExt(d *caddyfile.Dispenser, directive caddyfile.
 		return d.Errf("rate_limit: unexpected %s: the configuration goes in a block (rate_limit { zone <name> { ... } }); on the line, only RussellLuo/caddy-ext's form: rate_limit <key> <rate> [<zone_size> [<reject_status>]]", what)
 	}
 	h.Key, h.Rate = args[0], args[1]
-	for i, name := range []string{"zone_size", "reject_status"} {
-		if len(args) <= 2+i {
-			break
-		}
-		n, err := strconv.Atoi(args[2+i])
+	ints := []struct {
+		name string
+		to   *int
+	}{{"zone_size", &h.ZoneSize}, {"reject_status", &h.RejectStatus}}
+	for i, arg := range args[2:] {
+		n, err := strconv.Atoi(arg)
 		if err != nil {
-			return d.Errf("rate_limit: %s must be an integer, got %q", name, args[2+i])
+			return d.Errf("rate_limit: %s must be an integer, got %q", ints[i].name, arg)
 		}
-		if i == 0 {
-			h.ZoneSize = n
-		} else {
-			h.RejectStatus = n
-		}
+		*ints[i].to = n
 	}
 	if d.NextBlock(d.Nesting()) {
 		return errAt(directive, errors.New("rate_limit: the one-line form (rate_limit <key> <rate> ...) takes no block"))
@@ -206,11 +208,7 @@ func (h *Handler) unmarshalCaddyExt(d *caddyfile.Dispenser, directive caddyfile.
 		return errAt(directive, err)
 	}
 	if err := h.Validate(); err != nil {
-		var oe *zoneError
-		if errors.As(err, &oe) {
-			err = oe.err
-		}
-		return errAt(directive, err)
+		return errAtOption(directive, nil, err)
 	}
 	return nil
 }

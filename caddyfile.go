@@ -214,17 +214,23 @@ func (h *Handler) unmarshalCaddyfile(d *caddyfile.Dispenser, caddyExtName func()
 	}
 	// The handler's options, reported at the line of the one at fault.
 	if err := h.validateOptions(); err != nil {
-		tok := directive
-		var oe *zoneError
-		if errors.As(err, &oe) {
-			if line, ok := seen[oe.option]; ok {
-				tok = caddyfile.Token{File: directive.File, Line: line, Text: oe.option}
-			}
-			err = oe.err // without the hint for JSON
-		}
-		return errAt(tok, err)
+		return errAtOption(directive, seen, err)
 	}
 	return nil
+}
+
+// errAtOption is errAt for the error of a check: at the line of the
+// option it names (lines: option → line), if there is one, else at tok;
+// without the hint a zoneError adds for JSON.
+func errAtOption(tok caddyfile.Token, lines map[string]int, err error) error {
+	var oe *zoneError
+	if errors.As(err, &oe) {
+		if line, ok := lines[oe.option]; ok {
+			tok.Line = line
+		}
+		err = oe.err
+	}
+	return errAt(tok, err)
 }
 
 // elsewhere names the block that takes subdirective sub, for one written

@@ -1,7 +1,6 @@
 package ratelimit
 
 import (
-	"errors"
 	"strconv"
 	"strings"
 
@@ -158,14 +157,7 @@ func unmarshalRedis(d *caddyfile.Dispenser) (*RedisConfig, error) {
 	// The checks are validate's: an error in one option is reported at
 	// that option's line, else at the redis line.
 	if err := rc.validate(); err != nil {
-		var oe *zoneError
-		if errors.As(err, &oe) {
-			if line, ok := seen[oe.option]; ok {
-				blockTok.Line = line
-			}
-			err = oe.err // without the hint for JSON
-		}
-		return nil, errAt(blockTok, err)
+		return nil, errAtOption(blockTok, seen, err)
 	}
 	return rc, nil
 }

@@ -104,7 +104,7 @@ func escapes8(x uint64) bool {
 // key's every byte is looked at for each call.
 func mustEscape(c byte) bool {
 	const (
-		low  uint64 = 1<<('%') | 1<<(' '+1) - 1         // bytes 0-63: the control bytes, ' ', '%'
+		low  uint64 = 1<<'%' | (1<<(' '+1) - 1)         // bytes 0-63: the control bytes, ' ', '%'
 		high uint64 = 1<<('{'-64) | 1<<('}'-64) | 1<<63 // bytes 64-127: '{', '}', 0x7F
 	)
 	if c < 64 {
