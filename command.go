@@ -86,7 +86,7 @@ func rateLimitSubcommands() []rateLimitSub {
 		{name: "get", short: "Shows a key's use per limit", key: true, run: cmdGet},
 		{name: "reset", short: "Forgets what a key has used", key: true, run: keyDone(http.MethodDelete, "", "reset key %s in zone %s: its next request finds it whole")},
 		{name: "block", short: "Refuses a key for a while", key: true, run: cmdBlock},
-		{name: "unblock", short: "Lifts a key's block", key: true, run: keyDone(http.MethodDelete, "/block", "unblocked key %s in zone %s")},
+		{name: "unblock", short: "Lifts a key's block", key: true, run: cmdUnblock},
 	}
 }
 
@@ -227,6 +227,30 @@ func cmdBlock(api *adminClient, fl caddycmd.Flags, w io.Writer) error {
 		until = k.BlockedUntil.Local().Format(time.DateTime)
 	}
 	fmt.Fprintf(w, "blocked key %s in zone %s until %s\n", k.Key, k.Zone, until)
+	return nil
+}
+
+// cmdUnblock lifts a key's block, and says when the key is still at a
+// limit: its next request is then refused all the same, and in a block_for
+// zone that denial blocks it again, which an operator who meant to let the
+// client through would not expect.
+func cmdUnblock(api *adminClient, fl caddycmd.Flags, w io.Writer) error {
+	k, err := keyCall(api, fl, http.MethodDelete, "/block", nil)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(w, "unblocked key %s in zone %s\n", k.Key, k.Zone)
+	s, err := keyCall(api, fl, http.MethodGet, "", nil)
+	if err != nil {
+		return nil // the unblock is done; the hint is only a hint
+	}
+	for _, t := range s.Tiers {
+		if t.Remaining <= 0 {
+			fmt.Fprintf(w, "its %d per %s are used up: its next request is refused (and, with block_for, blocks it again); `caddy rate-limit reset` lets it through now\n",
+				t.Limit, shortDuration(t.Window))
+			break
+		}
+	}
 	return nil
 }
 

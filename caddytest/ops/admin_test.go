@@ -130,11 +130,22 @@ http://%s:%d {
 		if out, err := rateLimitCLI(t, "get", "--zone", c.zone, "--key", "blocked one"); err != nil || !strings.Contains(out, "blocked until") {
 			t.Fatalf("%s: rate-limit get of a blocked key: %v\n%s", c.zone, err, out)
 		}
-		if out, err := rateLimitCLI(t, "unblock", "--zone", c.zone, "--key", "blocked one"); err != nil || !strings.Contains(out, "unblocked key blocked one") {
+		if out, err := rateLimitCLI(t, "unblock", "--zone", c.zone, "--key", "blocked one"); err != nil || !strings.Contains(out, "unblocked key blocked one") || strings.Contains(out, "used up") {
 			t.Fatalf("%s: rate-limit unblock: %v\n%s", c.zone, err, out)
 		}
 		if r := live.Get(t, "/", hdr...); r.Code != 200 {
 			t.Fatalf("%s: request after the unblock: %d", c.zone, r.Code)
+		}
+
+		// A key unblocked at its limit is still refused: unblock says so.
+		hdr = []string{"Host", c.host, "X-Client", "spent one"}
+		live.ExpectCodes(t, "/", hdr, 200, 200, 429)
+		if _, err := rateLimitCLI(t, "block", "--zone", c.zone, "--key", "spent one", "--for", "1h"); err != nil {
+			t.Fatalf("%s: rate-limit block: %v", c.zone, err)
+		}
+		out, err = rateLimitCLI(t, "unblock", "--zone", c.zone, "--key", "spent one")
+		if err != nil || !strings.Contains(out, "its 2 per 1h are used up: its next request is refused") {
+			t.Fatalf("%s: rate-limit unblock of a key at its limit: %v\n%s", c.zone, err, out)
 		}
 	}
 }

@@ -8,6 +8,10 @@ import (
 
 	_ "github.com/caddyserver/caddy/v2/modules/standard"
 	_ "github.com/zonelimit/caddy-ratelimit"
+
+	// As xcaddy's main: the time zone database built in, for hosts
+	// without one (the CLI prints local times).
+	_ "time/tzdata"
 )
 
 func main() {
