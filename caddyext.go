@@ -134,6 +134,9 @@ func (z *Zone) setCaddyExtKey(v string) error {
 		return nil
 	}
 	full, ok := caddyExtPlaceholders[where]
+	if where == "body" {
+		return fmt.Errorf("key (from RussellLuo/caddy-ext): %q needs caddy-ext's requestbodyvar handler: with it, write the full placeholder it provides", v)
+	}
 	if !ok {
 		return fmt.Errorf("key (from RussellLuo/caddy-ext): unrecognized key variable %q (want {path.*}, {query.*}, {header.*}, {cookie.*} or {remote.*})", v)
 	}

@@ -105,6 +105,7 @@ func TestCaddyExtCaddyfileErrors(t *testing.T) {
 		{"rate_limit {query.id} 1r/s {\n\t\tzone z\n\t}", "takes no block"},
 		{"rate_limit {query.id} 1r/d", `got "1r/d"`},
 		{"rate_limit {query.id} 1r/s -1", "zone_size (from RussellLuo/caddy-ext) must be positive"},
+		{"rate_limit {body.name} 1r/s", `"{body.name}" needs caddy-ext's requestbodyvar handler`},
 	} {
 		_, _, err := adaptCaddyfile(t, ":8080 {\n\t"+c.line+"\n}\n")
 		if err == nil || !strings.Contains(err.Error(), c.want) || !strings.Contains(err.Error(), "Caddyfile:2") {

@@ -199,7 +199,7 @@ func (h *Handler) unmarshalCaddyfile(d *caddyfile.Dispenser, caddyExtName func()
 			h.DisableMetrics = true
 
 		case "distributed", "storage":
-			err = d.Errf("%s (from mholt/caddy-ratelimit) is not supported: this module shares counts between instances with its own store (see store)", sub)
+			err = d.Errf("%s (from mholt/caddy-ratelimit) is not supported: "+distributedInstead, sub)
 
 		default:
 			err = d.Errf("unknown subdirective %q in rate_limit (want one of %s)%s", sub, strings.Join(handlerSubdirectives, ", "), elsewhere(sub))

@@ -50,6 +50,10 @@ type MholtRateLimit struct {
 	IPv6Prefix int `json:"ipv6_prefix,omitempty"`
 }
 
+// distributedInstead tells a config with mholt/caddy-ratelimit's
+// distributed or storage what to write instead.
+const distributedInstead = "use store redis (and a redis address), which shares one exact count between instances instead of periodic snapshots"
+
 // convertMholt turns the options in mholt/caddy-ratelimit's shape into
 // this module's: rate_limits become zones, appended in name order (so that
 // a config gives the same zones, in the same order, on every load), and
@@ -61,7 +65,7 @@ func (h *Handler) convertMholt() error {
 		raw  []byte
 	}{{"distributed", h.Distributed}, {"storage", h.StorageRaw}} {
 		if len(opt.raw) > 0 && string(opt.raw) != "null" {
-			return fmt.Errorf("%s (from mholt/caddy-ratelimit) is not supported: this module shares counts between instances with its own store (see store)", opt.name)
+			return fmt.Errorf("%s (from mholt/caddy-ratelimit) is not supported: "+distributedInstead, opt.name)
 		}
 	}
 	if h.LogKey {

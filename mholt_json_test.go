@@ -77,7 +77,7 @@ func TestMholtJSON(t *testing.T) {
 func TestMholtJSONRefused(t *testing.T) {
 	for _, c := range []struct{ config, want string }{
 		{`{"rate_limits":{"a":{"key":"k","window":"1m","max_events":1}},"distributed":{}}`,
-			"distributed (from mholt/caddy-ratelimit) is not supported: this module shares counts between instances with its own store (see store)"},
+			"distributed (from mholt/caddy-ratelimit) is not supported: use store redis"},
 		{`{"rate_limits":{"a":{"key":"k","window":"1m","max_events":1}},"distributed":{"read_interval":"5s","write_interval":"5s"}}`,
 			"distributed (from mholt/caddy-ratelimit) is not supported"},
 		{`{"rate_limits":{"a":{"key":"k","window":"1m","max_events":1}},"storage":{"module":"file_system","root":"/tmp"}}`,

@@ -198,7 +198,7 @@ func TestMholtJSONConfig(t *testing.T) {
 		"rate_limits": {"it_parity_distributed": {"key": "static", "window": "1m", "max_events": 1}},
 		"distributed": {"read_interval": "5s", "write_interval": "5s"}
 	}]}]}}}}
-}`, live.AdminPort, live.HTTPPort), "json", "distributed (from mholt/caddy-ratelimit) is not supported: this module shares counts between instances with its own store (see store)")
+}`, live.AdminPort, live.HTTPPort), "json", "distributed (from mholt/caddy-ratelimit) is not supported: use store redis")
 }
 
 // Each rejection emits rate_limit_exceeded, with mholt/caddy-ratelimit's
