@@ -168,6 +168,42 @@ func TestBreakerStaysOpenWhileScriptsFail(t *testing.T) {
 	}
 }
 
+// A breaker that stays open for another reason than the one it opened for
+// says so: an operator who fixed the first cause learns of the next.
+func TestBreakerLogsChangedCause(t *testing.T) {
+	const msgOtherReason = "Redis still failing, now for another reason: circuit breaker stays open"
+	srv := redistest.Start(t)
+	mustDo(t, srv.Addr, "ACL", "SETUSER", "rl", "on", ">pw", "~*", "+@all", "-evalsha", "-eval")
+	h, logs := provisionObserved(t, fmt.Sprintf(`{"store":"redis","redis":{"username":"rl","password":"pw","addresses":[%q]},
+		"zones":[{"name":"api","key":"{http.request.remote.host}","limits":[{"events":100,"window":"1m"}]}]}`, srv.Addr))
+	br := h.rt.redis.Breaker()
+	count := func(msg string) int { return logs.FilterMessage(msg).Len() }
+	for i := 0; i < redisstore.BreakerFailures; i++ {
+		serve(h, newReq("192.0.2.1:1"))
+	}
+	if br.State() != breaker.Open || count(msgBreakerOpen) != 1 {
+		t.Fatalf("breaker %s, %d lines open: want open, 1", br.State(), count(msgBreakerOpen))
+	}
+
+	// The scripts allowed, but Redis full: the probes fail with OOM.
+	redistest.Fill(t, srv.Addr, "")
+	mustDo(t, srv.Addr, "ACL", "SETUSER", "rl", "+evalsha", "+eval")
+	storetest.WaitFor(t, "the change of cause logged", func() bool { return count(msgOtherReason) >= 1 })
+	e := logs.FilterMessage(msgOtherReason).All()[0]
+	if got := entryText(e); !strings.Contains(got, "OOM") || e.ContextMap()["hint"] != "Redis is out of memory (maxmemory) and refuses writes" {
+		t.Errorf("change of cause without OOM and its hint: %s", got)
+	}
+	if br.State() != breaker.Open {
+		t.Fatalf("breaker %s while Redis is full", br.State())
+	}
+
+	mustDo(t, srv.Addr, "CONFIG", "SET", "maxmemory", "0")
+	storetest.WaitFor(t, "the breaker's close logged", func() bool { return count(msgBreakerClosed) >= 1 })
+	if o, x, c := count(msgBreakerOpen), count(msgOtherReason), count(msgBreakerClosed); o != 1 || x != 1 || c != 1 {
+		t.Fatalf("%d lines open, %d of another reason, %d closed; want 1 each", o, x, c)
+	}
+}
+
 func mustDo(t *testing.T, addr string, args ...string) {
 	t.Helper()
 	if _, err := redistest.Do(addr, args...); err != nil {

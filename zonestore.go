@@ -3,6 +3,7 @@ package ratelimit
 import (
 	"encoding/json"
 	"fmt"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -25,24 +26,67 @@ const (
 )
 
 // newRedisClient connects (lazily) with opts; its breaker's probe writes
-// under keyPrefix, and the breaker's state changes are logged to logger,
-// once each.
+// under keyPrefix, and the breaker is logged to logger (see breakerLog).
 func newRedisClient(opts *redis.UniversalOptions, keyPrefix string, logger *zap.Logger) *redisstore.Client {
 	useGoRedisLogger()
+	bl := &breakerLog{logger: logger, addrs: opts.Addrs}
 	return redisstore.NewClient(opts, redisstore.ClientOptions{
-		KeyPrefix: keyPrefix,
-		OnBreakerChange: func(open bool, err error) {
-			if open {
-				fields := []zap.Field{zap.Strings("addresses", opts.Addrs), zap.Error(err)}
-				if hint := redisHint(err); hint != "" {
-					fields = append(fields, zap.String("hint", hint))
-				}
-				logger.Warn("Redis failing: circuit breaker open, requests decided by on_error until Redis runs the rate limit scripts again", fields...)
-			} else {
-				logger.Info("Redis works again: circuit breaker closed", zap.Strings("addresses", opts.Addrs))
-			}
-		},
+		KeyPrefix:       keyPrefix,
+		OnBreakerChange: bl.change,
+		OnProbeFailure:  bl.probeFailed,
 	})
+}
+
+// breakerLog logs a Redis client's circuit breaker: once when it opens,
+// with the cause and a hint; again while it stays open only when a probe
+// fails for another reason (an operator who fixed the first cause, say
+// started Redis again, would otherwise not learn of the next, such as a
+// Redis out of memory), such lines at most once per breakerCauseEvery;
+// once when it closes.
+type breakerLog struct {
+	logger *zap.Logger
+	addrs  []string
+
+	mu     sync.Mutex
+	reason string    // redisHint of the cause last logged
+	at     time.Time // when a change of cause was last logged
+}
+
+// breakerCauseEvery bounds how often a breaker's change of cause is
+// logged, should the cause go back and forth.
+const breakerCauseEvery = 10 * time.Second
+
+func (bl *breakerLog) change(open bool, err error) {
+	if !open {
+		bl.logger.Info("Redis works again: circuit breaker closed", zap.Strings("addresses", bl.addrs))
+		return
+	}
+	bl.mu.Lock()
+	bl.reason = redisHint(err)
+	bl.mu.Unlock()
+	bl.logger.Warn("Redis failing: circuit breaker open, requests decided by on_error until Redis runs the rate limit scripts again", bl.fields(err)...)
+}
+
+func (bl *breakerLog) probeFailed(err error) {
+	reason := redisHint(err)
+	bl.mu.Lock()
+	now := time.Now()
+	log := reason != bl.reason && now.Sub(bl.at) >= breakerCauseEvery
+	if log {
+		bl.reason, bl.at = reason, now
+	}
+	bl.mu.Unlock()
+	if log {
+		bl.logger.Warn("Redis still failing, now for another reason: circuit breaker stays open", bl.fields(err)...)
+	}
+}
+
+func (bl *breakerLog) fields(err error) []zap.Field {
+	fields := []zap.Field{zap.Strings("addresses", bl.addrs), zap.Error(err)}
+	if hint := redisHint(err); hint != "" {
+		fields = append(fields, zap.String("hint", hint))
+	}
+	return fields
 }
 
 // provisionRedis sets up the handler's Redis client: the pooled one of

@@ -43,6 +43,10 @@ type ClientOptions struct {
 	// OnBreakerChange, if set, is called when the breaker opens (open, with
 	// the error that tripped it) and when it closes again, once each.
 	OnBreakerChange func(open bool, err error)
+
+	// OnProbeFailure, if set, is called with the error of every probe
+	// that fails while the breaker is open, from the breaker's prober.
+	OnProbeFailure func(err error)
 }
 
 // Breaker settings: BreakerFailures failures in a row (within
@@ -66,7 +70,13 @@ func NewClient(opts *redis.UniversalOptions, o ClientOptions) *Client {
 		Failures:      BreakerFailures,
 		Window:        breakerWindow,
 		ProbeInterval: breakerProbeInterval,
-		Probe:         c.Probe,
+		Probe: func(ctx context.Context) error {
+			err := c.Probe(ctx)
+			if err != nil && o.OnProbeFailure != nil && ctx.Err() == nil {
+				o.OnProbeFailure(err)
+			}
+			return err
+		},
 		OnStateChange: func(from, to breaker.State) {
 			if o.OnBreakerChange != nil {
 				o.OnBreakerChange(to == breaker.Open, c.breaker.Err())
