@@ -29,6 +29,10 @@
 // probe succeeds the breaker closes outright. If the store fails again, the
 // breaker trips again after Failures more failures.
 //
+// A failure that several calls see at once (one broken connection fails
+// every call in flight on it) counts once when their errors wrap one
+// *Shared: the calls of one batch are not that many failures in a row.
+//
 // # Time
 //
 // Like golang.org/x/time/rate, the state machine takes time as an argument:
@@ -87,6 +91,32 @@ func (s State) String() string {
 		return "open"
 	}
 	return "State(" + strconv.Itoa(int(s)) + ")"
+}
+
+// Shared is the error of a failure that several calls saw at once, such as
+// a connection that broke with their batch on it. However many of them
+// record it (or an error wrapping it), a Breaker counts one failure.
+type Shared struct{ Err error }
+
+func (s *Shared) Error() string { return s.Err.Error() }
+
+// Unwrap returns the failure's error.
+func (s *Shared) Unwrap() error { return s.Err }
+
+// sharedOf returns the Shared that err is or wraps (through Unwrap() error),
+// or nil. Unlike errors.As it does not allocate.
+func sharedOf(err error) *Shared {
+	for err != nil {
+		if sh, ok := err.(*Shared); ok {
+			return sh
+		}
+		u, ok := err.(interface{ Unwrap() error })
+		if !ok {
+			return nil
+		}
+		err = u.Unwrap()
+	}
+	return nil
 }
 
 // Defaults of Options.
@@ -163,6 +193,7 @@ type Breaker struct {
 	mu      sync.Mutex
 	n       int         // consecutive failures recorded while closed
 	times   []time.Time // with a window: ring of the last failures' instants
+	shared  *Shared     // the last Shared failure counted
 	stopped bool        // Close was called
 }
 
@@ -286,6 +317,12 @@ func (b *Breaker) failure(now time.Time, err error) {
 	defer b.mu.Unlock()
 	if b.stopped || State(b.state.Load()) != Closed {
 		return
+	}
+	if sh := sharedOf(err); sh != nil {
+		if sh == b.shared {
+			return // counted already, by another call of its batch
+		}
+		b.shared = sh
 	}
 	trip := false
 	if b.window > 0 {

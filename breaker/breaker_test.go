@@ -137,6 +137,33 @@ func TestSuccessResetsCount(t *testing.T) {
 	expectState(t, b, Open, "3 consecutive failures after a success")
 }
 
+// The calls of one failed batch, recording one Shared (wrapped or not),
+// count one failure; each new Shared counts again.
+func TestSharedCountsOnce(t *testing.T) {
+	b := New(Options{Failures: 3, Probe: blockProbe})
+	defer b.Close()
+	now := t0
+	batch := func() {
+		sh := &Shared{Err: errDown}
+		for i := range 50 {
+			now = now.Add(time.Microsecond)
+			err := error(sh)
+			if i%2 == 1 {
+				err = fmt.Errorf("redis store: gcra: %w", sh)
+			}
+			b.RecordAt(now, err)
+		}
+	}
+	batch()
+	batch()
+	expectState(t, b, Closed, "two failed batches of 50 calls")
+	b.RecordAt(now, errDown) // a failure of its own
+	expectState(t, b, Open, "two failed batches and a failed call")
+	if err := b.Err(); !errors.Is(err, errDown) {
+		t.Errorf("Err %v, want the batch's error", err)
+	}
+}
+
 func TestWindow(t *testing.T) {
 	const w = 10 * time.Second
 	tests := []struct {

@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/zonelimit/caddy-ratelimit/breaker"
 )
 
 // directConn is a connection on which a direct Pipeliner writes its
@@ -194,7 +196,8 @@ func (d *directConn) send(calls []*scriptCall, idle bool) error {
 // sent) into them. A call whose script Redis lacks (NOSCRIPT: a restart,
 // a failover) is run again through go-redis (c) with EVAL, which caches
 // it. A failure of the connection fails the calls not yet answered with
-// its error, which receive returns; the next batch dials again.
+// its error, which receive returns (a *breaker.Shared: one failure); the
+// next batch dials again.
 func (d *directConn) receive(c redis.UniversalClient, calls []*scriptCall, sent error) error {
 	err := sent
 	if err == nil {
@@ -207,6 +210,9 @@ func (d *directConn) receive(c redis.UniversalClient, calls []*scriptCall, sent 
 			err = d.read(&sc.reply)
 		}
 		if err != nil {
+			// One failure of the connection, however many calls it
+			// fails: the breaker counts it once.
+			err = &breaker.Shared{Err: err}
 			for _, sc := range calls[i:] {
 				sc.reply.err = err
 			}

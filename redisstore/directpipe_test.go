@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -11,6 +12,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/zonelimit/caddy-ratelimit/algorithms"
+	"github.com/zonelimit/caddy-ratelimit/breaker"
 	"github.com/zonelimit/caddy-ratelimit/internal/redistest"
 	"github.com/zonelimit/caddy-ratelimit/internal/storetest"
 )
@@ -121,6 +123,48 @@ func waitLead(t *testing.T, p *Pipeliner) {
 		defer x.mu.Unlock()
 		return x.busy
 	})
+}
+
+// The calls of a batch that a connection's failure fails (here a read
+// timeout, Redis stopped), and those queued behind it, fail with one
+// error that the breaker counts as one failure: a busy instance's one
+// broken connection is not twenty failures in a row.
+func TestDirectPipelinerBatchFailsOnce(t *testing.T) {
+	srv, _, p, s := warmedStore(t, 2*time.Second, 100, "once")
+	srv.Pause()
+	defer srv.Resume()
+	const calls = 20
+	errs := make(chan error, calls)
+	take := func() {
+		_, err := s.Take(context.Background(), "k", time.Time{}, 1)
+		errs <- err
+	}
+	go take()
+	waitLead(t, p)
+	for range calls - 1 {
+		go take()
+	}
+	storetest.WaitFor(t, "the calls queued behind the batch", func() bool { return p.queued() == calls-1 })
+	b := breaker.New(breaker.Options{Failures: 5, Probe: func(context.Context) error { return nil }})
+	defer b.Close()
+	var first *breaker.Shared
+	for range calls {
+		err := <-errs
+		var sh *breaker.Shared
+		var ne net.Error
+		if !errors.As(err, &sh) || !errors.As(err, &ne) || !ne.Timeout() {
+			t.Fatalf("a call of the failed batch: %v, want a timeout shared by the batch", err)
+		}
+		if first == nil {
+			first = sh
+		} else if sh != first {
+			t.Errorf("two failures for one batch: %v and %v", first, sh)
+		}
+		b.Record(err)
+	}
+	if b.State() != breaker.Closed {
+		t.Errorf("breaker %s after one failed batch of %d calls, want closed", b.State(), calls)
+	}
 }
 
 // panicHook panics in the first pipeline it sees.

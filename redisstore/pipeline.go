@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/zonelimit/caddy-ratelimit/breaker"
 )
 
 // Pipeliner sends the script calls of concurrent requests to Redis in
@@ -391,12 +393,14 @@ func viaGoRedis(rc redis.UniversalClient, batch []*scriptCall, evals []*evalCall
 	// The client's timeouts bound the pipeline; a caller whose ctx ends
 	// or whose wait passes stops waiting for it (see run).
 	cmds = evalAll(context.Background(), rc, evals, cmds[:0])
-	var failed error
+	var failed *breaker.Shared // the connection's failure: the breaker counts it once
 	for i, c := range batch {
 		c.reply = replyOf(cmds[i])
-		var ne net.Error
-		if failed == nil && errors.As(c.reply.err, &ne) {
-			failed = c.reply.err
+		if ne := net.Error(nil); errors.As(c.reply.err, &ne) {
+			if failed == nil {
+				failed = &breaker.Shared{Err: c.reply.err}
+			}
+			c.reply.err = failed
 		}
 	}
 	if cc, ok := rc.(*redis.ClusterClient); ok && failed != nil {
@@ -408,6 +412,9 @@ func viaGoRedis(rc redis.UniversalClient, batch []*scriptCall, evals []*evalCall
 	}
 	clear(cmds)
 	clear(evals)
+	if failed == nil {
+		return evals[:0], cmds[:0], nil
+	}
 	return evals[:0], cmds[:0], failed
 }
 
