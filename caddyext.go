@@ -33,28 +33,80 @@ func (h *Handler) caddyExtSet() bool {
 	return h.Key != "" || h.Rate != "" || h.ZoneSize != 0 || h.RejectStatus != 0
 }
 
-// caddyExtZoneNamer names the zones of caddy-ext's one-line form in one
+// caddyExtNames names the zones of caddy-ext's one-line form in one
 // Caddyfile: caddyExtZone, then caddyExtZone_2, _3, … in the order written,
 // so that each such handler counts on its own, as there (one zone name is
 // one count for every handler that names it), and keeps its name, and so
-// its counts, across a reload of the same Caddyfile. state is the
-// adaptation's (httpcaddyfile.Helper.State). Named routes are adapted
-// with a state of their own, before the sites: theirs are named
+// its counts, across a reload of the same Caddyfile. A name that a zone
+// block written before it took is skipped, and a zone block written after
+// it that takes its name is refused (see explicit): the user did not write
+// that name, and could not rename it. The names live in the adaptation's
+// state (httpcaddyfile.Helper.State). Named routes are adapted with a
+// state of their own, before the sites: theirs are named
 // caddyExtZone_route, _route_2, … so as not to take the sites' names.
-func caddyExtZoneNamer(state map[string]any, namedRoute bool) func() string {
+type caddyExtNames struct {
+	state map[string]any
+	base  string
+}
+
+// State keys: the one-line forms named so far; the names they were given
+// (to the line of each); the zone blocks' names.
+const (
+	stateOneLineCount = "rate_limit.caddy_ext_zones"
+	stateOneLineNames = "rate_limit.caddy_ext_names"
+	stateZoneNames    = "rate_limit.zone_names"
+)
+
+func newCaddyExtNames(state map[string]any, namedRoute bool) *caddyExtNames {
 	base := caddyExtZone
 	if namedRoute {
 		base += "_route"
 	}
-	return func() string {
-		n, _ := state["rate_limit.caddy_ext_zones"].(int)
-		n++
-		state["rate_limit.caddy_ext_zones"] = n
-		if n == 1 {
-			return base
-		}
-		return fmt.Sprintf("%s_%d", base, n)
+	return &caddyExtNames{state: state, base: base}
+}
+
+// stateMap returns the map of state under key, made if missing.
+func stateMap[V any](state map[string]any, key string) map[string]V {
+	m, _ := state[key].(map[string]V)
+	if m == nil {
+		m = make(map[string]V)
+		state[key] = m
 	}
+	return m
+}
+
+// next names the zone of the one-line form at line.
+func (n *caddyExtNames) next(line int) string {
+	if n == nil {
+		return caddyExtZone
+	}
+	taken := stateMap[bool](n.state, stateZoneNames)
+	for {
+		c, _ := n.state[stateOneLineCount].(int)
+		c++
+		n.state[stateOneLineCount] = c
+		name := n.base
+		if c > 1 {
+			name = fmt.Sprintf("%s_%d", n.base, c)
+		}
+		if !taken[name] {
+			stateMap[int](n.state, stateOneLineNames)[name] = line
+			return name
+		}
+	}
+}
+
+// explicit records the name of a zone block; it fails when a one-line
+// form written before it was given that name.
+func (n *caddyExtNames) explicit(name string) error {
+	if n == nil {
+		return nil
+	}
+	if line, ok := stateMap[int](n.state, stateOneLineNames)[name]; ok {
+		return fmt.Errorf("zone name %q is the name given to the zone of the one-line rate_limit at line %d (RussellLuo/caddy-ext's form): name this zone otherwise", name, line)
+	}
+	stateMap[bool](n.state, stateZoneNames)[name] = true
+	return nil
 }
 
 // convertCaddyExt turns caddy-ext's options into a zone named name,
@@ -129,18 +181,30 @@ func (z *Zone) setCaddyExtKey(v string) error {
 	if where == "remote" {
 		return z.setCaddyExtRemote(v, name)
 	}
-	if strings.HasPrefix(inner, "http.request.") {
-		z.Key = v
-		return nil
+	if !strings.HasPrefix(inner, "http.request.") {
+		full, ok := caddyExtPlaceholders[where]
+		if where == "body" {
+			return fmt.Errorf("key (from RussellLuo/caddy-ext): %q needs caddy-ext's requestbodyvar handler: with it, write the full placeholder it provides", v)
+		}
+		if !ok {
+			return fmt.Errorf("key (from RussellLuo/caddy-ext): unrecognized key variable %q (want {path.*}, {query.*}, {header.*}, {cookie.*} or {remote.*})", v)
+		}
+		inner = "http.request." + full + "." + name
 	}
-	full, ok := caddyExtPlaceholders[where]
-	if where == "body" {
-		return fmt.Errorf("key (from RussellLuo/caddy-ext): %q needs caddy-ext's requestbodyvar handler: with it, write the full placeholder it provides", v)
+	// (The Caddyfile hands the short forms over expanded already.)
+	for _, p := range caddyExtPlaceholders {
+		rest, ok := strings.CutPrefix(inner, "http.request."+p+".")
+		if !ok {
+			continue
+		}
+		// Always empty, and an empty key is not limited: refused, or the
+		// zone would never limit. ({path.<name>}, which caddy-ext's own
+		// tests take, is warned of when the zone is provisioned.)
+		if rest == "" {
+			return fmt.Errorf("key (from RussellLuo/caddy-ext): invalid key variable %q: it names no %s", v, p)
+		}
 	}
-	if !ok {
-		return fmt.Errorf("key (from RussellLuo/caddy-ext): unrecognized key variable %q (want {path.*}, {query.*}, {header.*}, {cookie.*} or {remote.*})", v)
-	}
-	z.Key = "{http.request." + full + "." + name + "}"
+	z.Key = "{" + inner + "}"
 	return nil
 }
 
@@ -179,7 +243,7 @@ func (z *Zone) setCaddyExtRemote(v, name string) error {
 // d holds:
 //
 //	rate_limit [<matcher>] <key> <rate> [<zone_size> [<reject_status>]]
-func (h *Handler) unmarshalCaddyExt(d *caddyfile.Dispenser, directive caddyfile.Token, name func() string) error {
+func (h *Handler) unmarshalCaddyExt(d *caddyfile.Dispenser, directive caddyfile.Token, names *caddyExtNames) error {
 	args := append([]string{d.Val()}, d.RemainingArgs()...)
 	if len(args) < 2 || len(args) > 4 {
 		what := fmt.Sprintf("argument %q", args[0])
@@ -203,11 +267,7 @@ func (h *Handler) unmarshalCaddyExt(d *caddyfile.Dispenser, directive caddyfile.
 	if d.NextBlock(d.Nesting()) {
 		return errAt(directive, errors.New("rate_limit: the one-line form (rate_limit <key> <rate> ...) takes no block"))
 	}
-	zone := caddyExtZone
-	if name != nil {
-		zone = name()
-	}
-	if err := h.convertCaddyExt(zone); err != nil {
+	if err := h.convertCaddyExt(names.next(directive.Line)); err != nil {
 		return errAt(directive, err)
 	}
 	if err := h.Validate(); err != nil {

@@ -3,6 +3,7 @@ package ratelimit
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"strings"
 	"testing"
@@ -106,10 +107,31 @@ func TestCaddyExtCaddyfileErrors(t *testing.T) {
 		{"rate_limit {query.id} 1r/d", `got "1r/d"`},
 		{"rate_limit {query.id} 1r/s -1", "zone_size (from RussellLuo/caddy-ext) must be positive"},
 		{"rate_limit {body.name} 1r/s", `"{body.name}" needs caddy-ext's requestbodyvar handler`},
+		{"rate_limit {path.} 1r/s", "it names no uri.path"},
+		{"rate_limit {header.} 1r/s", "it names no header"},
+		{"rate_limit {cookie.} 1r/s", "it names no cookie"},
+		{"rate_limit {query.} 1r/s", "it names no uri.query"},
 	} {
 		_, _, err := adaptCaddyfile(t, ":8080 {\n\t"+c.line+"\n}\n")
 		if err == nil || !strings.Contains(err.Error(), c.want) || !strings.Contains(err.Error(), "Caddyfile:2") {
 			t.Errorf("%q: error %v, want one at Caddyfile:2 saying %q", c.line, err, c.want)
 		}
+	}
+}
+
+// The one-line form's zone does not take a name a zone block took before
+// it, and a zone block after it may not take the name it was given: the
+// user could not rename a zone they did not name.
+func TestCaddyExtNamesAvoidZoneBlocks(t *testing.T) {
+	const block = "%s {\n\trate_limit {\n\t\tzone default {\n\t\t\tkey {http.request.remote.host}\n\t\t\tlimit 100 1m\n\t\t}\n\t}\n\trespond ok\n}\n"
+	const oneLine = "%s {\n\trate_limit {query.id} 2r/m\n\trespond ok\n}\n"
+	out, _, err := adaptCaddyfile(t, fmt.Sprintf(block, ":8081")+fmt.Sprintf(oneLine, ":8082"))
+	if err != nil || !strings.Contains(out, `"name": "default_2"`) {
+		t.Fatalf("a zone block named default, then the one-line form: %v\n%s", err, out)
+	}
+	_, _, err = adaptCaddyfile(t, fmt.Sprintf(oneLine, ":8082")+fmt.Sprintf(block, ":8081"))
+	if err == nil || !strings.Contains(err.Error(), `zone name "default" is the name given to the zone of the one-line rate_limit at line 2`) ||
+		!strings.Contains(err.Error(), "Caddyfile:7") {
+		t.Fatalf("the one-line form, then a zone block named default: %v", err)
 	}
 }

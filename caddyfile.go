@@ -22,7 +22,7 @@ func init() {
 // parseCaddyfile sets up the handler from Caddyfile tokens.
 func parseCaddyfile(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler, error) {
 	handler := new(Handler)
-	if err := handler.unmarshalCaddyfile(h.Dispenser, caddyExtZoneNamer(h.State, h.IsNamedRoute())); err != nil {
+	if err := handler.unmarshalCaddyfile(h.Dispenser, newCaddyExtNames(h.State, h.IsNamedRoute())); err != nil {
 		return nil, err
 	}
 	return handler, nil
@@ -100,13 +100,14 @@ func (h *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 	return h.unmarshalCaddyfile(d, nil)
 }
 
-// unmarshalCaddyfile is UnmarshalCaddyfile with the namer of the zones of
-// caddy-ext's one-line form (see caddyExtZoneNamer; nil: caddyExtZone).
-func (h *Handler) unmarshalCaddyfile(d *caddyfile.Dispenser, caddyExtName func() string) error {
+// unmarshalCaddyfile is UnmarshalCaddyfile with the zone names of the
+// Caddyfile's adaptation so far (see caddyExtNames; nil: caddyExtZone
+// for the one-line form's zone, and no check).
+func (h *Handler) unmarshalCaddyfile(d *caddyfile.Dispenser, names *caddyExtNames) error {
 	d.Next() // consume directive name
 	directive := d.Token()
 	if d.NextArg() {
-		return h.unmarshalCaddyExt(d, directive, caddyExtName)
+		return h.unmarshalCaddyExt(d, directive, names)
 	}
 
 	zoneLines := make(map[string]int)
@@ -122,7 +123,7 @@ func (h *Handler) unmarshalCaddyfile(d *caddyfile.Dispenser, caddyExtName func()
 		var err error
 		switch sub {
 		case "zone":
-			err = h.unmarshalZone(d, zoneLines)
+			err = h.unmarshalZone(d, zoneLines, names)
 
 		case "store":
 			h.Store, err = oneArg(d, "store", storeEnum.usage())

@@ -16,7 +16,7 @@ import (
 
 // unmarshalZone parses one zone block, the cursor on its "zone" token, and
 // validates the zone; errors point at the line at fault.
-func (h *Handler) unmarshalZone(d *caddyfile.Dispenser, zoneLines map[string]int) error {
+func (h *Handler) unmarshalZone(d *caddyfile.Dispenser, zoneLines map[string]int, names *caddyExtNames) error {
 	zoneTok := d.Token()
 	args := d.RemainingArgs()
 	if len(args) != 1 {
@@ -27,6 +27,9 @@ func (h *Handler) unmarshalZone(d *caddyfile.Dispenser, zoneLines map[string]int
 		return d.Errf("duplicate zone name %q (first defined at line %d): zone names must be unique", name, line)
 	}
 	zoneLines[name] = d.Line()
+	if err := names.explicit(name); err != nil {
+		return d.Err(err.Error())
+	}
 
 	z := &Zone{Name: name}
 	// The first token of each subdirective line, to point errors found

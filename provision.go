@@ -306,6 +306,10 @@ func (h *Handler) provisionZone(ctx caddy.Context, zc *Zone, lz *loadZones, plac
 		return nil, err
 	}
 	if lz != nil {
+		if h.Key != "" {
+			// The user did not write this zone's name: say where it is from.
+			place += " (RussellLuo/caddy-ext's one-line rate_limit, whose zones are named " + caddyExtZone + ", " + caddyExtZone + "_2, …)"
+		}
 		if err := lz.claim(zc.Name, identity, place); err != nil {
 			return nil, err
 		}
@@ -339,6 +343,10 @@ func (h *Handler) provisionZone(ctx caddy.Context, zc *Zone, lz *loadZones, plac
 			return nil, err
 		}
 		z.resolver = t
+		if ph, ok := keyresolver.UnsetPathSegment(zc.Key); ok {
+			h.rt.logger.Warn("rate limit key has a path segment placeholder that is never set: Caddy numbers path segments from 0 ({http.request.uri.path.0}); an empty key is not limited unless empty_key says so",
+				zap.String("zone", zc.Name), zap.String("placeholder", ph))
+		}
 	}
 
 	cfg := algorithms.Config{Burst: zc.Burst, CountRejected: zc.CountRejected}

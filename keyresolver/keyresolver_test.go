@@ -234,3 +234,19 @@ func TestClientIP(t *testing.T) {
 		}
 	}
 }
+
+func TestUnsetPathSegment(t *testing.T) {
+	for _, c := range []struct{ tmpl, want string }{
+		{"{http.request.uri.path.0}", ""},
+		{"{http.request.uri.path.12}-{http.request.uri.path.id}", "{http.request.uri.path.id}"},
+		{"{http.request.uri.path.-1}", "{http.request.uri.path.-1}"},
+		{"{http.request.uri.path}", ""}, // the whole path
+		{"{http.request.uri.path.x", ""},
+		{"static", ""},
+	} {
+		got, ok := UnsetPathSegment(c.tmpl)
+		if got != c.want || ok != (c.want != "") {
+			t.Errorf("UnsetPathSegment(%q) = %q, %v; want %q", c.tmpl, got, ok, c.want)
+		}
+	}
+}
