@@ -263,9 +263,16 @@ func (h *Handler) undoAll(ctx context.Context, takes []taken, down bool) {
 	for i := len(takes) - 1; i >= 0; i-- {
 		t := &takes[i]
 		if skipUndo(t, down) {
+			if t.z.lease {
+				h.releaseLater(t) // a slot is not left taken for its window
+			}
 			continue
 		}
 		if err := t.st.Undo(ctx, t.key, time.Time{}, t.cost, t.d); err != nil {
+			if t.z.lease {
+				h.releaseFailed(t, err)
+				continue
+			}
 			h.rt.logger.Debug("undoing a rate limit admission", zap.String("zone", t.z.name), zap.Error(err))
 		}
 	}
@@ -280,7 +287,7 @@ func (h *Handler) release(ctx context.Context, takes []taken) {
 			continue
 		}
 		if err := t.st.Undo(ctx, t.key, time.Time{}, t.cost, t.d); err != nil {
-			h.rt.logger.Debug("releasing a concurrency lease", zap.String("zone", t.z.name), zap.Error(err))
+			h.releaseFailed(t, err)
 		}
 	}
 }

@@ -81,6 +81,10 @@ type handlerRuntime struct {
 	// value (CaddyModule).
 	inflight *atomic.Int64
 
+	// releases retries the concurrency leases whose release failed (with
+	// store redis only; see pendingReleases). A pointer, as inflight.
+	releases *pendingReleases
+
 	// placeholders allocates the requests' placeholders, and siblings
 	// counts the rate_limit handlers of the handler's server (nil outside
 	// one; see provisionPlaceholders). Pointers, as inflight.

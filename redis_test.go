@@ -337,6 +337,43 @@ func TestRedisSyncIntervalThreeInstances(t *testing.T) {
 	}
 }
 
+// A concurrency lease whose release fails (Redis holds writes a moment as
+// its request ends, and the call times out: Redis drops it with the
+// connection) is given back once Redis takes writes again, not held for
+// its window (an hour here): the key is admitted again.
+func TestRedisFailedReleaseRetried(t *testing.T) {
+	srv := redistest.Start(t)
+	h := provisionIn(t, `{"store":"redis","on_error":"closed","redis":{"addresses":["`+srv.Addr+`"],"read_timeout":"200ms"},
+		"zones":[{"name":"cc","key":"k","algorithm":"concurrency","limits":[{"events":1,"window":"1h"}]}]}`, nil)
+	release := serveHeld(h, newReq("192.0.2.1:1"))
+	errs := counterValue(t, h.rt.zones[0].m.storeErrors) // the zone's metrics outlive a test
+	mustDo(t, srv.Addr, "CLIENT", "PAUSE", "1500", "WRITE")
+	if res := release(); res.code != 200 {
+		t.Fatalf("request: %d", res.code)
+	}
+	if n := counterValue(t, h.rt.zones[0].m.storeErrors) - errs; n != 1 {
+		t.Errorf("%v store errors counted for the failed release, want 1", n)
+	}
+	probe := redis.NewClient(&redis.Options{Addr: srv.Addr})
+	defer probe.Close()
+	held := func() int64 { // the leases in Redis (reads go on during the pause)
+		var n int64
+		keys, _ := probe.Keys(context.Background(), "rl:cc:*:l").Result()
+		for _, k := range keys {
+			c, _ := probe.ZCard(context.Background(), k).Result()
+			n += c
+		}
+		return n
+	}
+	if n := held(); n != 1 {
+		t.Fatalf("%d leases held while Redis holds writes, want 1 (the release not applied)", n)
+	}
+	storetest.WaitFor(t, "the lease released on a retry", func() bool { return held() == 0 })
+	if res := serve(h, newReq("192.0.2.1:1")); res.code != 200 {
+		t.Fatalf("the key after its lease was released: %d, want 200", res.code)
+	}
+}
+
 // Cleanup (a reload) while a request is in flight: the Redis client the
 // request uses stays open until it is done (here a concurrency lease that
 // must be released in Redis), then it is closed.

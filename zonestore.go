@@ -131,6 +131,7 @@ func (h *Handler) provisionRedis() error {
 	h.rt.redis = v.(*redisstore.Client)
 	h.rt.redisConf = conf
 	h.rt.inflight = new(atomic.Int64)
+	h.rt.releases = new(pendingReleases)
 	return nil
 }
 

@@ -1,0 +1,112 @@
+package ratelimit
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"go.uber.org/zap"
+)
+
+// pendingReleases holds the concurrency leases whose release failed (a
+// Redis that did not answer in time) and gives them back once Redis
+// answers. A lease holds its slot until its window ends, a day with
+// max_concurrent: one lost release would refuse the key long after its
+// request ended. Releasing a lease removes it by its token, so sending a
+// release again is harmless even when Redis applied the first one and
+// only its answer was lost.
+type pendingReleases struct {
+	mu      sync.Mutex
+	items   []pendingRelease
+	running bool // a goroutine retries items
+}
+
+type pendingRelease struct {
+	t     taken
+	until time.Time // the lease has expired on its own by then
+}
+
+const (
+	// maxPendingReleases bounds what a long outage keeps: beyond it a
+	// failed release is dropped, and its lease ends with its window.
+	maxPendingReleases = 10000
+	// The first retry comes releaseRetryFirst after the failure, the
+	// next ones twice as late each time, at most releaseRetryMost apart.
+	releaseRetryFirst = 250 * time.Millisecond
+	releaseRetryMost  = 30 * time.Second
+)
+
+// releaseFailed logs and counts the failure err of t's release, and
+// queues it for a retry.
+func (h *Handler) releaseFailed(t *taken, err error) {
+	h.logStoreError(t.z, t.key, err)
+	t.z.m.storeErrors.Inc()
+	h.releaseLater(t)
+}
+
+// releaseLater queues t's release for a retry.
+func (h *Handler) releaseLater(t *taken) {
+	p := h.rt.releases
+	if p == nil {
+		return
+	}
+	window := time.Duration(0)
+	if len(t.z.tiers) > 0 {
+		window = t.z.tiers[0].Window
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if len(p.items) >= maxPendingReleases {
+		return
+	}
+	p.items = append(p.items, pendingRelease{t: *t, until: time.Now().Add(window)})
+	if !p.running {
+		p.running = true
+		go h.retryReleases(p)
+	}
+}
+
+// retryReleases gives back the queued leases until none is left: those
+// whose release succeeds, expired, or whose client was closed (the config
+// was unloaded) leave the queue. While a zone's breaker is open, its
+// releases wait without calling Redis.
+func (h *Handler) retryReleases(p *pendingReleases) {
+	wait := releaseRetryFirst
+	for {
+		time.Sleep(wait)
+		wait = min(2*wait, releaseRetryMost)
+		p.mu.Lock()
+		items := p.items
+		p.items = nil
+		p.mu.Unlock()
+		var left []pendingRelease
+		for _, it := range items {
+			t := &it.t
+			if time.Now().After(it.until) {
+				continue
+			}
+			if !t.z.breaker.Allow() {
+				left = append(left, it)
+				continue
+			}
+			err := t.st.Undo(context.Background(), t.key, time.Time{}, t.cost, t.d)
+			switch {
+			case err == nil:
+				h.rt.logger.Debug("released a concurrency lease on a retry", zap.String("zone", t.z.name))
+			case errors.Is(err, redis.ErrClosed):
+			default:
+				left = append(left, it)
+			}
+		}
+		p.mu.Lock()
+		p.items = append(left, p.items...)
+		if len(p.items) == 0 {
+			p.running = false
+			p.mu.Unlock()
+			return
+		}
+		p.mu.Unlock()
+	}
+}
