@@ -113,9 +113,9 @@ type Handler struct {
 
 	// MaxKeys is the most keys the memory store holds per zone; beyond it
 	// the least recently used key is evicted, so a flood of distinct keys
-	// cannot exhaust memory. A key costs about 250-1,000 bytes of resident
-	// memory, by algorithm and key length (README). With store redis only
-	// with on_error local or sync_interval. Default: 50000.
+	// cannot exhaust memory. A key costs a running Caddy about 0.5-1.8 kB
+	// of resident memory, by algorithm and key length (README). With store
+	// redis only with on_error local or sync_interval. Default: 50000.
 	MaxKeys int `json:"max_keys,omitempty"`
 
 	// DisableMetrics keeps this handler's zones out of Caddy's metrics
