@@ -392,3 +392,13 @@ var (
 	_ caddyfile.Unmarshaler       = (*Handler)(nil)
 	_ caddyhttp.MiddlewareHandler = (*Handler)(nil)
 )
+
+// prefixed returns err with prefix in front, unless its message starts
+// with it already: the errors of a block's lines name the block (a zone, the
+// redis block) whichever helper made them.
+func prefixed(err error, prefix string) error {
+	if err == nil || strings.HasPrefix(err.Error(), prefix) {
+		return err
+	}
+	return fmt.Errorf("%s%w", prefix, err)
+}

@@ -29,7 +29,8 @@ var redisSubdirectives = []string{"address", "url", "sentinel", "cluster", "user
 //	}
 //
 // "redis <host:port>..." on one line is short for a block with address.
-func unmarshalRedis(d *caddyfile.Dispenser) (*RedisConfig, error) {
+func unmarshalRedis(d *caddyfile.Dispenser) (_ *RedisConfig, err error) {
+	defer func() { err = prefixed(err, "redis: ") }()
 	rc := new(RedisConfig)
 	blockTok := d.Token()
 	rc.Addresses = d.RemainingArgs()

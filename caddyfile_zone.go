@@ -16,13 +16,14 @@ import (
 
 // unmarshalZone parses one zone block, the cursor on its "zone" token, and
 // validates the zone; errors point at the line at fault.
-func (h *Handler) unmarshalZone(d *caddyfile.Dispenser, zoneLines map[string]int, names *caddyExtNames) error {
+func (h *Handler) unmarshalZone(d *caddyfile.Dispenser, zoneLines map[string]int, names *caddyExtNames) (err error) {
 	zoneTok := d.Token()
 	args := d.RemainingArgs()
 	if len(args) != 1 {
 		return d.Errf("zone takes exactly one argument, its name (zone <name> { ... }), got %d", len(args))
 	}
 	name := args[0]
+	defer func() { err = prefixed(err, fmt.Sprintf("zone %q: ", name)) }()
 	if line, dup := zoneLines[name]; dup {
 		return d.Errf("duplicate zone name %q (first defined at line %d): zone names must be unique", name, line)
 	}

@@ -343,7 +343,7 @@ func TestRedisSyncIntervalThreeInstances(t *testing.T) {
 // its window (an hour here): the key is admitted again.
 func TestRedisFailedReleaseRetried(t *testing.T) {
 	srv := redistest.Start(t)
-	h := provisionIn(t, `{"store":"redis","on_error":"closed","redis":{"addresses":["`+srv.Addr+`"],"read_timeout":"200ms"},
+	h := provision(t, `{"store":"redis","on_error":"closed","redis":{"addresses":["`+srv.Addr+`"],"read_timeout":"200ms"},
 		"zones":[{"name":"cc","key":"k","algorithm":"concurrency","limits":[{"events":1,"window":"1h"}]}]}`, nil)
 	release := serveHeld(h, newReq("192.0.2.1:1"))
 	errs := counterValue(t, h.rt.zones[0].m.storeErrors) // the zone's metrics outlive a test
