@@ -311,8 +311,9 @@ func (h *Handler) provisionZone(ctx caddy.Context, zc *Zone, lz *loadZones, plac
 	}
 	if lz != nil {
 		if h.Key != "" {
-			// The user did not write this zone's name: say where it is from.
-			place += " (RussellLuo/caddy-ext's one-line rate_limit, whose zones are named " + caddyExtZone + ", " + caddyExtZone + "_2, …)"
+			// caddy-ext's key and rate in JSON (the Caddyfile's one-line
+			// form arrives as a zone): the user did not write this name.
+			place += " (RussellLuo/caddy-ext's key and rate, whose zone is named " + caddyExtZone + ")"
 		}
 		if err := lz.claim(zc.Name, identity, place); err != nil {
 			return nil, err

@@ -412,7 +412,7 @@ func viaGoRedis(rc redis.UniversalClient, batch []*scriptCall, evals []*evalCall
 	}
 	clear(cmds)
 	clear(evals)
-	if failed == nil {
+	if failed == nil { // a nil *Shared would be a non-nil error
 		return evals[:0], cmds[:0], nil
 	}
 	return evals[:0], cmds[:0], failed
