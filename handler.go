@@ -63,8 +63,9 @@ func (h *Handler) admit(w http.ResponseWriter, r *http.Request) (held []taken, d
 	applied := appliedBuf[:0] // zones that decided, for RateLimit-Policy
 
 	// The decision reported in the headers: the one with the fewest
-	// remaining (rep, an index in takes), or the first (dry-run) denial
-	// (dry, when dryDenied).
+	// remaining and, among those, the longest MoreAfter (rep, an index in
+	// takes; a shorter one would make t early), or the first (dry-run)
+	// denial (dry, when dryDenied).
 	rep := -1
 	var dry taken
 	dryDenied := false
@@ -116,7 +117,8 @@ func (h *Handler) admit(w http.ResponseWriter, r *http.Request) (held []taken, d
 		if z.shape && t.d.Delay > delay && !rt.dryRun {
 			delay = t.d.Delay
 		}
-		if rep < 0 || t.d.Remaining < takes[rep].d.Remaining {
+		if rep < 0 || t.d.Remaining < takes[rep].d.Remaining ||
+			t.d.Remaining == takes[rep].d.Remaining && t.d.MoreAfter > takes[rep].d.MoreAfter {
 			rep = len(takes) - 1
 		}
 	}

@@ -267,3 +267,21 @@ func TestHeaderValuesAreTheRequests(t *testing.T) {
 		}
 	}
 }
+
+// Tiers, or zones, tied on the fewest remaining: the headers describe the
+// one that refuses r+1 units longest, or t would be early (a client that
+// waits t and sends r+1 would get a 429).
+func TestHeadersTiesReportLongestWait(t *testing.T) {
+	for _, c := range []struct{ name, config, want string }{
+		{"tiers", `{"zones":[{"name":"z","key":"k","limits":[
+			{"events":3,"window":"3s"},{"events":3,"window":"12s"}]}]}`, `"z-12s";r=2;t=12`},
+		{"zones", `{"zones":[{"name":"za","key":"k","limits":[{"events":3,"window":"3s"}]},
+			{"name":"zb","key":"k","limits":[{"events":3,"window":"12s"}]}]}`, `"zb";r=2;t=12`},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			h := provision(t, c.config, newClock())
+			res := serve(h, newReq("192.0.2.1:1"))
+			expectHeaders(t, res, map[string]string{"RateLimit": c.want, "X-RateLimit-Reset": "12"})
+		})
+	}
+}

@@ -261,6 +261,9 @@ func (h *Handler) waitTurn(ctx context.Context, z *zone, key string, cost int64,
 			if err != nil || d.Allowed {
 				return d, dst, err
 			}
+			if denial, late := z.shapedTooLate(d, deadline.Sub(now)); late {
+				return denial, dst, nil
+			}
 			own, st = &d, dst
 			continue
 		case tooLate, full:
@@ -348,17 +351,37 @@ func (z *zone) holdShaped(d algorithms.Decision, left time.Duration) (algorithms
 	denial := d
 	denial.Allowed = false
 	denial.Delay = 0
+	denial.Remaining = 0 // nothing passes now: t is the Retry-After
 	if d.Delay > left {
 		// Never earlier than the request, sent again with a max_wait
 		// of its own, could pass (d.Delay - max_wait).
 		denial.RetryAfter = d.Delay - max(min(left, z.maxWait), 0)
+		denial.MoreAfter = denial.RetryAfter
 		return denial, false
 	}
 	if !z.waiters.hold() {
 		denial.RetryAfter = d.Delay
+		denial.MoreAfter = denial.RetryAfter
 		return denial, false
 	}
 	return algorithms.Decision{}, true
+}
+
+// shapedTooLate reports whether denial d of a zone that shapes leaves a
+// request no way to be let through within left: admitted whenever the
+// bucket has room, it would then be held until the water now in the
+// bucket has drained, d.ResetAfter from now at the soonest. Then it
+// returns the denial to reject it with at once, instead of after a wait
+// in line: Retry-After when the request, sent again with a max_wait of its
+// own, could pass (it would wait in line for room, then be held until
+// then: d.ResetAfter - max_wait).
+func (z *zone) shapedTooLate(d algorithms.Decision, left time.Duration) (algorithms.Decision, bool) {
+	if !z.shape || d.ResetAfter <= left {
+		return d, false
+	}
+	d.RetryAfter = max(d.ResetAfter-z.maxWait, time.Microsecond)
+	d.MoreAfter = d.RetryAfter
+	return d, true
 }
 
 // releaseShaped gives back the places that takeOrWait took for the shaped

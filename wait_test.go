@@ -503,7 +503,7 @@ func TestShapingHoldsAtMostMaxWait(t *testing.T) {
 	if res.code != 429 || res.called {
 		t.Fatalf("held 60s with max_wait 2s: code %d, called %v; slept %v", res.code, res.called, clock.Slept())
 	}
-	expectHeaders(t, res, map[string]string{"Retry-After": "58"})
+	expectHeaders(t, res, map[string]string{"Retry-After": "58", "RateLimit": `"l";r=0;t=58`})
 	if s := clock.Slept(); len(s) != 0 {
 		t.Fatalf("slept %v", s)
 	}
@@ -574,5 +574,32 @@ func TestShapingHoldsWithinMaxWaiters(t *testing.T) {
 	a.serve(h, 5, newReq("192.0.2.1:1", header("K", "b"))) // held 200ms, as 4 would have been
 	c.drain(t)
 	a.expectOrder(t, 0, 2, 3, 5)
+	expectNoWaiters(t, h)
+}
+
+// A shaped request that the bucket could not let out within max_wait,
+// however long it waited in line for room, is rejected at once (not
+// after waiting), with Retry-After when a retry could pass and t equal to
+// it.
+func TestShapingTooLateRejectedAtOnce(t *testing.T) {
+	c := newStepClock()
+	// A unit leaks every 2s; a full bucket (3) drains in 6s > max_wait 5s.
+	h := provision(t, `{"zones":[{"name":"l","algorithm":"leaky_bucket","key":"k","on_limit":"wait",
+		"max_wait":"5s","limits":[{"events":3,"window":"6s"}]}]}`, c)
+	a := newAdmissions(c)
+	for id := range 3 { // held 0, 2s and 4s
+		a.serve(h, id, newReq("192.0.2.1:1"))
+	}
+	for id := 3; id < 5; id++ {
+		a.serve(h, id, newReq("192.0.2.1:1"))
+		res := a.result(t, id) // returned before the clock moved
+		if res.code != 429 || res.called {
+			t.Fatalf("request %d: code %d, called %v", id, res.code, res.called)
+		}
+		// A retry 1s later waits 1s for room, then is held 4s: 5s.
+		expectHeaders(t, res, map[string]string{"Retry-After": "1", "RateLimit": `"l";r=0;t=1`})
+	}
+	c.drain(t)
+	a.expectOrder(t, 0, 1, 2)
 	expectNoWaiters(t, h)
 }

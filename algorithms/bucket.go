@@ -146,6 +146,7 @@ func (s *bucketState) Take(now time.Time, cost int64) (d Decision) {
 	// computed: a struct per tier, copied to compare and to pick, cost
 	// more than the arithmetic.
 	best, rem, wait, impossible := -1, int64(0), int64(0), false
+	more := int64(-1) // the best's MoreAfter, once a tie needed it
 	for i := range tiers {
 		p := &tiers[i]
 		lv := s.level[i]
@@ -154,8 +155,18 @@ func (s *bucketState) Take(now time.Time, cost int64) (d Decision) {
 			r = (p.cap - lv) / p.scale
 		}
 		if allowed {
-			if best < 0 || r < rem {
-				best, rem = i, r
+			switch {
+			case best < 0 || r < rem:
+				best, rem, more = i, r, -1
+			case r == rem:
+				// A tie goes to the tier that refuses one more unit
+				// longest: the other's MoreAfter would be early.
+				if more < 0 {
+					more = s.moreOf(best, rem)
+				}
+				if m := s.moreOf(i, r); m > more {
+					best, more = i, m
+				}
 			}
 			continue
 		}
@@ -172,11 +183,8 @@ func (s *bucketState) Take(now time.Time, cost int64) (d Decision) {
 	}
 	p := &tiers[best]
 	lv := s.level[best]
-	var more int64
-	if rem < p.burst {
-		// The wait of rem+1 units: until the level is low enough for one
-		// more.
-		more = p.drained(lv - (p.cap - (rem+1)*p.scale))
+	if more < 0 {
+		more = s.moreOf(best, rem)
 	}
 	// Field by field into the named result: a Decision built in one value
 	// and then returned is copied through memory with wide moves that
@@ -192,6 +200,16 @@ func (s *bucketState) Take(now time.Time, cost int64) (d Decision) {
 	}
 	d.Delay = Micros(delay)
 	return d
+}
+
+// moreOf is tier i's MoreAfter (µs) with rem remaining: the wait of rem+1
+// units, until its level is low enough for one more; 0 when it is whole.
+func (s *bucketState) moreOf(i int, rem int64) int64 {
+	p := &s.l.tiers[i]
+	if rem >= p.burst {
+		return 0
+	}
+	return p.drained(s.level[i] - (p.cap - (rem+1)*p.scale))
 }
 
 // Relimit drains every tier to now under the old constants, then converts

@@ -99,7 +99,7 @@ func (s *fixedWindowState) Take(now time.Time, cost int64) (d Decision) {
 		} else if !ok && tr.count > tr.events-cost {
 			wait = reset
 		}
-		p.Offer(i, tr.events, tr.events-tr.count, reset, wait)
+		p.Offer(i, tr.events, tr.events-tr.count, reset, wait, reset)
 	}
 	p.fill(&d, p.reset) // nothing comes back before the window ends
 	return d

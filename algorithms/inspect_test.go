@@ -48,16 +48,18 @@ func TestPeek(t *testing.T) {
 					if dt != 0 {
 						continue
 					}
-					// A Take of cost 0 on the unpeeked twin describes the
+					// A Take of cost 0 on the unpeeked twin describes a
 					// tier with the fewest remaining.
 					d := plain.Take(at, 0)
-					best := 0
+					want := tiers[0]
+					if d.Tier >= 0 && d.Tier < len(tiers) {
+						want = tiers[d.Tier]
+					}
 					for i := range tiers {
-						if tiers[i].Remaining < tiers[best].Remaining {
-							best = i
+						if tiers[i].Remaining < want.Remaining {
+							t.Fatalf("step %d: Take(0) described tier %d, %+v, but tier %d has fewer remaining: %+v", k, d.Tier, want, i, tiers[i])
 						}
 					}
-					want := tiers[best]
 					if d.Allowed && (d.Limit != want.Limit || d.Remaining != want.Remaining || d.ResetAfter != want.ResetAfter) {
 						t.Fatalf("step %d: Peek %+v, Take(0) %+v", k, tiers, d)
 					}

@@ -40,6 +40,24 @@ func TestMoreAfter(t *testing.T) {
 			{at: 500 * ms, cost: 1, allowed: true, tier: 0, rem: 0, reset: sec, more: 500 * ms},
 			{at: 1500 * ms, cost: 1, allowed: true, tier: 1, rem: 0, reset: 10 * sec, more: 8500 * ms},
 		}},
+		// Tiers tied in remaining: the one that refuses one unit more
+		// the longest is reported, or MoreAfter would be early.
+		{"sliding_log: tied tiers, the longer wait", SlidingLog, Config{Tiers: []Tier{{3, 3 * sec}, {3, 12 * sec}}}, []moreStep{
+			{at: 0, cost: 1, allowed: true, tier: 1, rem: 2, reset: 12 * sec, more: 12 * sec},
+			{at: 3 * sec, cost: 0, allowed: true, tier: 1, rem: 2, reset: 9 * sec, more: 9 * sec},
+		}},
+		{"sliding_window: tied tiers, the longer wait", SlidingWindow, Config{Tiers: []Tier{{3, 3 * sec}, {3, 12 * sec}}}, []moreStep{
+			// 3 more units pass in the 12s tier once its previous
+			// window has faded out: 24s after the window's start (winT0
+			// is 8s into a 12s window, 2s into a 3s one).
+			{at: 4 * sec, cost: 1, allowed: true, tier: 1, rem: 2, reset: 24 * sec, more: 24 * sec},
+		}},
+		{"fixed_window: tied tiers, the longer wait", FixedWindow, Config{Tiers: []Tier{{3, 3 * sec}, {3, 12 * sec}}}, []moreStep{
+			{at: 4 * sec, cost: 1, allowed: true, tier: 1, rem: 2, reset: 12 * sec, more: 12 * sec},
+		}},
+		{"token_bucket: tied tiers, the slower refill", TokenBucket, Config{Tiers: []Tier{{3, 6 * sec}, {3, 30 * sec}}}, []moreStep{
+			{at: 0, cost: 1, allowed: true, tier: 1, rem: 2, reset: 10 * sec, more: 10 * sec},
+		}},
 		{"sliding_window: the previous window fades", SlidingWindow, Config{Tiers: []Tier{{10, sec}}}, []moreStep{
 			{at: 0, cost: 10, allowed: true, rem: 0, reset: 2 * sec, more: sec + 100*ms},
 			// 10 x (1 - 0.25) = 7.5 -> 2 left; 3 once the weight is 7 or less

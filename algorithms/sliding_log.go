@@ -241,23 +241,20 @@ func (s *slidingLogState) Take(now time.Time, cost int64) (d Decision) {
 	p := TierPick{Allowed: ok}
 	for i := range s.tiers {
 		tr := &s.tiers[i]
-		var reset, wait int64
+		var reset, wait, more int64
 		if tr.size > 0 {
 			reset = tr.run(tr.size-1).ts + tr.window - t
+			// One more unit is free when the oldest leaves the window.
+			more = tr.buf[tr.head].ts + tr.window - t
 		}
 		if !ok && cost > tr.events {
 			wait = tr.window
 		} else if !ok && tr.count > tr.events-cost {
 			wait = tr.kth(tr.count+cost-tr.events) + tr.window - t
 		}
-		p.Offer(i, tr.events, tr.events-tr.count, reset, wait)
+		p.Offer(i, tr.events, tr.events-tr.count, reset, wait, more)
 	}
-	var more int64
-	if tr := &s.tiers[p.tier]; tr.size > 0 {
-		// One more unit is free when the oldest leaves the window.
-		more = tr.buf[tr.head].ts + tr.window - t
-	}
-	p.fill(&d, more)
+	p.fill(&d, p.More())
 	return d
 }
 

@@ -433,22 +433,26 @@ func (m *winTRefLog) Take(now, cost int64) Decision {
 		}
 	}
 	d := Decision{Allowed: ok, Tier: -1}
+	var pickedMore time.Duration
 	for i, tr := range m.cfg.Tiers {
 		w := tr.Window.Microseconds()
 		u := m.units[i]
 		rem := max(0, tr.Events-int64(len(u)))
-		var reset, wait time.Duration
+		var reset, wait, more time.Duration
 		if len(u) > 0 {
 			reset = time.Duration(u[len(u)-1]+w-now) * time.Microsecond
+			more = time.Duration(u[0]+w-now) * time.Microsecond
 		}
 		if cost > tr.Events {
 			wait = tr.Window
 		} else if k := int64(len(u)) + cost - tr.Events; k > 0 {
 			wait = time.Duration(u[k-1]+w-now) * time.Microsecond
 		}
-		better := d.Tier < 0 || ok && rem < d.Remaining || !ok && wait > d.RetryAfter
+		// Allowed: a tie in remaining goes to the tier that admits one
+		// more unit last.
+		better := d.Tier < 0 || ok && (rem < d.Remaining || rem == d.Remaining && more > pickedMore) || !ok && wait > d.RetryAfter
 		if better {
-			d.Tier, d.Limit, d.Remaining, d.ResetAfter = i, tr.Events, rem, reset
+			d.Tier, d.Limit, d.Remaining, d.ResetAfter, pickedMore = i, tr.Events, rem, reset, more
 			if !ok {
 				d.RetryAfter = wait
 			}

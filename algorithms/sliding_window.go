@@ -226,17 +226,23 @@ func (s *slidingWindowState) Take(now time.Time, cost int64) (d Decision) {
 	for i := range s.tiers {
 		tr := &s.tiers[i]
 		tr.Cur = winCount(tr.Cur, cost, tr.Events, ok, s.countRejected)
-		var wait int64
+		rem := tr.Remaining(t)
+		var wait, more int64
 		if !ok {
 			wait = tr.RetryAfter(t, cost)
+		} else if len(s.tiers) > 1 {
+			more = tr.moreAfter(t, rem) // a tie in rem goes to the longest
 		}
-		p.Offer(i, tr.Events, tr.Remaining(t), tr.ResetAfter(t), wait)
+		p.Offer(i, tr.Events, rem, tr.ResetAfter(t), wait, more)
 	}
 	// MoreAfter is the wait of p.rem+1 units in the tier picked: when
 	// denied, that is usually the cost (a denied tier has none left), whose
 	// wait is known (unless the cost exceeds Events: then it is Window).
 	more := p.wait
-	if ok || p.rem+1 != cost || cost > p.limit {
+	switch {
+	case ok && len(s.tiers) > 1:
+		more = p.More()
+	case ok || p.rem+1 != cost || cost > p.limit:
 		more = s.tiers[p.tier].moreAfter(t, p.rem)
 	}
 	p.fill(&d, more)

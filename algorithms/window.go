@@ -135,33 +135,39 @@ func winCount(count, cost, events int64, ok, countRejected bool) int64 {
 }
 
 // TierPick chooses the tier a Decision describes: when allowed the one with
-// the fewest remaining, when denied the one with the longest wait; ties go
-// to the lowest index (the first offered). The window algorithms use it,
+// the fewest remaining and, among those, the longest MoreAfter (the tier
+// that keeps refusing remaining+1 units longest: a shorter one would make
+// MoreAfter early); when denied the one with the longest wait; other ties
+// go to the lowest index (the first offered). The window algorithms use it,
 // and so does the two-layer store (package redisstore), so that their decisions
 // describe the same tier.
 type TierPick struct {
 	// Allowed is whether every tier admitted the request.
 	Allowed bool
 
-	set                     bool
-	tier                    int
-	limit, rem, reset, wait int64
+	set                           bool
+	tier                          int
+	limit, rem, reset, wait, more int64
 }
 
 // Offer considers tier i: its limit, remaining units, and the microseconds
-// until it is whole again (reset) and, when denied, until the request
-// would be admitted (wait).
-func (p *TierPick) Offer(i int, limit, rem, reset, wait int64) {
+// until it is whole again (reset), when denied until the request would be
+// admitted (wait), and when allowed until it admits rem+1 units (more, 0
+// when whole).
+func (p *TierPick) Offer(i int, limit, rem, reset, wait, more int64) {
 	if rem < 0 {
 		rem = 0
 	}
 	if p.set {
-		if p.Allowed && rem >= p.rem || !p.Allowed && wait <= p.wait {
+		if p.Allowed && (rem > p.rem || rem == p.rem && more <= p.more) || !p.Allowed && wait <= p.wait {
 			return
 		}
 	}
-	p.set, p.tier, p.limit, p.rem, p.reset, p.wait = true, i, limit, rem, reset, wait
+	p.set, p.tier, p.limit, p.rem, p.reset, p.wait, p.more = true, i, limit, rem, reset, wait, more
 }
+
+// More is the more of the tier picked, as offered.
+func (p *TierPick) More() int64 { return p.more }
 
 // Decision is the decision describing the tier picked; its MoreAfter is
 // the caller's to set (each algorithm has its own), for that tier.

@@ -139,8 +139,9 @@ local function save_state(key, v, us)
 end
 
 -- pick: the tier a Decision describes. Denied: one whose cost can never
--- pass first, then the longest wait; allowed: the fewest remaining; ties go
--- to the lowest index (the first seen).
+-- pass first, then the longest wait; allowed: the fewest remaining, then
+-- the longest MoreAfter (a shorter one would be early for that many);
+-- other ties go to the lowest index (the first seen).
 local function better_denied(a, b)
   if b == nil then return true end
   if a.impossible ~= b.impossible then return a.impossible end
@@ -148,7 +149,7 @@ local function better_denied(a, b)
 end
 
 local function better_allowed(a, b)
-  return b == nil or a.remaining < b.remaining
+  return b == nil or a.remaining < b.remaining or a.remaining == b.remaining and a.more > b.more
 end
 
 -- fmod: a mod b rounded toward minus infinity (b > 0), exact.
@@ -159,25 +160,35 @@ local function fmod(a, b)
 end
 
 -- win_pick: the tier a Decision of sliding_log, sliding_window or
--- fixed_window describes: allowed, the fewest remaining; denied, the longest
--- wait; ties go to the lowest index. RetryAfter is that wait. result(more)
--- calls more(i) for the MoreAfter (µs) of the tier picked (1-based i) when
--- it is not whole, and only for it (it may cost a Redis call).
+-- fixed_window describes: allowed, the fewest remaining, then the longest
+-- MoreAfter; denied, the longest wait; other ties go to the lowest index.
+-- RetryAfter is that wait. result(more) calls more(i) for the MoreAfter
+-- (µs) of the tier picked (1-based i) when it is not whole, and only for
+-- it and the tiers tied with it (it may cost a Redis call).
 local function win_pick(allowed)
-  local p = {set = false}
+  local p = {set = false, ties = {}}
   function p.offer(i, limit, rem, reset, wait)
     if rem < 0 then rem = 0 end
     if PEEK then peek_tier(limit, rem, reset) end
     if p.set then
-      if allowed and rem >= p.rem or (not allowed) and wait <= p.wait then return end
+      if allowed and rem == p.rem then
+        p.ties[#p.ties + 1] = {i, limit, reset}
+        return
+      end
+      if allowed and rem > p.rem or (not allowed) and wait <= p.wait then return end
     end
-    p.set, p.tier, p.limit, p.rem, p.reset, p.wait = true, i, limit, rem, reset, wait
+    p.set, p.tier, p.limit, p.rem, p.reset, p.wait, p.ties = true, i, limit, rem, reset, wait, {}
   end
   function p.result(more)
     if PEEK then return peeked end
     local retry, m = 0, 0
     if not allowed then retry = p.wait end
     if p.rem < p.limit then m = more(p.tier + 1) end
+    for _, x in ipairs(p.ties) do
+      local mx = 0
+      if p.rem < x[2] then mx = more(x[1] + 1) end
+      if mx > m then p.tier, p.limit, p.reset, m = x[1], x[2], x[3], mx end
+    end
     return {allowed and 1 or 0, p.tier, p.limit, p.rem, p.reset, retry, 0, 0, m}
   end
   return p

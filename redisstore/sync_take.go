@@ -121,14 +121,17 @@ func (s *SyncStore) Take(_ context.Context, key string, now time.Time, cost int6
 		p, tr := &s.tiers[i], &e.tiers[i]
 		start := tr.cur.idx * p.window
 		C := tr.cur.view()
-		var rem, reset, wait int64
+		var rem, reset, wait, more int64
 		if s.sliding {
 			_, rem, reset, wait = slidingWindow(p.events, p.window, start, tr.prev.view(), C, t, cost, !ok)
+			c := algorithms.SlidingCounts{Events: p.events, Window: p.window, Start: start, Prev: tr.prev.view(), Cur: C}
+			more = c.MoreAfter(t)
 		} else {
 			rem = p.events - C
 			if C > 0 {
 				reset = start + p.window - t
 			}
+			more = reset // fixed_window: nothing comes back before the window ends
 			if !ok {
 				switch {
 				case cost > p.events:
@@ -141,16 +144,20 @@ func (s *SyncStore) Take(_ context.Context, key string, now time.Time, cost int6
 		if !ok && cost <= p.events && overBudget(p, e.used, cost) {
 			wait = max(wait, s.budgetWait(t))
 		}
-		pk.Offer(i, p.events, rem, reset, wait)
+		// What this instance may still admit before the next sync is
+		// its budget's rest: the headers say so (a 429 of the budget
+		// says 0 remain, and when more pass again).
+		if left := p.budget - e.used; e.used > 0 && left <= rem {
+			if left < rem {
+				more = 0 // the window has room for one more: the budget waits
+			}
+			rem = max(left, 0)
+			more = max(more, s.budgetWait(t))
+		}
+		pk.Offer(i, p.events, rem, reset, wait, more)
 	}
 	d := pk.Decision()
-	if s.sliding {
-		p, tr := &s.tiers[d.Tier], &e.tiers[d.Tier]
-		c := algorithms.SlidingCounts{Events: p.events, Window: p.window, Start: tr.cur.idx * p.window, Prev: tr.prev.view(), Cur: tr.cur.view()}
-		d.MoreAfter = algorithms.Micros(c.MoreAfter(t))
-	} else {
-		d.MoreAfter = d.ResetAfter // fixed_window: nothing comes back before the window ends
-	}
+	d.MoreAfter = algorithms.Micros(pk.More())
 	if !ok && s.blockFor > 0 {
 		e.blockedUntil = t + s.blockFor
 		e.blockSend = e.blockedUntil

@@ -37,6 +37,7 @@ func TestSyncSingleInstance(t *testing.T) {
 			clk.Set(tk)
 			mustSync(t, ctx, s)
 			at := tk.Add(100 * time.Millisecond)
+			used := int64(0) // of the interval's budget, 2
 			for {
 				d, err := s.Take(ctx, "k", at, 1)
 				if err != nil {
@@ -44,8 +45,14 @@ func TestSyncSingleInstance(t *testing.T) {
 				}
 				if d.Allowed {
 					admitted++
-					if d.Remaining != E-admitted || d.ResetAfter != ws.Add(W).Sub(at) || d.RetryAfter != 0 {
+					used++
+					// Remaining is what this instance may still admit:
+					// the budget's rest, then the window's.
+					if d.Remaining != min(E-admitted, 2-used) || d.ResetAfter != ws.Add(W).Sub(at) || d.RetryAfter != 0 {
 						t.Fatalf("window %d interval %d: allowed %+v after %d", win, k, d, admitted)
+					}
+					if admitted < E && d.MoreAfter != I-100*time.Millisecond {
+						t.Fatalf("window %d interval %d: allowed %+v after %d, want more units after the next sync", win, k, d, admitted)
 					}
 					continue
 				}
@@ -54,7 +61,7 @@ func TestSyncSingleInstance(t *testing.T) {
 					if d.RetryAfter != ws.Add(W).Sub(at) || d.Remaining != 0 || d.Limit != E || d.Tier != 0 {
 						t.Fatalf("window %d interval %d: full, got %+v", win, k, d)
 					}
-				} else if d.RetryAfter != I-100*time.Millisecond || d.Remaining != E-admitted {
+				} else if d.RetryAfter != I-100*time.Millisecond || d.Remaining != 0 || d.MoreAfter != d.RetryAfter {
 					// Only the budget refused: wait for the next sync.
 					t.Fatalf("window %d interval %d: budget, got %+v after %d", win, k, d, admitted)
 				}
@@ -98,23 +105,24 @@ func TestSyncSingleInstance(t *testing.T) {
 	if err := s.Undo(ctx, "u", at, 1, d1); err != nil {
 		t.Fatal(err)
 	}
-	if d, _ := s.Take(ctx, "u", at, 1); !d.Allowed || d.Remaining != E-1 {
+	// Remaining is the budget's rest (2-1), below the window's (E-1).
+	if d, _ := s.Take(ctx, "u", at, 1); !d.Allowed || d.Remaining != 1 {
 		t.Fatalf("after undo: %+v", d)
 	}
 
 	// A cost above the budget passes when nothing is pending this
 	// interval; then the budget waits for the next sync.
 	d, _ := s.Take(ctx, "big", at, 5)
-	if !d.Allowed || d.Remaining != E-5 {
+	if !d.Allowed || d.Remaining != 0 || d.MoreAfter != I {
 		t.Fatalf("cost 5 > budget 2 with nothing pending: %+v", d)
 	}
 	d, _ = s.Take(ctx, "big", at, 1)
-	if d.Allowed || d.RetryAfter != I {
+	if d.Allowed || d.RetryAfter != I || d.Remaining != 0 {
 		t.Fatalf("after cost 5: %+v, want a refusal until the next sync (%s)", d, I)
 	}
 	clk.Set(at.Add(I))
 	mustSync(t, ctx, s)
-	if d, _ = s.Take(ctx, "big", at.Add(I), 1); !d.Allowed || d.Remaining != E-6 {
+	if d, _ = s.Take(ctx, "big", at.Add(I), 1); !d.Allowed || d.Remaining != 1 {
 		t.Fatalf("after the sync: %+v", d)
 	}
 }
