@@ -59,6 +59,13 @@ type counters struct {
 	requests    *prometheus.CounterVec
 	decision    *prometheus.HistogramVec
 	storeErrors *prometheus.CounterVec
+
+	// zones counts, by zone name, the provisioned zones of every loaded
+	// config that have series here: a zone's series are deleted when the
+	// last config naming it is unloaded, so that renaming zones across
+	// reloads does not grow the series without bound.
+	mu    sync.Mutex
+	zones map[string]int
 }
 
 func (*counters) Destruct() error { return nil }
@@ -72,6 +79,7 @@ var decisionBuckets = []float64{.000005, .00001, .000025, .00005, .0001, .00025,
 
 func newCounters() *counters {
 	return &counters{
+		zones: make(map[string]int),
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: metricsNamespace, Subsystem: metricsSubsystem,
 			Name: "requests_total",
@@ -111,6 +119,9 @@ type zoneMetrics struct {
 }
 
 func (m *metrics) forZone(name, storeLabel string) zoneMetrics {
+	m.mu.Lock()
+	m.counters.zones[name]++
+	m.mu.Unlock()
 	return zoneMetrics{
 		allowed:     m.requests.WithLabelValues(name, resultAllowed),
 		denied:      m.requests.WithLabelValues(name, resultDenied),
@@ -119,6 +130,21 @@ func (m *metrics) forZone(name, storeLabel string) zoneMetrics {
 		storeErrors: m.storeErrors.WithLabelValues(name),
 		decision:    m.decision.WithLabelValues(storeLabel),
 	}
+}
+
+// dropZone is forZone's counterpart, when a zone is cleaned up: the last
+// one of its name takes its series away.
+func (m *metrics) dropZone(name string) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.counters.zones[name]--; m.counters.zones[name] > 0 {
+		return
+	}
+	delete(m.counters.zones, name)
+	for _, r := range []string{resultAllowed, resultDenied, resultDryRun, resultError} {
+		m.requests.DeleteLabelValues(name, r)
+	}
+	m.storeErrors.DeleteLabelValues(name)
 }
 
 // observe records how long a decision that started at start took.

@@ -165,3 +165,23 @@ func TestMetricsAcrossReload(t *testing.T) {
 		t.Errorf("decisions observed = %v after the reload, want 3", v)
 	}
 }
+
+// A reload that drops a zone drops its series; a zone that stays keeps
+// counting, also when a handler is cleaned up twice.
+func TestMetricsDropRemovedZones(t *testing.T) {
+	hs1, _ := provisionCtx(t, `{"zones":[{"name":"m_gone","key":"k","limits":[{"events":1,"window":"1h"}]},
+		{"name":"m_kept","key":"k","limits":[{"events":5,"window":"1h"}]}]}`)
+	serve(hs1[0], newReq("192.0.2.1:1"))
+	hs2, reg2 := provisionCtx(t, `{"zones":[{"name":"m_kept","key":"k","limits":[{"events":5,"window":"1h"}]}]}`)
+	hs1[0].Cleanup()
+	hs1[0].Cleanup()
+	serve(hs2[0], newReq("192.0.2.1:1"))
+	for _, name := range []string{"caddy_http_rate_limit_requests_total", "caddy_http_rate_limit_store_errors_total"} {
+		if _, ok := metricValue(t, reg2, name, "zone=m_gone"); ok {
+			t.Errorf("%s still has a series of zone m_gone, which no config names", name)
+		}
+	}
+	if v, _ := metricValue(t, reg2, "caddy_http_rate_limit_requests_total", "zone=m_kept", "result=allowed"); v != 2 {
+		t.Errorf("m_kept allowed = %v, want 2 (counted across the reload)", v)
+	}
+}

@@ -398,7 +398,9 @@ func (h *Handler) Cleanup() error {
 	if h.rt.metrics != nil {
 		for _, z := range h.rt.zones {
 			h.rt.metrics.zones.remove(z)
+			h.rt.metrics.dropZone(z.name)
 		}
+		h.rt.metrics = nil // once: a zone's series go with its last user
 	}
 	keys := h.rt.poolKeys
 	h.rt.poolKeys = nil

@@ -286,6 +286,18 @@ var _ Inspector = (*Memory)(nil)
 // Inspect returns key's state at now (the store's clock when now is zero)
 // without consuming anything or making the key recently used.
 func (m *Memory) Inspect(_ context.Context, key string, now time.Time) (KeyState, error) {
+	return m.inspect(m.limiter, key, now), nil
+}
+
+// Inspect returns key's state under the limits the store decides under:
+// what its next request would see.
+func (u *memoryUnder) Inspect(_ context.Context, key string, now time.Time) (KeyState, error) {
+	return u.inspect(u.l, key, now), nil
+}
+
+// inspect is Inspect under l. A held state is converted to l first, as
+// its next Take would convert it.
+func (m *Memory) inspect(l algorithms.Limiter, key string, now time.Time) KeyState {
 	if now.IsZero() {
 		now = m.now()
 	}
@@ -293,13 +305,14 @@ func (m *Memory) Inspect(_ context.Context, key string, now time.Time) (KeyState
 	s.mu.Lock()
 	var tiers []algorithms.TierStatus
 	if e := s.Get(key); e != nil {
+		relimit(e.Value, now, l)
 		tiers = Peek(e.Value, now)
 	}
 	s.mu.Unlock()
 	if tiers == nil {
-		tiers = Peek(m.limiter.NewState(), now)
+		tiers = Peek(l.NewState(), now)
 	}
-	return NewKeyState(m.limiter.Config(), tiers), nil
+	return NewKeyState(l.Config(), tiers)
 }
 
 // Reset forgets key: its next Take finds it whole.

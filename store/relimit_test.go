@@ -51,3 +51,46 @@ func TestMemoryUnder(t *testing.T) {
 		})
 	}
 }
+
+// TestMemoryUnderInspect: a store decided under other limits (a reload
+// that changed them) shows a key under those limits, held or not: what
+// its next request would see.
+func TestMemoryUnderInspect(t *testing.T) {
+	ctx := context.Background()
+	t0 := time.Unix(1_700_000_040, 0)
+	for _, name := range algorithms.Names {
+		if name == algorithms.Concurrency {
+			continue // leases, not used units: nothing taken here to show
+		}
+		t.Run(name, func(t *testing.T) {
+			lim := func(events int64) algorithms.Limiter {
+				l, err := algorithms.New(name, algorithms.Config{Tiers: []algorithms.Tier{{Events: events, Window: time.Hour}}})
+				if err != nil {
+					t.Fatal(err)
+				}
+				return l
+			}
+			m := newTestMemory(t, lim(10), MemoryOptions{})
+			for range 8 {
+				m.Take(ctx, "k", t0, 1)
+			}
+			low, _ := m.Under(lim(5))
+			ins, ok := low.(Inspector)
+			if !ok {
+				t.Fatalf("%T is not an Inspector", low)
+			}
+			for _, c := range []struct {
+				key        string
+				used, left int64
+			}{{"k", 5, 0}, {"never", 0, 5}} {
+				ks, err := ins.Inspect(ctx, c.key, t0)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if tr := ks.Tiers[0]; tr.Limit != 5 || tr.Used != c.used || tr.Remaining != c.left {
+					t.Fatalf("key %s under 5 of 10: %+v, want %d used, %d left", c.key, tr, c.used, c.left)
+				}
+			}
+		})
+	}
+}
