@@ -123,7 +123,13 @@ func (a *adminClient) do(method, path string, body any, out any) error {
 	if out == nil {
 		return nil
 	}
-	return json.NewDecoder(resp.Body).Decode(out)
+	if err := json.NewDecoder(resp.Body).Decode(out); err != nil {
+		// Another server at that address (a site's port, say): say so,
+		// rather than a JSON syntax error.
+		return fmt.Errorf("%s did not answer %s %s as Caddy's admin API with this plugin (HTTP %d, %s): %w; is --address the admin endpoint?",
+			a.addr, method, path, resp.StatusCode, resp.Header.Get("Content-Type"), err)
+	}
+	return nil
 }
 
 // apiMessage shortens AdminAPIRequest's error "caddy responded with error:
