@@ -68,7 +68,7 @@ func (h *Handler) decide(r *http.Request, z *zone, down *bool, t *taken) (outcom
 		}
 		key = ""
 	}
-	if len(key) > maxKeyLen {
+	if len(key) > maxKeyLen || hashedForm(key) {
 		key = hashKey(key)
 	}
 	if key == "" {
@@ -214,9 +214,18 @@ func (z *zone) emptyKeyDenial() algorithms.Decision {
 	}
 }
 
-// hashKey replaces an overlong key by "#" and its hex SHA-256 (a key of
-// that exact form would need a SHA-256 preimage to collide).
+// hashKey replaces an overlong key by "#" and its hex SHA-256. A request's
+// key of that form is hashed too (see hashedForm), so that no key a client
+// sends is another's hashed key: colliding would need a SHA-256 preimage.
 func hashKey(key string) string {
 	sum := sha256.Sum256([]byte(key))
 	return "#" + hex.EncodeToString(sum[:])
+}
+
+// hashedForm reports whether key has the form of a hashed key: 65 bytes
+// starting with "#". Such a key, as a client sent it, is hashed: the logs,
+// the admin API and `caddy rate-limit get` show hashed keys, and a client
+// that sent one would otherwise share the count of the long key behind it.
+func hashedForm(key string) bool {
+	return len(key) == 1+sha256.Size*2 && key[0] == '#'
 }

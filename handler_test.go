@@ -880,6 +880,15 @@ func TestLongKeysAreHashed(t *testing.T) {
 	if res := serve(h, newReq("192.0.2.1:1", header("X-Key", long+"y"))); res.code != 200 {
 		t.Fatalf("another long key: %d", res.code)
 	}
+	// The hashed form, sent as a key, is a key of its own: it is hashed
+	// too, and does not share the long key's count.
+	res = serve(h, newReq("192.0.2.1:1", header("X-Key", key)))
+	if res.code != 200 {
+		t.Fatalf("the long key's hashed form %q sent as a key: %d, want its own count", key, res.code)
+	}
+	if got := res.repl.ReplaceAll("{http.rate_limit.key}", ""); got != hashKey(key) {
+		t.Fatalf("key %q sent as a key became %q, want %q", key, got, hashKey(key))
+	}
 }
 
 func TestWaitForConcurrencySlot(t *testing.T) {
