@@ -47,6 +47,10 @@ func (z *zone) countsStatus(status int) bool {
 // admissions of count_status zones undone unless the response's status
 // matches. Only then is the response writer wrapped, to record the status.
 func (h *Handler) serveHeld(w http.ResponseWriter, r *http.Request, next caddyhttp.Handler, held []taken) (err error) {
+	if l := h.rt.leases; l != nil {
+		l.add(held)
+		defer l.remove(held)
+	}
 	counting := false
 	for i := range held {
 		counting = counting || held[i].z.countStatus != nil

@@ -85,6 +85,11 @@ type handlerRuntime struct {
 	// store redis only; see pendingReleases). A pointer, as inflight.
 	releases *pendingReleases
 
+	// leases are the admissions the requests in flight hold (with store
+	// redis only), given back when the process exits (see
+	// leasesInFlight). A pointer, as inflight.
+	leases *leasesInFlight
+
 	// placeholders allocates the requests' placeholders, and siblings
 	// counts the rate_limit handlers of the handler's server (nil outside
 	// one; see provisionPlaceholders). Pointers, as inflight.
@@ -112,6 +117,10 @@ type provisionOptions struct {
 	// of the handler's zones: they share no state with zones of another
 	// scope (see storeKey).
 	poolScope string
+
+	// exiting reports whether the process is exiting; nil means
+	// caddy.Exiting.
+	exiting func() bool
 }
 
 type emptyKeyMode uint8
@@ -404,7 +413,10 @@ func (h *Handler) Cleanup() error {
 	}
 	keys := h.rt.poolKeys
 	h.rt.poolKeys = nil
-	if h.rt.inflight != nil && h.rt.inflight.Load() > 0 {
+	if h.rt.inflight != nil && (h.rt.inflight.Load() > 0 || h.rt.releases.pending() > 0) {
+		if h.exiting() {
+			h.releaseOnExit() // the requests in flight end with the process
+		}
 		go h.releaseWhenIdle(keys)
 		return nil
 	}
@@ -412,14 +424,16 @@ func (h *Handler) Cleanup() error {
 }
 
 // drainLimit bounds how long Cleanup's release waits for requests still
-// in flight (a request held by on_limit wait, a slow upstream).
+// in flight (a request held by on_limit wait, a slow upstream) and for
+// the releases of leases to retry (a Redis that did not answer).
 const drainLimit = 5 * time.Minute
 
 // releaseWhenIdle releases keys once no request of the handler is in
-// flight any more, or after drainLimit.
+// flight any more and no lease waits for its release to be retried (the
+// Redis client they need is among keys), or after drainLimit.
 func (h *Handler) releaseWhenIdle(keys []any) {
 	deadline := time.Now().Add(drainLimit)
-	for h.rt.inflight.Load() > 0 && time.Now().Before(deadline) {
+	for (h.rt.inflight.Load() > 0 || h.rt.releases.pending() > 0) && time.Now().Before(deadline) {
 		time.Sleep(20 * time.Millisecond)
 	}
 	if err := releasePoolKeys(keys); err != nil {

@@ -374,6 +374,73 @@ func TestRedisFailedReleaseRetried(t *testing.T) {
 	}
 }
 
+// A reload (Cleanup) while a lease's release waits for a retry keeps the
+// Redis client open until the retry gave it back.
+func TestRedisCleanupKeepsPendingReleases(t *testing.T) {
+	srv := redistest.Start(t)
+	h := provisionIn(t, `{"store":"redis","on_error":"closed","redis":{"addresses":["`+srv.Addr+`"],"read_timeout":"200ms"},
+		"zones":[{"name":"cc_pend","key":"k","algorithm":"concurrency","limits":[{"events":1,"window":"1h"}]}]}`, nil)
+	release := serveHeld(h, newReq("192.0.2.1:1"))
+	mustDo(t, srv.Addr, "CLIENT", "PAUSE", "1500", "WRITE")
+	if res := release(); res.code != 200 {
+		t.Fatalf("request: %d", res.code)
+	}
+	if n := h.rt.releases.pending(); n != 1 {
+		t.Fatalf("%d releases pending, want 1", n)
+	}
+	if err := h.Cleanup(); err != nil {
+		t.Fatal(err)
+	}
+	probe := redis.NewClient(&redis.Options{Addr: srv.Addr})
+	defer probe.Close()
+	storetest.WaitFor(t, "the lease released on a retry after the reload", func() bool {
+		keys, _ := probe.Keys(context.Background(), "rl:cc_pend:*:l").Result()
+		for _, k := range keys {
+			if n, _ := probe.ZCard(context.Background(), k).Result(); n != 0 {
+				return false
+			}
+		}
+		return true
+	})
+}
+
+// A stop (Cleanup while the process exits) gives back the concurrency
+// leases of the requests still in flight: they end with the process, and
+// their slots would otherwise stay taken in Redis for the window.
+func TestRedisStopReleasesLeasesInFlight(t *testing.T) {
+	srv := redistest.Start(t)
+	h := provisionIn(t, `{"store":"redis","on_error":"closed","redis":{"addresses":["`+srv.Addr+`"]},
+		"zones":[{"name":"cc_stop","key":"k","algorithm":"concurrency","limits":[{"events":2,"window":"1h"}]}]}`, nil)
+	h.rt.opts.exiting = func() bool { return true }
+	probe := redis.NewClient(&redis.Options{Addr: srv.Addr})
+	defer probe.Close()
+	held := func() int64 {
+		var n int64
+		keys, _ := probe.Keys(context.Background(), "rl:cc_stop:*:l").Result()
+		for _, k := range keys {
+			c, _ := probe.ZCard(context.Background(), k).Result()
+			n += c
+		}
+		return n
+	}
+	first := serveHeld(h, newReq("192.0.2.1:1"))
+	second := serveHeld(h, newReq("192.0.2.1:1"))
+	if n := held(); n != 2 {
+		t.Fatalf("%d leases in Redis with two requests in flight, want 2", n)
+	}
+	if err := h.Cleanup(); err != nil {
+		t.Fatal(err)
+	}
+	if n := held(); n != 0 {
+		t.Fatalf("%d leases left in Redis after a stop, want 0", n)
+	}
+	for _, release := range []func() result{first, second} {
+		if res := release(); res.code != 200 {
+			t.Fatalf("request: %d", res.code)
+		}
+	}
+}
+
 // Cleanup (a reload) while a request is in flight: the Redis client the
 // request uses stays open until it is done (here a concurrency lease that
 // must be released in Redis), then it is closed.

@@ -6,6 +6,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/caddyserver/caddy/v2"
 	"github.com/redis/go-redis/v9"
 	"go.uber.org/zap"
 )
@@ -37,6 +38,17 @@ const (
 	releaseRetryFirst = 250 * time.Millisecond
 	releaseRetryMost  = 30 * time.Second
 )
+
+// pending is how many releases wait for a retry, or are being retried
+// (then at least 1).
+func (p *pendingReleases) pending() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.running {
+		return max(len(p.items), 1)
+	}
+	return len(p.items)
+}
 
 // releaseFailed logs and counts the failure err of t's release, and
 // queues it for a retry.
@@ -109,4 +121,70 @@ func (h *Handler) retryReleases(p *pendingReleases) {
 		}
 		p.mu.Unlock()
 	}
+}
+
+// leasesInFlight are the admissions held by the requests in flight (store
+// redis only), for a stop to give their concurrency leases back: Caddy
+// cleans the handler up once its grace period is over and then exits, and
+// a request still running then would otherwise keep its slot in Redis for
+// the zone's window (a day with max_concurrent).
+type leasesInFlight struct {
+	mu   sync.Mutex
+	held map[*taken][]taken // by the first of a request's admissions
+}
+
+func (l *leasesInFlight) add(held []taken) {
+	l.mu.Lock()
+	if l.held == nil {
+		l.held = make(map[*taken][]taken)
+	}
+	l.held[&held[0]] = held
+	l.mu.Unlock()
+}
+
+func (l *leasesInFlight) remove(held []taken) {
+	l.mu.Lock()
+	delete(l.held, &held[0])
+	l.mu.Unlock()
+}
+
+// exitRelease bounds how long a stop waits for Redis to release the leases
+// of the requests in flight.
+const exitRelease = 2 * time.Second
+
+// releaseOnExit releases the concurrency leases of the requests in flight,
+// when the process exits: they end with it. Releasing a lease again when
+// its request does end is harmless (see pendingReleases).
+func (h *Handler) releaseOnExit() {
+	l := h.rt.leases
+	l.mu.Lock()
+	var takes []taken
+	for _, held := range l.held {
+		for _, t := range held {
+			if t.z.lease {
+				takes = append(takes, t)
+			}
+		}
+	}
+	l.mu.Unlock()
+	ctx, cancel := context.WithTimeout(context.Background(), exitRelease)
+	defer cancel()
+	var wg sync.WaitGroup
+	for i := range takes {
+		t := &takes[i]
+		wg.Go(func() {
+			if err := t.st.Undo(ctx, t.key, time.Time{}, t.cost, t.d); err != nil {
+				h.logStoreError(t.z, t.key, err)
+			}
+		})
+	}
+	wg.Wait()
+}
+
+// exiting reports whether the process is exiting (see provisionOptions).
+func (h *Handler) exiting() bool {
+	if h.rt.opts.exiting != nil {
+		return h.rt.opts.exiting()
+	}
+	return caddy.Exiting()
 }

@@ -132,6 +132,7 @@ func (h *Handler) provisionRedis() error {
 	h.rt.redisConf = conf
 	h.rt.inflight = new(atomic.Int64)
 	h.rt.releases = new(pendingReleases)
+	h.rt.leases = new(leasesInFlight)
 	return nil
 }
 
