@@ -160,8 +160,13 @@ func (h *Handler) take(ctx context.Context, z *zone, key string, cost int64, dow
 			// The client went away: not a failure of the store.
 			return d, z.store, err
 		}
-		*down = b != nil
-		b.Record(err)
+		// A slot being moved refuses its own keys only, at once: neither
+		// the master's breaker nor the request's later zones are affected
+		// (see redisstore.SlotRefused).
+		if !redisstore.SlotRefused(err) {
+			*down = b != nil
+			b.Record(err)
+		}
 		z.m.storeErrors.Inc()
 		h.logStoreError(z, key, err)
 	}

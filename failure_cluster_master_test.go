@@ -5,9 +5,11 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
 	"go.uber.org/zap/zaptest/observer"
 
 	"github.com/zonelimit/caddy-ratelimit/breaker"
@@ -215,4 +217,74 @@ func TestHandlerClusterMasterDead(t *testing.T) {
 	if got := breakerLines(logs, msgBreakerOpen); len(got) != 1 || got[0] != dead {
 		t.Errorf("breaker open lines for masters %q, want one for %s", got, dead)
 	}
+}
+
+// tryAgains is a go-redis hook that counts the script calls Redis refused
+// with TRYAGAIN.
+type tryAgains struct{ n atomic.Int64 }
+
+func (h *tryAgains) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (h *tryAgains) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		err := next(ctx, cmd)
+		h.count(cmd)
+		return err
+	}
+}
+
+func (h *tryAgains) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		err := next(ctx, cmds)
+		for _, cmd := range cmds {
+			h.count(cmd)
+		}
+		return err
+	}
+}
+
+func (h *tryAgains) count(cmd redis.Cmder) {
+	if err := cmd.Err(); err != nil && redis.HasErrorPrefix(err, "TRYAGAIN") {
+		h.n.Add(1)
+	}
+}
+
+// TestHandlerClusterMigratingSlotAlone: while a slot is MIGRATING, Redis
+// refuses the decisions of its keys (TRYAGAIN: the key's state is on the
+// source, its block key nowhere); that refusal is the slot's, not its
+// master's: it opens no breaker (no log line), and a key of another slot
+// of the same master, and one of another master, are counted to their
+// limit by Redis meanwhile.
+func TestHandlerClusterMigratingSlotAlone(t *testing.T) {
+	cl := redistest.StartCluster(t, 3, 0)
+	h, logs := provisionCluster(t, cl, "rlmig:")
+	refused := new(tryAgains)
+	h.rt.redis.AddHook(refused)
+	seed := cl.Addrs[0]
+	used := map[string]bool{}
+	master := cl.Addrs[0]
+	hostMoving, slot := clusterHost(t, seed, master, -1, used)
+	hostSame, _ := clusterHost(t, seed, master, slot, used)
+	hostOther, _ := clusterHost(t, seed, cl.Addrs[1], slot, used)
+	if res := serve(h, newReq(hostMoving+":1")); !decidedByRedis(res) || statusOf(res) != 200 {
+		t.Fatalf("%s before the move: status %d (%v)", hostMoving, statusOf(res), res.err)
+	}
+	m := cl.BeginMigration(t, slot, cl.OtherMaster(t, slot))
+	for range 3 * 5 { // three breakers' worth of failures in a row
+		if code := statusOf(serve(h, newReq(hostMoving+":1"))); code != 503 {
+			t.Fatalf("%s, its slot migrating: status %d, want 503 (on_error closed)", hostMoving, code)
+		}
+	}
+	if refused.n.Load() == 0 {
+		t.Fatal("no TRYAGAIN: the test proves nothing")
+	}
+	countedToLimit(t, h, hostSame, 0)
+	countedToLimit(t, h, hostOther, 0)
+	if n := logs.FilterMessage(msgBreakerOpen).Len(); n != 0 {
+		t.Errorf("%d breaker open lines", n)
+	}
+	m.Finish()
+	storetest.WaitFor(t, "the moved key decided by Redis", func() bool {
+		return decidedByRedis(serve(h, newReq(hostMoving+":1")))
+	})
 }
