@@ -13,6 +13,7 @@ import (
 	"go.uber.org/zap/zapcore"
 
 	"github.com/zonelimit/caddy-ratelimit/algorithms"
+	"github.com/zonelimit/caddy-ratelimit/breaker"
 	"github.com/zonelimit/caddy-ratelimit/redisstore"
 	"github.com/zonelimit/caddy-ratelimit/store"
 )
@@ -114,10 +115,12 @@ func (h *Handler) decide(r *http.Request, z *zone, down *bool, t *taken) (outcom
 // fallback instead; with open and closed the error goes back to ServeHTTP,
 // which lets the request through or answers 503.
 //
-// While the client's circuit breaker is open the store is not called at
-// all: the request is decided by on_error at once. Nor is it once the same
-// request has seen it fail (*down, set here, is the request's): a request
-// pays at most one Redis timeout, however many zones it goes through.
+// While the client's circuit breaker is open (on a Cluster, the one of the
+// key's master) the store is not called at all: the request is decided by
+// on_error at once. Nor is it once the same request has seen it fail
+// (*down, set here, is the request's), whatever master its key is on: a
+// request pays at most one Redis timeout, however many zones it goes
+// through.
 // Either way, what the instance holds still decides first (see heldTaker):
 // only a request that needs Redis goes to on_error.
 func (h *Handler) take(ctx context.Context, z *zone, key string, cost int64, down *bool) (algorithms.Decision, store.Store, error) {
@@ -132,7 +135,7 @@ func (h *Handler) take(ctx context.Context, z *zone, key string, cost int64, dow
 	if *down && z.breaker != nil {
 		// Every zone with a breaker is on the handler's one client.
 		err = errStoreDown
-	} else if z.breaker.Allow() {
+	} else if b := h.breakerFor(ctx, z, key); b.Allow() {
 		start := time.Now()
 		var at time.Time // zero: the store's clock (Redis TIME, a test's)
 		if z.sharesClock {
@@ -148,8 +151,8 @@ func (h *Handler) take(ctx context.Context, z *zone, key string, cost int64, dow
 		}
 		z.m.observe(start)
 		if err == nil {
-			if z.breaker != nil { // the memory store's is nil: no call
-				z.breaker.Record(nil)
+			if b != nil { // the memory store's is nil: no call
+				b.Record(nil)
 			}
 			return d, z.store, nil
 		}
@@ -157,8 +160,13 @@ func (h *Handler) take(ctx context.Context, z *zone, key string, cost int64, dow
 			// The client went away: not a failure of the store.
 			return d, z.store, err
 		}
-		*down = z.breaker != nil
-		z.breaker.Record(err)
+		// A slot being moved refuses its own keys only, at once: neither
+		// the master's breaker nor the request's later zones are affected
+		// (see redisstore.SlotRefused).
+		if !redisstore.SlotRefused(err) {
+			*down = b != nil
+			b.Record(err)
+		}
 		z.m.storeErrors.Inc()
 		h.logStoreError(z, key, err)
 	}
@@ -176,6 +184,16 @@ func (h *Handler) take(ctx context.Context, z *zone, key string, cost int64, dow
 		return d, z.fallback, err
 	}
 	return d, z.store, err
+}
+
+// breakerFor returns the circuit breaker of zone z's store for key: on a
+// Redis Cluster the one of the master that holds key (a failed master
+// sends only its own keys to on_error), else the zone's.
+func (h *Handler) breakerFor(ctx context.Context, z *zone, key string) *breaker.Breaker {
+	if z.breaker == nil || h.rt.redis == nil || z.breaker != h.rt.redis.Breaker() {
+		return z.breaker
+	}
+	return h.rt.redis.BreakerFor(ctx, key)
 }
 
 // heldTaker is a Redis store that can decide some requests from what this

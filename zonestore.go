@@ -37,52 +37,71 @@ func newRedisClient(opts *redis.UniversalOptions, keyPrefix string, logger *zap.
 	})
 }
 
-// breakerLog logs a Redis client's circuit breaker: once when it opens,
-// with the cause and a hint; again while it stays open only when a probe
-// fails for another reason (an operator who fixed the first cause, say
-// started Redis again, would otherwise not learn of the next, such as a
-// Redis out of memory), such lines at most once per breakerCauseEvery;
-// once when it closes.
+// breakerLog logs a Redis client's circuit breakers (one, or on a Cluster
+// one per master, named by the line's "master"): once when one opens, with
+// the cause and a hint; again while it stays open only when a probe fails
+// for another reason (an operator who fixed the first cause, say started
+// Redis again, would otherwise not learn of the next, such as a Redis out
+// of memory), such lines at most once per breakerCauseEvery for all the
+// breakers together; once when it closes.
 type breakerLog struct {
 	logger *zap.Logger
 	addrs  []string
 
 	mu     sync.Mutex
-	reason string    // redisHint of the cause last logged
-	at     time.Time // when a change of cause was last logged
+	reason map[string]string // per open breaker: redisHint of the cause last logged
+	at     time.Time         // when a change of cause was last logged
 }
 
 // breakerCauseEvery bounds how often a breaker's change of cause is
 // logged, should the cause go back and forth.
 const breakerCauseEvery = 10 * time.Second
 
-func (bl *breakerLog) change(open bool, err error) {
+func (bl *breakerLog) change(master string, open bool, err error) {
+	bl.mu.Lock()
+	if open {
+		if bl.reason == nil {
+			bl.reason = make(map[string]string)
+		}
+		bl.reason[master] = redisHint(err)
+	} else {
+		delete(bl.reason, master)
+	}
+	bl.mu.Unlock()
 	if !open {
-		bl.logger.Info("Redis works again: circuit breaker closed", zap.Strings("addresses", bl.addrs))
+		bl.logger.Info("Redis works again: circuit breaker closed", bl.where(master)...)
 		return
 	}
-	bl.mu.Lock()
-	bl.reason = redisHint(err)
-	bl.mu.Unlock()
-	bl.logger.Warn("Redis failing: circuit breaker open, requests decided by on_error until Redis runs the rate limit scripts again", bl.fields(err)...)
+	bl.logger.Warn("Redis failing: circuit breaker open, requests decided by on_error until Redis runs the rate limit scripts again", bl.fields(master, err)...)
 }
 
-func (bl *breakerLog) probeFailed(err error) {
+func (bl *breakerLog) probeFailed(master string, err error) {
 	reason := redisHint(err)
 	bl.mu.Lock()
 	now := time.Now()
-	log := reason != bl.reason && now.Sub(bl.at) >= breakerCauseEvery
+	last, open := bl.reason[master]
+	log := open && reason != last && now.Sub(bl.at) >= breakerCauseEvery
 	if log {
-		bl.reason, bl.at = reason, now
+		bl.reason[master], bl.at = reason, now
 	}
 	bl.mu.Unlock()
 	if log {
-		bl.logger.Warn("Redis still failing, now for another reason: circuit breaker stays open", bl.fields(err)...)
+		bl.logger.Warn("Redis still failing, now for another reason: circuit breaker stays open", bl.fields(master, err)...)
 	}
 }
 
-func (bl *breakerLog) fields(err error) []zap.Field {
-	fields := []zap.Field{zap.Strings("addresses", bl.addrs), zap.Error(err)}
+// where names the breaker's Redis: the configured addresses and, on a
+// Cluster, the master whose keys it stands for (only those go to on_error).
+func (bl *breakerLog) where(master string) []zap.Field {
+	fields := []zap.Field{zap.Strings("addresses", bl.addrs)}
+	if master != "" {
+		fields = append(fields, zap.String("master", master))
+	}
+	return fields
+}
+
+func (bl *breakerLog) fields(master string, err error) []zap.Field {
+	fields := append(bl.where(master), zap.Error(err))
 	if hint := redisHint(err); hint != "" {
 		fields = append(fields, zap.String("hint", hint))
 	}

@@ -2,11 +2,6 @@ package redisstore
 
 import (
 	"context"
-	"errors"
-	"fmt"
-	"slices"
-	"strconv"
-	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -16,7 +11,7 @@ import (
 
 // Client is a Redis client shared by the stores of every zone (and, through
 // Caddy's reload pool, of every handler) with the same Redis settings, with
-// what they share besides the connections: a circuit breaker and a
+// what they share besides the connections: circuit breakers and a
 // Pipeliner. Destruct closes it.
 type Client struct {
 	redis.UniversalClient
@@ -24,8 +19,15 @@ type Client struct {
 	// breaker stops calling Redis after repeated failures, until a
 	// background probe (a script that writes, see Probe) succeeds: while it
 	// is open, the caller decides at once instead of every request paying a
-	// timeout.
+	// timeout. On a Cluster each master has its own (see BreakerFor) and
+	// this one stands for the calls no master was found for.
 	breaker *breaker.Breaker
+
+	cluster *redis.ClusterClient // the client, on a Cluster
+	masters masterBreakers       // on a Cluster: a breaker per master
+	closed  bool                 // Destruct was called; under masters.mu
+
+	newBreaker func(master string, probe func(context.Context) error) *breaker.Breaker
 
 	// pipe coalesces the decisions of concurrent requests into pipelines.
 	pipe *Pipeliner
@@ -40,13 +42,15 @@ type ClientOptions struct {
 	// Probe).
 	KeyPrefix string
 
-	// OnBreakerChange, if set, is called when the breaker opens (open, with
+	// OnBreakerChange, if set, is called when a breaker opens (open, with
 	// the error that tripped it) and when it closes again, once each.
-	OnBreakerChange func(open bool, err error)
+	// master is the address of the Cluster master whose breaker it is, or
+	// empty for the Client's one breaker.
+	OnBreakerChange func(master string, open bool, err error)
 
 	// OnProbeFailure, if set, is called with the error of every probe
-	// that fails while the breaker is open, from the breaker's prober.
-	OnProbeFailure func(err error)
+	// that fails while a breaker is open, from the breaker's prober.
+	OnProbeFailure func(master string, err error)
 }
 
 // Breaker settings: BreakerFailures failures in a row (within
@@ -66,28 +70,39 @@ func NewClient(opts *redis.UniversalOptions, o ClientOptions) *Client {
 		probePrefix:     o.KeyPrefix,
 	}
 	c.pipe = NewDirectPipeliner(c.UniversalClient, opts.WriteTimeout+opts.ReadTimeout)
-	c.breaker = breaker.New(breaker.Options{
-		Failures:      BreakerFailures,
-		Window:        breakerWindow,
-		ProbeInterval: breakerProbeInterval,
-		Probe: func(ctx context.Context) error {
-			err := c.Probe(ctx)
-			if err != nil && o.OnProbeFailure != nil && ctx.Err() == nil {
-				o.OnProbeFailure(err)
-			}
-			return err
-		},
-		OnStateChange: func(from, to breaker.State) {
-			if o.OnBreakerChange != nil {
-				o.OnBreakerChange(to == breaker.Open, c.breaker.Err())
-			}
-		},
-	})
+	c.newBreaker = func(master string, probe func(context.Context) error) *breaker.Breaker {
+		var b *breaker.Breaker
+		b = breaker.New(breaker.Options{
+			Failures:      BreakerFailures,
+			Window:        breakerWindow,
+			ProbeInterval: breakerProbeInterval,
+			Probe: func(ctx context.Context) error {
+				err := probe(ctx)
+				if err != nil && o.OnProbeFailure != nil && ctx.Err() == nil {
+					o.OnProbeFailure(master, err)
+				}
+				return err
+			},
+			OnStateChange: func(from, to breaker.State) {
+				if o.OnBreakerChange != nil {
+					o.OnBreakerChange(master, to == breaker.Open, b.Err())
+				}
+			},
+		})
+		return b
+	}
+	probe := c.Probe
+	if cc, ok := c.UniversalClient.(*redis.ClusterClient); ok {
+		c.cluster = cc
+		probe = c.probeSlotMap
+	}
+	c.breaker = c.newBreaker("", probe)
 	return c
 }
 
 // Breaker returns the client's circuit breaker: its stores' callers ask it
-// before a call and record the outcome.
+// before a call and record the outcome. On a Cluster they ask BreakerFor
+// the key's.
 func (c *Client) Breaker() *breaker.Breaker { return c.breaker }
 
 // Pipeliner returns the client's Pipeliner, for the Options of its Stores.
@@ -101,9 +116,10 @@ func (c *Client) AddHook(h redis.Hook) {
 	c.UniversalClient.AddHook(h)
 }
 
-// Destruct stops the breaker's prober and the pipeliner, and closes the
+// Destruct stops the breakers' probers and the pipeliner, and closes the
 // client.
 func (c *Client) Destruct() error {
+	c.closeMasters()
 	c.breaker.Close()
 	c.pipe.Close()
 	return c.UniversalClient.Close()
@@ -133,70 +149,13 @@ func probeKey(prefix, tag string) string {
 	return prefix + "breaker-probe:{" + tag + "}"
 }
 
-// Probe is the breaker's probe: the probe script on the node, or on every
-// master of a Cluster. A Cluster whose masters all write again is healthy;
-// probing one key would test a single master, and a breaker tripped by
-// another one's failures would close while they go on.
+// Probe is the probe of a single node's (or Sentinel's master's) breaker:
+// the probe script on the node. A Cluster's breakers probe their own
+// master (see probeMaster).
 func (c *Client) Probe(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, c.probeTimeout)
 	defer cancel()
-	cc, ok := c.UniversalClient.(*redis.ClusterClient)
-	if !ok {
-		return evalOne(ctx, c.UniversalClient, probeScript, []string{probeKey(c.probePrefix, "")}, []any{probeKeyTTL}).Err()
-	}
-	// A dead master answers nothing (no MOVED), so go-redis would keep
-	// its slot map, and send that master's keys to it, for up to a
-	// minute: reload it, to find the replica that took over.
-	cc.ReloadState(ctx)
-	//lint:ignore SA1019 CLUSTER SHARDS needs Redis 7; CLUSTER SLOTS is what go-redis reads its own slot map with.
-	slots, err := cc.ClusterSlots(ctx).Result()
-	if err != nil {
-		return err
-	}
-	masters, keys := probeKeys(c.probePrefix, slots)
-	errs := make([]error, len(keys))
-	var wg sync.WaitGroup
-	for i, key := range keys {
-		wg.Go(func() {
-			if err := evalOne(ctx, cc, probeScript, []string{key}, []any{probeKeyTTL}).Err(); err != nil {
-				errs[i] = fmt.Errorf("master %s: %w", masters[i], err)
-			}
-		})
-	}
-	wg.Wait()
-	return errors.Join(errs...)
-}
-
-// probeKeys returns the masters of a Cluster's slot map and a probe key
-// in a slot of each. The hash tags are the first decimal numbers that hash
-// to a slot of a master not found yet: the same keys at every probe while
-// the map is the same.
-func probeKeys(prefix string, slots []redis.ClusterSlot) (masters, keys []string) {
-	owner := func(slot int) string {
-		for _, s := range slots {
-			if slot >= s.Start && slot <= s.End && len(s.Nodes) > 0 {
-				return s.Nodes[0].Addr
-			}
-		}
-		return ""
-	}
-	var all []string
-	for _, s := range slots {
-		if len(s.Nodes) > 0 && !slices.Contains(all, s.Nodes[0].Addr) {
-			all = append(all, s.Nodes[0].Addr)
-		}
-	}
-	// Every slot has a tag below 10^6, and on average a master of n slots
-	// is found within 16384/n numbers.
-	for i := 0; len(masters) < len(all) && i < 1_000_000; i++ {
-		tag := strconv.Itoa(i)
-		m := owner(int(crc16(tag)) % clusterSlots)
-		if m != "" && !slices.Contains(masters, m) {
-			masters = append(masters, m)
-			keys = append(keys, probeKey(prefix, tag))
-		}
-	}
-	return masters, keys
+	return evalOne(ctx, c.UniversalClient, probeScript, []string{probeKey(c.probePrefix, "")}, []any{probeKeyTTL}).Err()
 }
 
 // clusterSlots is the number of hash slots of a Redis Cluster.

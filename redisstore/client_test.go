@@ -9,61 +9,87 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/zonelimit/caddy-ratelimit/internal/redistest"
+	"github.com/zonelimit/caddy-ratelimit/internal/storetest"
 )
 
-// On a Cluster, the probe writes on every master: one that refuses the
-// scripts keeps the breaker open even while the others accept them.
-func TestBreakerProbeEveryClusterMaster(t *testing.T) {
+// On a Cluster, a master's breaker probes that master: one that refuses
+// the scripts fails its own probe (naming it) while the others' succeed.
+func TestBreakerProbeOwnClusterMaster(t *testing.T) {
 	cl := redistest.StartCluster(t, 3, 0)
 	const prefix = "rl:"
 	c := NewClient(&redis.UniversalOptions{Addrs: cl.Addrs, DialTimeout: 5 * time.Second, ReadTimeout: 3 * time.Second},
 		ClientOptions{KeyPrefix: prefix})
 	defer c.Destruct()
 	ctx := context.Background()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		err := c.Probe(ctx)
-		if err == nil {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("probe of a healthy Cluster: %v", err)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
 	slots, err := c.ClusterSlots(ctx).Result()
 	if err != nil {
 		t.Fatal(err)
 	}
-	masters, keys := probeKeys(prefix, slots)
-	if len(masters) != 3 || len(keys) != 3 {
-		t.Fatalf("probe keys %v on masters %v, want one on each of the 3", keys, masters)
+	home := map[string]int{} // a slot of each master
+	for _, s := range slots {
+		home[s.Nodes[0].Addr] = s.Start
 	}
-	for i, k := range keys {
-		m, err := c.UniversalClient.(*redis.ClusterClient).MasterForKey(ctx, k)
+	if len(home) != 3 {
+		t.Fatalf("masters %v, want 3", home)
+	}
+	probeAll := func() map[string]error {
+		errs := map[string]error{}
+		for m, slot := range home {
+			errs[m] = c.probeMaster(ctx, m, slot)
+		}
+		return errs
+	}
+	storetest.WaitFor(t, "every master's probe to succeed", func() bool {
+		for _, err := range probeAll() {
+			if err != nil {
+				return false
+			}
+		}
+		return true
+	})
+	for m, slot := range home {
+		key := probeKey(prefix, slotTag(slot))
+		if got := int(crc16(slotTag(slot))) % clusterSlots; got != slot {
+			t.Fatalf("tag %s of slot %d hashes to %d", slotTag(slot), slot, got)
+		}
+		n, err := c.cluster.MasterForKey(ctx, key)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if m.Options().Addr != masters[i] {
-			t.Errorf("probe key %s is on %s, want %s", k, m.Options().Addr, masters[i])
+		if n.Options().Addr != m {
+			t.Errorf("probe key %s is on %s, want %s", key, n.Options().Addr, m)
 		}
-		if ttl := m.PTTL(ctx, k).Val(); ttl <= 0 || ttl > probeKeyTTL*time.Millisecond {
-			t.Errorf("probe key %s: TTL %v", k, ttl)
+		if ttl := n.PTTL(ctx, key).Val(); ttl <= 0 || ttl > probeKeyTTL*time.Millisecond {
+			t.Errorf("probe key %s: TTL %v", key, ttl)
 		}
 	}
 
-	// One master (not the first: a probe of one key would likely miss it)
-	// full.
-	full := masters[len(masters)-1]
-	redistest.Fill(t, full, keys[len(keys)-1][strings.IndexByte(keys[len(keys)-1], '{'):])
-	err = c.Probe(ctx)
-	if err == nil || !strings.Contains(err.Error(), "OOM") || !strings.Contains(err.Error(), full) {
-		t.Fatalf("probe with master %s full: %v, want its OOM", full, err)
+	// One master full: its probe fails with OOM, the others' succeed.
+	var full string
+	for m := range home {
+		full = m
+		break
+	}
+	redistest.Fill(t, full, "{"+slotTag(home[full])+"}")
+	for m, err := range probeAll() {
+		switch {
+		case m == full && (err == nil || !strings.Contains(err.Error(), "OOM") || !strings.Contains(err.Error(), full)):
+			t.Errorf("probe of the full master %s: %v, want its OOM", m, err)
+		case m != full && err != nil:
+			t.Errorf("probe of master %s with %s full: %v", m, full, err)
+		}
 	}
 	if _, err := redistest.Do(full, "CONFIG", "SET", "maxmemory", "0"); err != nil {
 		t.Fatal(err)
 	}
-	if err := c.Probe(ctx); err != nil {
+	if err := c.probeMaster(ctx, full, home[full]); err != nil {
 		t.Fatalf("probe once fixed: %v", err)
+	}
+
+	// An address that masters no slot any more (its replica took over, say)
+	// is probed on the slot it had: the breaker closes once the slot's new
+	// master writes.
+	if err := c.probeMaster(ctx, "127.0.0.1:1", home[full]); err != nil {
+		t.Fatalf("probe of a former master's slot: %v", err)
 	}
 }
