@@ -32,8 +32,20 @@ type leaseEntry struct {
 	base     algorithms.Decision // the last call's decision
 	baseAt   int64               // instant of that call
 
-	refill  chan struct{} // open while a call is in flight; closed when done
-	waiting int64         // units of the Takes waiting for that call
+	refill  *leaseCall // the call in flight, nil when none
+	waiting int64      // units of the Takes waiting for that call
+}
+
+// leaseCall is a key's script call in flight, which the key's concurrent
+// Takes wait for.
+type leaseCall struct {
+	done chan struct{} // closed when the call is answered
+	// err is the store's failure the call met, set before done closes:
+	// its waiters fail with it rather than call again each in turn, which
+	// on a failing Redis would make the last of them wait for one timeout
+	// per waiter ahead of it. Nil when the call succeeded, or failed only
+	// because its own caller stopped waiting (the others call again).
+	err error
 }
 
 // clamp returns now in µs, never before e.last, and advances e.last.
@@ -58,7 +70,9 @@ func (e *leaseEntry) local(t int64, allowed bool) algorithms.Decision {
 // Take decides whether key may consume cost units at now (the Now clock
 // when zero): from the key's lease when it holds cost units, from a
 // denial seen within the lease duration, else with one script call (one
-// call in flight per key: concurrent Takes wait for it and use its lease).
+// call in flight per key: concurrent Takes wait for it and use its lease,
+// or fail with its failure: a Take waits for one call at most, as it
+// would for its own).
 func (s *LeaseStore) Take(ctx context.Context, key string, now time.Time, cost int64) (algorithms.Decision, error) {
 	if now.IsZero() {
 		now = s.now()
@@ -76,11 +90,14 @@ func (s *LeaseStore) Take(ctx context.Context, key string, now time.Time, cost i
 			return d, nil
 		}
 		if e.refill != nil {
-			ch := e.refill
+			lc := e.refill
 			e.waiting += cost
 			sh.Unlock()
 			select {
-			case <-ch:
+			case <-lc.done:
+				if lc.err != nil {
+					return algorithms.Decision{}, lc.err
+				}
 				continue
 			case <-ctx.Done():
 				return algorithms.Decision{}, fmt.Errorf("redis lease store: %s: %w", s.alg, ctx.Err())
@@ -160,8 +177,8 @@ func (s *LeaseStore) refill(ctx context.Context, sh *leaseShard, ent *store.Entr
 		units = 0 // see lease.lua: a bucket takes units back only before the end
 	}
 	e.left, e.size, e.waiting = 0, 0, 0
-	ch := make(chan struct{})
-	e.refill = ch
+	lc := &leaseCall{done: make(chan struct{})}
+	e.refill = lc
 	sh.Unlock()
 
 	r := s.call(ctx, s.Keys(ent.Key()), s.args(modeTake, now, cost, want, units, stamp, granted))
@@ -170,12 +187,18 @@ func (s *LeaseStore) refill(ctx context.Context, sh *leaseShard, ent *store.Entr
 		err = fmt.Errorf("script answered %d values, want 12", len(res))
 	}
 
+	if err != nil {
+		err = fmt.Errorf("redis lease store: %s: %w", s.alg, err)
+		if ctx.Err() == nil {
+			lc.err = err
+		}
+	}
 	sh.Lock()
 	defer sh.Unlock()
 	e.refill = nil
-	close(ch)
+	close(lc.done)
 	if err != nil {
-		return algorithms.Decision{}, fmt.Errorf("redis lease store: %s: %w", s.alg, err)
+		return algorithms.Decision{}, err
 	}
 	d := decisionOf(res)
 	d.Token = 0         // admitted by Redis, not from a lease: an Undo does not put it in one

@@ -44,7 +44,20 @@ type SyncOptions struct {
 	// keys (with their count and the first error), from the goroutine that
 	// ran the sync. Those keys' counts are sent again at the next sync.
 	OnError func(error)
+
+	// OnRecover, if set, is called when a sync succeeds for every key
+	// after syncs that failed, with how many failed, from the goroutine
+	// that ran the sync: once per recovery, and at most once per
+	// RecoverEvery on the Now clock (a recovery within it is reported at
+	// the first successful sync after it, with the failures since the
+	// last report), so that a Redis failing every other sync does not log
+	// a line per interval.
+	OnRecover func(failed int)
 }
+
+// RecoverEvery is the least time between two calls of a SyncStore's
+// OnRecover.
+const RecoverEvery = 10 * time.Second
 
 // syncBatch is the most script calls sent in one pipeline round trip.
 const syncBatch = 4096
@@ -73,6 +86,12 @@ type SyncStore struct {
 
 	nextSync atomic.Int64 // µs on the Now clock of the next scheduled sync
 	syncMu   sync.Mutex   // one sync at a time
+
+	// Held with syncMu: the syncs that failed since OnRecover was last
+	// called, and when that was (µs on the Now clock; 0: never).
+	onRecover   func(failed int)
+	failedSyncs int
+	recoveredAt int64
 
 	ctx       context.Context // cancelled by Close: stops a running sync
 	cancel    context.CancelFunc
@@ -236,6 +255,7 @@ func newSyncStore(c redis.UniversalClient, l algorithms.Limiter, o Options, so S
 		intervalUS: max(so.Interval.Microseconds(), 1),
 		now:        so.Now,
 		onError:    so.OnError,
+		onRecover:  so.OnRecover,
 		head:       head,
 		blk:        blocks{c: c, head: head},
 		blockLimit: store.BlockLimit(l),

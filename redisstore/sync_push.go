@@ -44,6 +44,7 @@ func (s *SyncStore) Sync(ctx context.Context) error {
 	}
 	failed := 0
 	var first error
+	lost := false // a call Redis did not answer
 	for _, c := range calls {
 		if c.err == nil && len(c.res) != len(c.keys) {
 			c.err = fmt.Errorf("script answered %d values, want %d", len(c.res), len(c.keys))
@@ -53,18 +54,42 @@ func (s *SyncStore) Sync(ctx context.Context) error {
 			if first == nil {
 				first = c.err
 			}
+			lost = lost || noAnswer(c.err)
 		}
 		s.apply(c)
 	}
 	if failed == 0 {
+		s.recovered(now)
 		return nil
+	}
+	if lost {
+		// On a Cluster, the next sync goes to the replica that took
+		// over from a master that died, not to that master again.
+		reloadSlots(s.c)
 	}
 	err := fmt.Errorf("redis sync store: %s: %d of %d keys not synced (kept for the next sync): %w", s.name, failed, len(calls), first)
 	// A sync abandoned by Close is not worth a report: Close pushes again.
-	if s.onError != nil && (s.ctx.Err() == nil || !errors.Is(first, context.Canceled)) {
-		s.onError(err)
+	if s.ctx.Err() == nil || !errors.Is(first, context.Canceled) {
+		s.failedSyncs++
+		if s.onError != nil {
+			s.onError(err)
+		}
 	}
 	return err
+}
+
+// recovered reports, through OnRecover, a sync at now that succeeded after
+// failed ones (see SyncOptions.OnRecover). syncMu is held.
+func (s *SyncStore) recovered(now int64) {
+	if s.failedSyncs == 0 || s.onRecover == nil {
+		return
+	}
+	if s.recoveredAt != 0 && now-s.recoveredAt < RecoverEvery.Microseconds() {
+		return
+	}
+	n := s.failedSyncs
+	s.failedSyncs, s.recoveredAt = 0, now
+	s.onRecover(n)
 }
 
 // snapshot drops idle keys and prepares the call of every key to sync,
