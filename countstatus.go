@@ -103,7 +103,7 @@ func (h *Handler) settle(ctx context.Context, held []taken, status int) {
 		if !t.z.lease && t.z.countsStatus(status) {
 			continue
 		}
-		if t.st == t.z.store && !t.z.breaker.Allow() {
+		if t.st == t.z.store && !h.breakerFor(ctx, t.z, t.key).Allow() {
 			continue
 		}
 		if undoCtx == nil {

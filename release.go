@@ -82,8 +82,9 @@ func (h *Handler) releaseLater(t *taken) {
 
 // retryReleases gives back the queued leases until none is left: those
 // whose release succeeds, expired, or whose client was closed (the config
-// was unloaded) leave the queue. While a zone's breaker is open, its
-// releases wait without calling Redis.
+// was unloaded) leave the queue. While the breaker of a lease's Redis (its
+// master's, on a Cluster) is open, its release waits without calling
+// Redis.
 func (h *Handler) retryReleases(p *pendingReleases) {
 	wait := releaseRetryFirst
 	for {
@@ -99,7 +100,7 @@ func (h *Handler) retryReleases(p *pendingReleases) {
 			if time.Now().After(it.until) {
 				continue
 			}
-			if !t.z.breaker.Allow() {
+			if !h.breakerFor(context.Background(), t.z, t.key).Allow() {
 				left = append(left, it)
 				continue
 			}

@@ -270,6 +270,9 @@ func (h *Handler) syncStore(lim algorithms.Limiter, name string, opts redisstore
 		Now:      h.rt.opts.now,
 		MaxKeys:  h.MaxKeys,
 		OnError:  h.onStoreError(name, "rate limit sync to Redis failed; counts kept and pushed at the next interval"),
+		OnRecover: func(failed int) {
+			h.rt.logger.Info("rate limit sync to Redis works again", zap.String("zone", name), zap.Int("failed_syncs", failed))
+		},
 	}
 	st, err := h.pooledStore(name, key, func() (caddy.Destructor, error) {
 		return redisstore.NewSyncStore(h.rt.redis, lim, opts, so)
