@@ -354,17 +354,7 @@ func TestRedisFailedReleaseRetried(t *testing.T) {
 	if n := counterValue(t, h.rt.zones[0].m.storeErrors) - errs; n != 1 {
 		t.Errorf("%v store errors counted for the failed release, want 1", n)
 	}
-	probe := redis.NewClient(&redis.Options{Addr: srv.Addr})
-	defer probe.Close()
-	held := func() int64 { // the leases in Redis (reads go on during the pause)
-		var n int64
-		keys, _ := probe.Keys(context.Background(), "rl:cc:*:l").Result()
-		for _, k := range keys {
-			c, _ := probe.ZCard(context.Background(), k).Result()
-			n += c
-		}
-		return n
-	}
+	held := func() int64 { return leasesHeld(t, srv.Addr, "cc") } // reads go on during the pause
 	if n := held(); n != 1 {
 		t.Fatalf("%d leases held while Redis holds writes, want 1 (the release not applied)", n)
 	}
@@ -372,6 +362,24 @@ func TestRedisFailedReleaseRetried(t *testing.T) {
 	if res := serve(h, newReq("192.0.2.1:1")); res.code != 200 {
 		t.Fatalf("the key after its lease was released: %d, want 200", res.code)
 	}
+}
+
+// leasesHeld is how many concurrency leases zone's keys hold in the Redis
+// at addr.
+func leasesHeld(t *testing.T, addr, zone string) int64 {
+	t.Helper()
+	probe := redis.NewClient(&redis.Options{Addr: addr})
+	defer probe.Close()
+	var n int64
+	keys, err := probe.Keys(context.Background(), "rl:"+zone+":*:l").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range keys {
+		c, _ := probe.ZCard(context.Background(), k).Result()
+		n += c
+	}
+	return n
 }
 
 // A reload (Cleanup) while a lease's release waits for a retry keeps the
@@ -391,17 +399,7 @@ func TestRedisCleanupKeepsPendingReleases(t *testing.T) {
 	if err := h.Cleanup(); err != nil {
 		t.Fatal(err)
 	}
-	probe := redis.NewClient(&redis.Options{Addr: srv.Addr})
-	defer probe.Close()
-	storetest.WaitFor(t, "the lease released on a retry after the reload", func() bool {
-		keys, _ := probe.Keys(context.Background(), "rl:cc_pend:*:l").Result()
-		for _, k := range keys {
-			if n, _ := probe.ZCard(context.Background(), k).Result(); n != 0 {
-				return false
-			}
-		}
-		return true
-	})
+	storetest.WaitFor(t, "the lease released on a retry after the reload", func() bool { return leasesHeld(t, srv.Addr, "cc_pend") == 0 })
 }
 
 // A stop (Cleanup while the process exits) gives back the concurrency
@@ -412,17 +410,7 @@ func TestRedisStopReleasesLeasesInFlight(t *testing.T) {
 	h := provisionIn(t, `{"store":"redis","on_error":"closed","redis":{"addresses":["`+srv.Addr+`"]},
 		"zones":[{"name":"cc_stop","key":"k","algorithm":"concurrency","limits":[{"events":2,"window":"1h"}]}]}`, nil)
 	h.rt.opts.exiting = func() bool { return true }
-	probe := redis.NewClient(&redis.Options{Addr: srv.Addr})
-	defer probe.Close()
-	held := func() int64 {
-		var n int64
-		keys, _ := probe.Keys(context.Background(), "rl:cc_stop:*:l").Result()
-		for _, k := range keys {
-			c, _ := probe.ZCard(context.Background(), k).Result()
-			n += c
-		}
-		return n
-	}
+	held := func() int64 { return leasesHeld(t, srv.Addr, "cc_stop") }
 	first := serveHeld(h, newReq("192.0.2.1:1"))
 	second := serveHeld(h, newReq("192.0.2.1:1"))
 	if n := held(); n != 2 {
@@ -463,12 +451,7 @@ func TestRedisCleanupWaitsForRequests(t *testing.T) {
 	storetest.WaitFor(t, "the client to close", func() bool {
 		return c.Ping(context.Background()).Err() == redis.ErrClosed
 	})
-	probe := redis.NewClient(&redis.Options{Addr: srv.Addr})
-	defer probe.Close()
-	keys, _ := probe.Keys(context.Background(), "rl:cc:*:l").Result()
-	for _, k := range keys {
-		if n, _ := probe.ZCard(context.Background(), k).Result(); n != 0 {
-			t.Errorf("%s holds %d leases after the request ended", k, n)
-		}
+	if n := leasesHeld(t, srv.Addr, "cc"); n != 0 {
+		t.Errorf("%d leases held after the request ended", n)
 	}
 }

@@ -24,22 +24,37 @@ import (
 // calls at once, so a failing Redis costs a call one timeout.
 func evalAll(ctx context.Context, c redis.UniversalClient, calls []*evalCall, cmds []*redis.Cmd) []*redis.Cmd {
 	first := len(cmds)
+	cmds = evalFirst(ctx, c, calls, cmds)
+	tryAgain(ctx, c, calls, cmds[first:])
+	return cmds
+}
+
+// evalFirst is evalAll but for TRYAGAIN: those calls are left refused, for
+// tryAgain.
+func evalFirst(ctx context.Context, c redis.UniversalClient, calls []*evalCall, cmds []*redis.Cmd) []*redis.Cmd {
+	first := len(cmds)
 	cmds = pipelined(ctx, c, calls, cmds, true)
 	sendAgain(ctx, c, calls, cmds[first:], "NOSCRIPT", false)
-	for i := range tryAgainAttempts {
-		if !refused(cmds[first:], "TRYAGAIN") || sleep(ctx, tryAgainBackoff<<i) != nil {
-			break
-		}
-		sendAgain(ctx, c, calls, cmds[first:], "TRYAGAIN", true)
-		sendAgain(ctx, c, calls, cmds[first:], "NOSCRIPT", false)
-	}
 	return cmds
+}
+
+// tryAgain sends the calls whose reply in cmds (one per call) is TRYAGAIN
+// again, up to tryAgainAttempts times, and puts their new replies in cmds.
+func tryAgain(ctx context.Context, c redis.UniversalClient, calls []*evalCall, cmds []*redis.Cmd) {
+	for i := range tryAgainAttempts {
+		if !refused(cmds, "TRYAGAIN") || sleep(ctx, tryAgainBackoff<<i) != nil {
+			return
+		}
+		sendAgain(ctx, c, calls, cmds, "TRYAGAIN", true)
+		sendAgain(ctx, c, calls, cmds, "NOSCRIPT", false)
+	}
 }
 
 // TRYAGAIN is sent again at most tryAgainAttempts times, after
 // tryAgainBackoff, then twice and four times as long: 210ms in all, about
 // the default read timeout, so that a short slot move costs a request no
-// more than a failure would. The calls of the same pipeline wait too.
+// more than a failure would. The Pipeliner's workers answer the other
+// calls of the pipeline first (see viaGoRedis).
 const (
 	tryAgainAttempts = 3
 	tryAgainBackoff  = 30 * time.Millisecond

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"runtime"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -374,13 +375,60 @@ func (p *Pipeliner) work() {
 		if batch == nil {
 			return
 		}
-		if len(batch) > 0 {
-			evals, cmds, _ = viaGoRedis(p.c, batch, evals, cmds)
+		if len(batch) == 0 {
+			continue
 		}
+		var moving []*scriptCall
+		evals, cmds, moving = p.sendBatch(batch, evals, cmds)
 		for _, c := range batch {
-			c.done <- struct{}{}
+			if !slices.Contains(moving, c) {
+				c.done <- struct{}{}
+			}
 		}
 	}
+}
+
+// sendBatch is a worker's viaGoRedis of batch, except that the calls a
+// slot being moved refused (TRYAGAIN) are not waited for: they are sent
+// again in the background, and answered then; sendBatch returns them
+// (moving). The other calls of the batch, to other slots, are answered
+// at once instead of waiting for the move.
+func (p *Pipeliner) sendBatch(batch []*scriptCall, evals []*evalCall, cmds []*redis.Cmd) ([]*evalCall, []*redis.Cmd, []*scriptCall) {
+	for _, c := range batch {
+		evals = append(evals, &c.evalCall)
+	}
+	cmds = evalFirst(context.Background(), p.c, evals, cmds[:0])
+	var moving []*scriptCall
+	if !refused(cmds, "TRYAGAIN") {
+		answerAll(p.c, batch, cmds)
+	} else {
+		var movingCmds, answeredCmds []*redis.Cmd
+		var answered []*scriptCall
+		for i, c := range batch {
+			if refusedWith(cmds[i], "TRYAGAIN") {
+				moving = append(moving, c)
+				movingCmds = append(movingCmds, cmds[i])
+				continue
+			}
+			answered = append(answered, c)
+			answeredCmds = append(answeredCmds, cmds[i])
+		}
+		answerAll(p.c, answered, answeredCmds)
+		go func() {
+			ev := make([]*evalCall, len(moving))
+			for i, c := range moving {
+				ev[i] = &c.evalCall
+			}
+			tryAgain(context.Background(), p.c, ev, movingCmds)
+			answerAll(p.c, moving, movingCmds)
+			for _, c := range moving {
+				c.done <- struct{}{}
+			}
+		}()
+	}
+	clear(cmds)
+	clear(evals)
+	return evals[:0], cmds[:0], moving
 }
 
 // viaGoRedis sends batch as a go-redis pipeline and reads the replies
@@ -393,6 +441,19 @@ func viaGoRedis(rc redis.UniversalClient, batch []*scriptCall, evals []*evalCall
 	// The client's timeouts bound the pipeline; a caller whose ctx ends
 	// or whose wait passes stops waiting for it (see run).
 	cmds = evalAll(context.Background(), rc, evals, cmds[:0])
+	failed := answerAll(rc, batch, cmds)
+	clear(cmds)
+	clear(evals)
+	if failed == nil { // a nil *Shared would be a non-nil error
+		return evals[:0], cmds[:0], nil
+	}
+	return evals[:0], cmds[:0], failed
+}
+
+// answerAll reads the replies cmds into the calls of batch (one each),
+// and returns the first network error among them, shared by the calls it
+// failed (nil when none).
+func answerAll(rc redis.UniversalClient, batch []*scriptCall, cmds []*redis.Cmd) *breaker.Shared {
 	var failed *breaker.Shared // the connection's failure: the breaker counts it once
 	for i, c := range batch {
 		c.reply = replyOf(cmds[i])
@@ -410,12 +471,7 @@ func viaGoRedis(rc redis.UniversalClient, batch []*scriptCall, evals []*evalCall
 		// the background, at most one at a time.
 		cc.ReloadState(context.Background())
 	}
-	clear(cmds)
-	clear(evals)
-	if failed == nil { // a nil *Shared would be a non-nil error
-		return evals[:0], cmds[:0], nil
-	}
-	return evals[:0], cmds[:0], failed
+	return failed
 }
 
 // SlotRefused reports whether err is, or wraps, Redis refusing a call
