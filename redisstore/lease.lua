@@ -232,10 +232,11 @@ if ALG == 'sliding_log' then
   for i = 1, N do
     local p, c = P[i], count(i)
     local reset, wait = 0, 0
-    -- runs are sorted by save: the oldest first.
+    -- runs are sorted by save: the oldest first. A run a give-back
+    -- emptied counts no unit: its end frees none.
     local newest, oldest = nil, nil
     for _, r in ipairs(runs) do
-      if r[1] > t - p.W then
+      if r[1] > t - p.W and r[2] > 0 then
         if oldest == nil then oldest = r[1] end
         newest = r[1]
       end
@@ -319,6 +320,16 @@ if ok then
   end
 end
 save()
-return answer(bucket_result(ok, P, function(i)
+local r = bucket_result(ok, P, function(i)
   --@insert token_tier
-end, 0), k, x)
+end, 0)
+-- r's MoreAfter is the wait of one unit more in Redis; the k units leased
+-- make up the rest of the answer's remaining only while the lease lasts
+-- (after its end they are charged as used then). A wait that reaches the
+-- end is the wait of them all in Redis.
+if k > 0 and not PEEK and r[9] >= x - t then
+  local i = r[2] + 1
+  local p, n = P[i], r[4] + k + 1
+  if n > p.burst then r[9] = 0 else r[9] = cdiv(n * p.scale - level[i], p.rate) end
+end
+return answer(r, k, x)
