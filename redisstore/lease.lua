@@ -123,6 +123,24 @@ if ALG == 'fixed_window' or ALG == 'sliding_window' then
     end
     return p.E - est
   end
+  --@insert sliding_fits
+
+  -- sliding_wait: how long until cost units fit sliding tier i if nothing
+  -- else arrives, as sliding_window.lua's wait_of, with `lent` units of the
+  -- current count left out: the units this call leased, charged as if used
+  -- now, which either are among the cost waited for or come back unused
+  -- (to the current or the previous window) with the lease. Counted, they
+  -- would weigh on the next window as if used.
+  local function sliding_wait(i, cost, lent)
+    local p, c = P[i], cur[i] - lent
+    if cost > p.E then return p.W end
+    local e = t - start[i]
+    local x = first(p, prev[i], c, e, cost)
+    if x >= 0 then return x - e end
+    x = first(p, c, 0, 0, cost)
+    if x >= 0 then return start[i] + p.W + x - t end
+    return start[i] + 2 * p.W - t
+  end
   -- The units of a lease were charged to the window it ends in (a lease
   -- never outlives its window): back to it while it is the current or
   -- (sliding) the previous window.
@@ -163,14 +181,22 @@ if ALG == 'fixed_window' or ALG == 'sliding_window' then
       reset = start[i] + p.W - t
     end
     if not ok then
-      -- The room a sliding window's previous count leaves grows during
-      -- the window; waiting for its end is the bound that never admits
-      -- early.
-      wait = win_wait(p, p.E - room(i), function() return start[i] + p.W - t end)
+      if sliding then
+        wait = sliding_wait(i, COST, 0)
+      else
+        wait = win_wait(p, p.E - room(i), function() return start[i] + p.W - t end)
+      end
     end
     pick.offer(i - 1, p.E, room(i), reset, wait)
   end
-  return answer(pick.result(function(i) return start[i] + P[i].W - t end), k, x)
+  -- MoreAfter: the wait of one unit more than the request's answer will
+  -- say remain, the k leased units included (LeaseStore adds them).
+  return answer(pick.result(function(i)
+    local n = math.max(room(i), 0) + k + 1
+    if n > P[i].E then return 0 end
+    if sliding then return sliding_wait(i, n, k) end
+    return start[i] + P[i].W - t
+  end), k, x)
 end
 
 if ALG == 'sliding_log' then
@@ -232,10 +258,11 @@ if ALG == 'sliding_log' then
   for i = 1, N do
     local p, c = P[i], count(i)
     local reset, wait = 0, 0
-    -- runs are sorted by save: the oldest first.
+    -- runs are sorted by save: the oldest first. A run a give-back
+    -- emptied counts no unit: its end frees none.
     local newest, oldest = nil, nil
     for _, r in ipairs(runs) do
-      if r[1] > t - p.W then
+      if r[1] > t - p.W and r[2] > 0 then
         if oldest == nil then oldest = r[1] end
         newest = r[1]
       end
@@ -319,6 +346,16 @@ if ok then
   end
 end
 save()
-return answer(bucket_result(ok, P, function(i)
+local r = bucket_result(ok, P, function(i)
   --@insert token_tier
-end, 0), k, x)
+end, 0)
+-- r's MoreAfter is the wait of one unit more in Redis; the k units leased
+-- make up the rest of the answer's remaining only while the lease lasts
+-- (after its end they are charged as used then). A wait that reaches the
+-- end is the wait of them all in Redis.
+if k > 0 and not PEEK and r[9] >= x - t then
+  local i = r[2] + 1
+  local p, n = P[i], r[4] + k + 1
+  if n > p.burst then r[9] = 0 else r[9] = cdiv(n * p.scale - level[i], p.rate) end
+end
+return answer(r, k, x)

@@ -50,6 +50,52 @@ end
 save()
 --@end
 
+-- sliding_fits: sliding_window's arithmetic (algorithms/sliding_window.go),
+-- shared by its script and the leasing one: the weighted previous count,
+-- whether a cost fits, and the first offset at which it does.
+--@snippet sliding_fits
+-- weighted: the part of a previous count pc still inside the rolling window
+-- at offset e.
+local function weighted(p, pc, e)
+  if pc == 0 then return 0 end
+  return (pc * (p.W - e)) / p.W
+end
+
+-- fits: whether cost units fit at offset e of a window whose previous and
+-- current counts are pc and cc.
+local function fits(p, pc, cc, e, cost)
+  local a = p.E - cost - cc
+  return a >= 0 and weighted(p, pc, e) <= a
+end
+
+-- first: the smallest x in [lo, W) with fits(pc, cc, x, cost), or -1.
+local function first(p, pc, cc, lo, cost)
+  local a = p.E - cost - cc
+  if a < 0 then return -1 end
+  if fits(p, pc, cc, lo, cost) then return lo end
+  local W = p.W
+  if not fits(p, pc, cc, W - 1, cost) then return -1 end
+  -- The answer is in (lo, W-1]; fits is monotone in x: the closed form
+  -- first (almost always exact), then a bisection, at most log2(W) < 50
+  -- rounds whatever the rounding.
+  local f = math.ceil(W - a * W / pc)
+  local bad, good = lo, W - 1
+  if f > bad and f < good then
+    if fits(p, pc, cc, f, cost) then
+      good = f
+      if f - 1 > bad and not fits(p, pc, cc, f - 1, cost) then bad = f - 1 end
+    else
+      bad = f
+    end
+  end
+  while good - bad > 1 do
+    local m = bad + idiv(good - bad, 2)
+    if fits(p, pc, cc, m, cost) then good = m else bad = m end
+  end
+  return good
+end
+--@end
+
 -- win_offer_loop opens the loop that offers each tier to win_pick once the
 -- state is saved; the script computes the tier's reset and wait, offers it,
 -- and closes the loop.
