@@ -27,7 +27,7 @@ type leaseEntry struct {
 	call    int64  // instant of the last script call (0: none)
 	used    int64  // instant of the last unit taken from the lease
 
-	deny     int64 // until when a request of denyCost or more is refused here
+	deny     int64 // until when a request of denyCost is refused here
 	denyCost int64
 	base     algorithms.Decision // the last call's decision
 	baseAt   int64               // instant of that call
@@ -110,15 +110,16 @@ func (s *LeaseStore) Take(ctx context.Context, key string, now time.Time, cost i
 // here reports whether a Take of cost at t is decided from what e holds
 // (ok), and how: admitted from the lease while it lasts and holds cost
 // units (the units are taken), or denied while a denial seen here holds
-// for that cost. The shard's lock is held. Small enough to be inlined:
-// it is the hot path.
+// for that cost: the same cost only, as its Retry-After is that cost's (a
+// larger one may wait longer). The shard's lock is held. Small enough to
+// be inlined: it is the hot path.
 func (e *leaseEntry) here(t, cost int64) (admit, ok bool) {
 	if cost <= e.left && t < e.ends {
 		e.left -= cost
 		e.used = t
 		return true, true
 	}
-	return false, t < e.deny && cost >= e.denyCost
+	return false, t < e.deny && cost == e.denyCost
 }
 
 // refused returns until when the last call's denial holds in Redis (its
@@ -151,7 +152,7 @@ func (s *LeaseStore) TakeHeld(key string, now time.Time, cost int64) (d algorith
 		// Take asks Redis again after a lease duration, in case units
 		// came back; without Redis, the denial holds until its
 		// Retry-After, as Redis said.
-		if ok = here || cost >= e.denyCost && t < e.refused(); ok {
+		if ok = here || cost == e.denyCost && t < e.refused(); ok {
 			d = e.local(t, admit)
 		}
 	}

@@ -148,19 +148,17 @@ func TestLeaseWaits(t *testing.T) {
 				rng := rand.New(rand.NewSource(2))
 				seen := map[string]int{}
 				for range 150 {
-					// One cost a history: a denial cached for a
-					// cost answers a larger cost with that
-					// cost's wait. Takes close together, or
-					// spread over windows.
+					// Costs of 1 and 2 mixed (a denial cached
+					// for one cost answers that cost only), Takes
+					// close together, or spread over windows.
 					var ops []leaseOp
-					cost := 1 + rng.Int63n(2)
 					pace := []int64{wu / 50, wu / 4, 2 * wu}[rng.Intn(3)]
 					at := rng.Int63n(wu)
 					for range 1 + rng.Intn(int(2*tc.events)+2) {
 						if rng.Intn(4) > 0 {
 							at += rng.Int63n(pace)
 						}
-						ops = append(ops, leaseOp{at, cost})
+						ops = append(ops, leaseOp{at, 1 + rng.Int63n(2)})
 					}
 					seen[r.check(ops)]++
 				}
