@@ -183,8 +183,11 @@ func (s *bucketState) Take(now time.Time, cost int64) (d Decision) {
 	}
 	p := &tiers[best]
 	lv := s.level[best]
-	if more < 0 {
-		more = s.moreOf(best, rem)
+	if more < 0 { // moreOf, on what is at hand
+		more = 0
+		if rem < p.burst {
+			more = p.drained(lv - (p.cap - (rem+1)*p.scale))
+		}
 	}
 	// Field by field into the named result: a Decision built in one value
 	// and then returned is copied through memory with wide moves that
