@@ -241,7 +241,7 @@ func (a *AdminAPI) serveHTTP(w http.ResponseWriter, r *http.Request) error {
 		return apiError(http.StatusNotFound, "not found: the API is under /rate_limit/zones")
 	}
 	if len(parts) == 1 || len(parts) == 2 && parts[1] == "" {
-		if err := allow(r, http.MethodGet); err != nil {
+		if err := allow(w, r, http.MethodGet); err != nil {
 			return err
 		}
 		return writeJSON(w, a.listZones())
@@ -270,12 +270,12 @@ func (a *AdminAPI) serveHTTP(w http.ResponseWriter, r *http.Request) error {
 	}
 	key := z.adminKey(rawKey)
 	if len(parts) == 5 {
-		if err := allow(r, http.MethodPost, http.MethodDelete); err != nil {
+		if err := allow(w, r, http.MethodPost, http.MethodDelete); err != nil {
 			return err
 		}
 		return a.block(w, r, z, key)
 	}
-	if err := allow(r, http.MethodGet, http.MethodDelete); err != nil {
+	if err := allow(w, r, http.MethodGet, http.MethodDelete); err != nil {
 		return err
 	}
 	ins, ok := z.store.(store.Inspector)
@@ -366,6 +366,9 @@ func blockDuration(w http.ResponseWriter, r *http.Request) (time.Duration, error
 			err = errors.New("duration is missing")
 		}
 	}
+	if mb := (*http.MaxBytesError)(nil); errors.As(err, &mb) {
+		return 0, apiError(http.StatusRequestEntityTooLarge, fmt.Sprintf(`body: want {"duration": "1h"}, at most %d bytes`, maxBlockBody))
+	}
 	if err != nil {
 		return 0, apiError(http.StatusBadRequest, fmt.Sprintf(`body: want {"duration": "1h"}: %v`, err))
 	}
@@ -413,12 +416,13 @@ func (z *zone) adminKey(raw string) string {
 }
 
 // allow answers 405 unless r's method is one of methods.
-func allow(r *http.Request, methods ...string) error {
+func allow(w http.ResponseWriter, r *http.Request, methods ...string) error {
 	for _, m := range methods {
 		if r.Method == m {
 			return nil
 		}
 	}
+	w.Header().Set("Allow", strings.Join(methods, ", ")) // RFC 9110: a 405 names them
 	return caddy.APIError{
 		HTTPStatus: http.StatusMethodNotAllowed,
 		Err:        fmt.Errorf("method %s not allowed here (allowed: %s)", r.Method, strings.Join(methods, ", ")),

@@ -107,6 +107,12 @@ func TestAdminZones(t *testing.T) {
 	if code, body := adminCall(t, a, "POST", "/rate_limit/zones", ""); code != http.StatusMethodNotAllowed {
 		t.Errorf("POST zones: %d %s, want 405", code, body)
 	}
+	// A 405 names the methods allowed (RFC 9110).
+	w := httptest.NewRecorder()
+	a.Routes()[0].Handler.ServeHTTP(w, httptest.NewRequest("PUT", "http://localhost:2019/rate_limit/zones/api/keys/k/block", nil))
+	if got := w.Header().Get("Allow"); got != "POST, DELETE" {
+		t.Errorf("405 of PUT .../block: Allow %q, want \"POST, DELETE\"", got)
+	}
 	if code, body := adminCall(t, a, "GET", "/rate_limit/other", ""); code != http.StatusNotFound {
 		t.Errorf("GET other: %d %s, want 404", code, body)
 	}
@@ -366,7 +372,7 @@ func hostileCases(zone string) []adminCase {
 		{"POST", block, `{"duration": "1h", "for": "2h"}`, 400, `unknown field "for"`},
 		{"POST", block, `{"duration": "1h"} {"duration": "2h"}`, 400, "more after the object"},
 		{"POST", block, `{"duration": "1h"}x`, 400, "more after the object"},
-		{"POST", block, `{"duration": "1h", "pad": "` + strings.Repeat("a", 10<<20) + `"}`, 400, "request body too large"},
+		{"POST", block, `{"duration": "1h", "pad": "` + strings.Repeat("a", 10<<20) + `"}`, 413, "at most 1024 bytes"},
 		{"POST", block, `{"duration": "3650d"}`, 200, `"blocked_until"`},
 		{"DELETE", block, `{"duration": "1h"}`, 200, `"key":"k"`},
 		{"GET", keys + "k", strings.Repeat("a", 10<<20), 200, `"key":"k"`},
