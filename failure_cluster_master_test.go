@@ -214,6 +214,9 @@ func TestHandlerClusterMasterDead(t *testing.T) {
 	if !h.rt.redis.Breaker().Allow() {
 		t.Error("the client's breaker opened")
 	}
+	if !h.rt.redis.BreakerOpen() {
+		t.Error("BreakerOpen (the breaker_open metric) is false while a master's breaker is open")
+	}
 	if got := breakerLines(logs, msgBreakerOpen); len(got) != 1 || got[0] != dead {
 		t.Errorf("breaker open lines for masters %q, want one for %s", got, dead)
 	}

@@ -6,8 +6,6 @@ import (
 
 	"github.com/caddyserver/caddy/v2"
 	"github.com/prometheus/client_golang/prometheus"
-
-	"github.com/zonelimit/caddy-ratelimit/breaker"
 )
 
 // Prometheus metrics, in Caddy's registry (served by the admin endpoint's
@@ -200,7 +198,7 @@ func newZoneCollector() *zoneCollector {
 		keysDesc: prometheus.NewDesc(prometheus.BuildFQName(metricsNamespace, metricsSubsystem, "keys"),
 			"Keys held in memory by a zone (memory store, or the on_error local fallback).", []string{"zone"}, nil),
 		breakerDesc: prometheus.NewDesc(prometheus.BuildFQName(metricsNamespace, metricsSubsystem, "breaker_open"),
-			"1 while the circuit breaker of a zone's Redis is open (Redis failing: on_error decides), else 0.", []string{"zone"}, nil),
+			"1 while a circuit breaker of a zone's Redis is open (Redis failing: on_error decides; on a Cluster, one master's), else 0.", []string{"zone"}, nil),
 		zones: make(map[*zone]struct{}),
 	}
 }
@@ -235,7 +233,7 @@ func (c *zoneCollector) Collect(ch chan<- prometheus.Metric) {
 		}
 		if z.breaker != nil {
 			v := open[z.name]
-			if z.breaker.State() == breaker.Open {
+			if z.redis.BreakerOpen() {
 				v = 1
 			}
 			open[z.name] = v

@@ -137,8 +137,9 @@ type zone struct {
 	matchers caddyhttp.MatcherSets
 	resolver keyresolver.KeyResolver
 	store    store.Store
-	fallback store.Store      // on_error local: the memory store used while Redis fails
-	breaker  *breaker.Breaker // store redis: the client's; nil (always closed) otherwise
+	fallback store.Store        // on_error local: the memory store used while Redis fails
+	breaker  *breaker.Breaker   // store redis: the client's; nil (always closed) otherwise
+	redis    *redisstore.Client // store redis: the client (on a Cluster, a breaker per master)
 	m        zoneMetrics
 
 	// sharesClock: the store's clock is time.Now (memory store, real

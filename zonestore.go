@@ -228,7 +228,7 @@ func (h *Handler) zoneStores(z *zone, lim algorithms.Limiter, key storeKey) erro
 			return err
 		}
 		z.store = st.(*redisstore.LeaseStore)
-		z.breaker = h.rt.redis.Breaker()
+		z.breaker, z.redis = h.rt.redis.Breaker(), h.rt.redis
 		return nil
 	}
 	st, err := redisstore.NewStore(h.rt.redis, lim, opts)
@@ -236,7 +236,7 @@ func (h *Handler) zoneStores(z *zone, lim algorithms.Limiter, key storeKey) erro
 		return err
 	}
 	z.store = st
-	z.breaker = h.rt.redis.Breaker()
+	z.breaker, z.redis = h.rt.redis.Breaker(), h.rt.redis
 	// A denial holds until its Retry-After for the same cost (the cache
 	// asks Redis again after a second, for resets made elsewhere), unless it
 	// must be counted (count_rejected), quota comes back at any time

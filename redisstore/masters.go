@@ -170,3 +170,19 @@ func slotTag(slot int) string {
 	}
 	return "0"
 }
+
+// BreakerOpen reports whether a breaker of the Client is open: its own, or
+// on a Cluster one of a master's.
+func (c *Client) BreakerOpen() bool {
+	if c.breaker.State() == breaker.Open {
+		return true
+	}
+	if p := c.masters.m.Load(); p != nil {
+		for _, b := range *p {
+			if b.State() == breaker.Open {
+				return true
+			}
+		}
+	}
+	return false
+}
