@@ -3,7 +3,8 @@
 // embedded with go:embed and run with EVALSHA (EVAL on NOSCRIPT), and the
 // Store that runs them through a go-redis UniversalClient (one node,
 // Cluster or Sentinel). Around it: Client, the client the stores of a
-// Redis share with its circuit breaker, probe and Pipeliner; DenyCache, a
+// Redis share with its circuit breakers (one per master on a Cluster),
+// their probes and the Pipeliner; DenyCache, a
 // Store that answers a key denied again before its Retry-After without a
 // round trip; SyncStore, the two-layer store of sync_interval, whose
 // model and over-admission bound are in TWO_LAYER.md; and LeaseStore, the
