@@ -28,10 +28,7 @@ func TestSyncClusterMasterKilled(t *testing.T) {
 	clk := &syncClock{}
 	base := alignedAfter(t0, time.Minute)
 	clk.Set(base)
-	l, err := algorithms.New(algorithms.SlidingWindow, oneTier(3000, time.Minute))
-	if err != nil {
-		t.Fatal(err)
-	}
+	l := mustLimiter(t, algorithms.SlidingWindow, oneTier(3000, time.Minute))
 	var failed, recoveries atomic.Int64
 	var reported atomic.Int64 // failed syncs OnRecover reported
 	s, err := newSyncStore(c, l, Options{KeyPrefix: "rlfail:", Zone: "sync"}, SyncOptions{
@@ -120,10 +117,7 @@ func TestSyncOnRecover(t *testing.T) {
 	clk := &syncClock{}
 	base := alignedAfter(t0, time.Hour)
 	clk.Set(base)
-	l, err := algorithms.New(algorithms.FixedWindow, oneTier(1000, time.Hour))
-	if err != nil {
-		t.Fatal(err)
-	}
+	l := mustLimiter(t, algorithms.FixedWindow, oneTier(1000, time.Hour))
 	var reports []int
 	s, err := newSyncStore(c, l, Options{KeyPrefix: "rlsync:", Zone: "recover"}, SyncOptions{
 		Interval:  time.Second,
