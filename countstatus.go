@@ -47,13 +47,14 @@ func (z *zone) countsStatus(status int) bool {
 // admissions of count_status zones undone unless the response's status
 // matches. Only then is the response writer wrapped, to record the status.
 func (h *Handler) serveHeld(w http.ResponseWriter, r *http.Request, next caddyhttp.Handler, held []taken) (err error) {
-	if l := h.rt.leases; l != nil {
-		l.add(held)
-		defer l.remove(held)
-	}
-	counting := false
+	counting, leasing := false, false
 	for i := range held {
 		counting = counting || held[i].z.countStatus != nil
+		leasing = leasing || held[i].z.lease
+	}
+	if l := h.rt.leases; l != nil && leasing {
+		l.add(held)
+		defer l.remove(held)
 	}
 	if !counting {
 		defer h.release(r.Context(), held)

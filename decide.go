@@ -190,10 +190,10 @@ func (h *Handler) take(ctx context.Context, z *zone, key string, cost int64, dow
 // Redis Cluster the one of the master that holds key (a failed master
 // sends only its own keys to on_error), else the zone's.
 func (h *Handler) breakerFor(ctx context.Context, z *zone, key string) *breaker.Breaker {
-	if z.breaker == nil || h.rt.redis == nil || z.breaker != h.rt.redis.Breaker() {
+	if z.redis == nil {
 		return z.breaker
 	}
-	return h.rt.redis.BreakerFor(ctx, key)
+	return z.redis.BreakerFor(ctx, key)
 }
 
 // heldTaker is a Redis store that can decide some requests from what this

@@ -464,12 +464,8 @@ func answerAll(rc redis.UniversalClient, batch []*scriptCall, cmds []*redis.Cmd)
 			c.reply.err = failed
 		}
 	}
-	if cc, ok := rc.(*redis.ClusterClient); ok && failed != nil {
-		// A master that died answers nothing, not MOVED: go-redis would
-		// keep sending its slots' calls there, after its replica took
-		// over, until its slot map is 10 seconds old. The reload runs in
-		// the background, at most one at a time.
-		cc.ReloadState(context.Background())
+	if failed != nil {
+		reloadSlots(rc) // a Cluster's master may have died
 	}
 	return failed
 }
