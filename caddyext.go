@@ -129,6 +129,9 @@ func (h *Handler) convertCaddyExt(name string) error {
 		return fmt.Errorf("rate (from RussellLuo/caddy-ext) must be <n>r/s or <n>r/m, got %q", h.Rate)
 	}
 	n, err := strconv.ParseInt(m[1], 10, 64)
+	if errors.Is(err, strconv.ErrRange) || n > maxCount {
+		return fmt.Errorf("rate (from RussellLuo/caddy-ext) allows at most %d requests, got %q", maxCount, h.Rate)
+	}
 	if err != nil || n <= 0 {
 		return fmt.Errorf("rate (from RussellLuo/caddy-ext) must allow at least one request, got %q", h.Rate)
 	}

@@ -85,7 +85,8 @@ func TestCaddyExtJSONRefused(t *testing.T) {
 		{`{"rate":"1r/s"}`, "key (from RussellLuo/caddy-ext) is missing"},
 		{`{"key":"{query.id}","rate":"1r/h"}`, `must be <n>r/s or <n>r/m, got "1r/h"`},
 		{`{"key":"{query.id}","rate":"0r/s"}`, "must allow at least one request"},
-		{`{"key":"{query.id}","rate":"99999999999999999999r/s"}`, "must allow at least one request"},
+		{`{"key":"{query.id}","rate":"99999999999999999999r/s"}`, "allows at most 1125899906842624 requests"},
+		{`{"key":"{query.id}","rate":"1125899906842625r/m"}`, "allows at most 1125899906842624 requests"},
 		{`{"key":"{query.id}","rate":"1r/s","zone_size":-1}`, "zone_size (from RussellLuo/caddy-ext) must be positive"},
 		{`{"key":"{query.id}","rate":"1r/s","reject_status":200}`, "reject_status (from RussellLuo/caddy-ext): status must be a 4xx or 5xx code"},
 		{`{"key":"{nope.id}","rate":"1r/s"}`, "unrecognized key variable"},
@@ -93,6 +94,26 @@ func TestCaddyExtJSONRefused(t *testing.T) {
 		{`{"key":"{query.id}","rate":"1r/s","rate_limits":{"a":{"key":"k","window":"1m","max_events":1}}}`, "cannot be combined with zones"},
 	} {
 		expectProvisionErr(t, c.config, c.want)
+	}
+}
+
+// A zone_size or reject_status of 0 means its default, as in caddy-ext:
+// max_keys' and 429; a positive one is taken.
+func TestCaddyExtZeroMeansDefault(t *testing.T) {
+	for _, c := range []struct{ line, want, not string }{
+		{"rate_limit {query.id} 2r/m 0 0", `"limits":[{"events":2,"window":60000000000}]`, `"status"`},
+		{"rate_limit {query.id} 2r/m 0", `"name":"default"`, `"max_keys"`},
+		{"rate_limit {query.id} 2r/m 7 0", `"max_keys":7`, `"status"`},
+		{"rate_limit {query.id} 2r/m 0 503", `"status":503`, `"max_keys"`},
+	} {
+		indented, _, err := adaptCaddyfile(t, ":8080 {\n\t"+c.line+"\n}\n")
+		var compact bytes.Buffer
+		if err == nil {
+			err = json.Compact(&compact, []byte(indented))
+		}
+		if out := compact.String(); err != nil || !strings.Contains(out, c.want) || strings.Contains(out, c.not) {
+			t.Errorf("%q: adapted to %s (error %v), want %s and no %s", c.line, compact.String(), err, c.want, c.not)
+		}
 	}
 }
 

@@ -226,8 +226,11 @@ func (h *Handler) unmarshalCaddyfile(d *caddyfile.Dispenser, names *caddyExtName
 func errAtOption(tok caddyfile.Token, lines map[string]int, err error) error {
 	var oe *zoneError
 	if errors.As(err, &oe) {
-		if line, ok := lines[oe.option]; ok {
-			tok.Line = line
+		found := false
+		for _, o := range append([]string{oe.option}, oe.also...) {
+			if line, ok := lines[o]; ok && (!found || line > tok.Line) {
+				tok.Line, found = line, true
+			}
 		}
 		err = oe.err
 	}

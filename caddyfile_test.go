@@ -213,11 +213,11 @@ func TestCaddyfileErrors(t *testing.T) {
 		{"sync_interval bad duration", site("\trate_limit {\n" + zoneZ + "\t\tstore redis\n\t\tsync_interval soon\n\t}"), []string{"Caddyfile:8", "sync_interval: bad duration"}},
 		{"redis unknown subdirective", site("\trate_limit {\n" + zoneZ + "\t\tstore redis\n\t\tredis {\n\t\t\thost x\n\t\t}\n\t}"), []string{"Caddyfile:9", `redis: unknown subdirective "host"`}},
 		{"redis address without port", site("\trate_limit {\n" + zoneZ + "\t\tstore redis\n\t\tredis {\n\t\t\taddress localhost\n\t\t}\n\t}"), []string{"Caddyfile:9", `address "localhost" is not host:port`}},
-		{"redis url and address", site("\trate_limit {\n" + zoneZ + "\t\tstore redis\n\t\tredis 127.0.0.1:6379 {\n\t\t\turl redis://127.0.0.1:6379\n\t\t}\n\t}"), []string{"Caddyfile:8", "url and address are mutually exclusive"}},
+		{"redis url and address", site("\trate_limit {\n" + zoneZ + "\t\tstore redis\n\t\tredis 127.0.0.1:6379 {\n\t\t\turl redis://127.0.0.1:6379\n\t\t}\n\t}"), []string{"Caddyfile:9", "url and address are mutually exclusive"}},
 		{"redis url scheme", site("\trate_limit {\n" + zoneZ + "\t\tstore redis\n\t\tredis {\n\t\t\turl http://x\n\t\t}\n\t}"), []string{"Caddyfile:9", "redis:// or rediss://"}},
 		{"redis sentinel without address", site("\trate_limit {\n" + zoneZ + "\t\tstore redis\n\t\tredis {\n\t\t\tsentinel mymaster\n\t\t}\n\t}"), []string{"Caddyfile:9", "sentinel takes the master name"}},
 		{"redis key_prefix brace", site("\trate_limit {\n" + zoneZ + "\t\tstore redis\n\t\tredis {\n\t\t\tkey_prefix a{b\n\t\t}\n\t}"), []string{"Caddyfile:9", "must not contain a brace"}},
-		{"redis db on cluster", site("\trate_limit {\n" + zoneZ + "\t\tstore redis\n\t\tredis {\n\t\t\taddress 127.0.0.1:7000 127.0.0.1:7001\n\t\t\tdb 2\n\t\t}\n\t}"), []string{"Caddyfile:8", "Cluster has only database 0"}},
+		{"redis db on cluster", site("\trate_limit {\n" + zoneZ + "\t\tstore redis\n\t\tredis {\n\t\t\taddress 127.0.0.1:7000 127.0.0.1:7001\n\t\t\tdb 2\n\t\t}\n\t}"), []string{"Caddyfile:10", "Cluster has only database 0"}},
 		{"redis tls unknown option", site("\trate_limit {\n" + zoneZ + "\t\tstore redis\n\t\tredis {\n\t\t\ttls verify_none\n\t\t}\n\t}"), []string{"Caddyfile:9", `unknown tls option "verify_none"`}},
 		{"redis timeout zero", site("\trate_limit {\n" + zoneZ + "\t\tstore redis\n\t\tredis {\n\t\t\tread_timeout 0s\n\t\t}\n\t}"), []string{"Caddyfile:9", "redis: read_timeout must be at least 1ms, got 0s"}},
 		{"redis dial_timeout in nanoseconds", site("\trate_limit {\n" + zoneZ + "\t\tstore redis\n\t\tredis {\n\t\t\tdial_timeout 5ns\n\t\t}\n\t}"), []string{"Caddyfile:9", "redis: dial_timeout must be at least 1ms, got 5ns"}},
@@ -227,7 +227,7 @@ func TestCaddyfileErrors(t *testing.T) {
 		{"redis cluster address port", site("\trate_limit {\n" + zoneZ + "\t\tstore redis\n\t\tredis {\n\t\t\taddress 10.0.0.1:7000 10.0.0.2:70000\n\t\t}\n\t}"), []string{"Caddyfile:9", `address "10.0.0.2:70000": port "70000" is not a TCP port`}},
 		{"redis sentinel address port", site("\trate_limit {\n" + zoneZ + "\t\tstore redis\n\t\tredis {\n\t\t\tsentinel m 10.0.0.1:26379 10.0.0.2:263790\n\t\t}\n\t}"), []string{"Caddyfile:9", `address "10.0.0.2:263790": port "263790" is not a TCP port`}},
 		{"redis url port", site("\trate_limit {\n" + zoneZ + "\t\tstore redis\n\t\tredis {\n\t\t\turl redis://:secret@10.0.0.1:99999/0\n\t\t}\n\t}"), []string{"Caddyfile:9", `url "redis://:xxxxx@10.0.0.1:99999/0": port "99999" is not a TCP port`}},
-		{"redis url db and db", site("\trate_limit {\n" + zoneZ + "\t\tstore redis\n\t\tredis {\n\t\t\turl redis://10.0.0.1:6379/3\n\t\t\tdb 5\n\t\t}\n\t}"), []string{"Caddyfile:8", `redis: db 5 and the url's database "3": give the database once`}},
+		{"redis url db and db", site("\trate_limit {\n" + zoneZ + "\t\tstore redis\n\t\tredis {\n\t\t\turl redis://10.0.0.1:6379/3\n\t\t\tdb 5\n\t\t}\n\t}"), []string{"Caddyfile:10", `redis: db 5 and the url's database "3": give the database once`}},
 		{"redis address unclosed placeholder", site("\trate_limit {\n" + zoneZ + "\t\tstore redis\n\t\tredis {\n\t\t\taddress {env.REDIS_ADDR\n\t\t}\n\t}"), []string{"Caddyfile:9", `unclosed placeholder "{env.REDIS_ADDR"`}},
 		{"redis url unclosed placeholder", site("\trate_limit {\n" + zoneZ + "\t\tstore redis\n\t\tredis {\n\t\t\turl {env.REDIS_URL\n\t\t}\n\t}"), []string{"Caddyfile:9", `redis: url: unclosed placeholder "{env.REDIS_URL"`}},
 		{"redis pool_size above bound", site("\trate_limit {\n" + zoneZ + "\t\tstore redis\n\t\tredis {\n\t\t\tpool_size 2000000\n\t\t}\n\t}"), []string{"Caddyfile:9", "pool_size must be at most 1048576, got 2000000"}},
@@ -305,7 +305,7 @@ func TestCaddyfileErrors(t *testing.T) {
 		{"burst non-numeric", zone("\t\t\tkey k\n\t\t\talgorithm gcra\n\t\t\tlimit 5 1s\n\t\t\tburst many"), []string{"Caddyfile:7", `burst must be a positive integer, got "many"`}},
 
 		// concurrency.
-		{"concurrency with two limits", zone("\t\t\tkey k\n\t\t\talgorithm concurrency\n\t\t\tlimit 5 1m\n\t\t\tlimit 50 1h"), []string{"Caddyfile:6", "concurrency takes exactly one limit", "got 2"}},
+		{"concurrency with two limits", zone("\t\t\tkey k\n\t\t\talgorithm concurrency\n\t\t\tlimit 5 1m\n\t\t\tlimit 50 1h"), []string{"Caddyfile:7", "concurrency takes exactly one limit", "got 2"}},
 		{"concurrency with count_rejected", zone("\t\t\tkey k\n\t\t\talgorithm concurrency\n\t\t\tlimit 5 1m\n\t\t\tcount_rejected"), []string{"Caddyfile:7", "count_rejected does not apply to algorithm concurrency"}},
 
 		// block_for.
@@ -432,7 +432,7 @@ func TestCaddyfileErrors(t *testing.T) {
 		{"redis url database negative", site("\trate_limit {\n" + zoneZ + "\t\tstore redis\n\t\tredis {\n\t\t\turl redis://10.0.0.1:6379/-1\n\t\t}\n\t}"), []string{"Caddyfile:9", "redis: db must not be negative, got -1"}},
 		{"redis url options", site("\trate_limit {\n" + zoneZ + "\t\tstore redis\n\t\tredis {\n\t\t\turl redis://:secret@10.0.0.1:6379?dial_timeout=5s\n\t\t}\n\t}"), []string{"Caddyfile:9", `redis: url "redis://:xxxxx@10.0.0.1:6379?dial_timeout=5s": nothing after '?' or '#' is read`}},
 		{"redis url two paths", site("\trate_limit {\n" + zoneZ + "\t\tstore redis\n\t\tredis {\n\t\t\turl redis://:secret@10.0.0.1:6379/0/1\n\t\t}\n\t}"), []string{"Caddyfile:9", "redis: url: invalid URL path: /0/1"}},
-		{"redis url database on a cluster", site("\trate_limit {\n" + zoneZ + "\t\tstore redis\n\t\tredis {\n\t\t\tcluster\n\t\t\turl redis://10.0.0.1:7000/3\n\t\t}\n\t}"), []string{"Caddyfile:8", `redis: the url's database "3": a Redis Cluster has only database 0`}},
+		{"redis url database on a cluster", site("\trate_limit {\n" + zoneZ + "\t\tstore redis\n\t\tredis {\n\t\t\tcluster\n\t\t\turl redis://10.0.0.1:7000/3\n\t\t}\n\t}"), []string{"Caddyfile:10", `redis: the url's database "3": a Redis Cluster has only database 0`}},
 		{"redis tls with a redis:// url", site("\trate_limit {\n" + zoneZ + "\t\tstore redis\n\t\tredis {\n\t\t\turl redis://10.0.0.1:6379\n\t\t\ttls server_name r.internal\n\t\t}\n\t}"), []string{"Caddyfile:10", "redis: tls with a redis:// url: write rediss:// for TLS"}},
 		{"redis db above Redis's", site("\trate_limit {\n" + zoneZ + "\t\tstore redis\n\t\tredis {\n\t\t\tdb 4294967296\n\t\t}\n\t}"), []string{"Caddyfile:9", "redis: db must be at most 2147483647, got 4294967296"}},
 	}

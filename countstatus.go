@@ -8,6 +8,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -172,7 +173,14 @@ const (
 // validateCountStatus checks count_status: status codes or classes, and
 // an algorithm whose admissions can be given back after the response.
 func (z *Zone) validateCountStatus() error {
-	for _, c := range z.CountStatus {
+	for i, c := range z.CountStatus {
+		if slices.Contains(z.CountStatus[:i], c) {
+			name := strconv.Itoa(c)
+			if c <= maxStatusClass {
+				name += "xx"
+			}
+			return zoneErrf("count_status", "count_status: %s given twice", name)
+		}
 		if (c < 1 || c > maxStatusClass) && (c < minStatusCode || c > maxStatusCode) {
 			return zoneErrf("count_status", "count_status: %d is not a status code (%d to %d) or class (1 to %d, as in 4xx)", c, minStatusCode, maxStatusCode, maxStatusClass)
 		}

@@ -327,6 +327,8 @@ func TestCountStatusValidate(t *testing.T) {
 		{`"count_status":[0]`, "count_status: 0 is not a status code"},
 		{`"count_status":[42]`, "count_status: 42 is not a status code"},
 		{`"count_status":[401],"algorithm":"concurrency"`, "count_status does not apply to algorithm concurrency"},
+		{`"count_status":[401,403,401]`, "count_status: 401 given twice"},
+		{`"count_status":[4,4]`, "count_status: 4xx given twice"},
 	} {
 		h := new(Handler)
 		if err := json.Unmarshal([]byte(`{"zones":[{"name":"z","key":"k",`+tc.zone+`,"limits":[{"events":1,"window":"1m"}]}]}`), h); err != nil {
@@ -361,6 +363,7 @@ func TestCountStatusCaddyfileErrors(t *testing.T) {
 		{"class out of range", zone("\t\t\tkey k\n\t\t\tcount_status 6xx\n\t\t\tlimit 1 1s"), []string{"Caddyfile:5", "count_status: 6 is not a status code"}},
 		{"code out of range", zone("\t\t\tkey k\n\t\t\tlimit 1 1s\n\t\t\tcount_status 401 1000"), []string{"Caddyfile:6", "count_status: 1000 is not a status code"}},
 		{"concurrency", zone("\t\t\tkey k\n\t\t\talgorithm concurrency\n\t\t\tlimit 1 1m\n\t\t\tcount_status 401"), []string{"Caddyfile:7", "count_status does not apply to algorithm concurrency"}},
+		{"code twice", zone("\t\t\tkey k\n\t\t\tlimit 1 1s\n\t\t\tcount_status 4xx 4XX"), []string{"Caddyfile:6", "count_status: 4xx given twice"}},
 		{"duplicate", zone("\t\t\tkey k\n\t\t\tlimit 1 1s\n\t\t\tcount_status 401\n\t\t\tcount_status 403"), []string{"Caddyfile:7", "count_status already specified (at line 6)"}},
 		{"block", zone("\t\t\tkey k\n\t\t\tlimit 1 1s\n\t\t\tcount_status 401 {\n\t\t\t\tx\n\t\t\t}"), []string{"Caddyfile:6", "count_status does not take a block"}},
 	} {

@@ -130,10 +130,10 @@ func windowName(w time.Duration) string {
 // quotaUnit is the qu of zone z's policies, "" for the default, requests.
 func (z *zone) quotaUnit() string {
 	switch {
+	case z.costTmpl != "" || z.cost != 1:
+		return quUnits // a concurrency zone's too: q counts units then
 	case z.lease:
 		return quConcurrent
-	case z.costTmpl != "" || z.cost != 1:
-		return quUnits
 	}
 	return ""
 }

@@ -132,16 +132,19 @@ func TestHeadersConcurrency(t *testing.T) {
 	expectHeaders(t, serve(h, newReq("192.0.2.1:4")), map[string]string{"RateLimit": `"conc";r=1;t=1`})
 }
 
-// A zone whose requests cost other than one unit counts in units.
+// A zone whose requests cost other than one unit counts in units, a
+// concurrency zone's too (r counts units in flight then).
 func TestHeadersQuotaUnits(t *testing.T) {
 	for _, tc := range []struct {
-		cost, policy, rl string
+		alg, cost, policy, rl string
 	}{
-		{`"1"`, `"z";q=100;w=60`, `"z";r=99;t=60`},
-		{`"2"`, `"z";q=100;qu="units";w=60`, `"z";r=98;t=60`},
-		{`"{http.request.header.X-Cost}"`, `"z";q=100;qu="units";w=60`, `"z";r=70;t=60`},
+		{"sliding_log", `"1"`, `"z";q=100;w=60`, `"z";r=99;t=60`},
+		{"sliding_log", `"2"`, `"z";q=100;qu="units";w=60`, `"z";r=98;t=60`},
+		{"sliding_log", `"{http.request.header.X-Cost}"`, `"z";q=100;qu="units";w=60`, `"z";r=70;t=60`},
+		{"concurrency", `"1"`, `"z";q=100;qu="concurrent-requests";w=60`, `"z";r=99;t=1`},
+		{"concurrency", `"2"`, `"z";q=100;qu="units";w=60`, `"z";r=98;t=1`},
 	} {
-		h := provision(t, `{"zones":[{"name":"z","key":"k","cost":`+tc.cost+`,"limits":[{"events":100,"window":"1m"}]}]}`, newClock())
+		h := provision(t, `{"zones":[{"name":"z","key":"k","algorithm":"`+tc.alg+`","cost":`+tc.cost+`,"limits":[{"events":100,"window":"1m"}]}]}`, newClock())
 		res := serve(h, newReq("192.0.2.1:1", header("X-Cost", "30")))
 		expectHeaders(t, res, map[string]string{"RateLimit-Policy": tc.policy, "RateLimit": tc.rl})
 	}

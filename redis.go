@@ -119,17 +119,17 @@ type RedisTLS struct {
 // validate checks the settings that need no placeholder replacement.
 func (rc *RedisConfig) validate() error {
 	if rc.URL != "" && len(rc.Addresses) > 0 {
-		return errors.New("redis: url and address are mutually exclusive")
+		return conflictErrf([]string{"url", "address"}, "redis: url and address are mutually exclusive")
 	}
 	if rc.SentinelMaster != "" {
 		if rc.URL != "" || len(rc.Addresses) > 0 {
-			return errors.New("redis: sentinel is an alternative to address and url, not both")
+			return conflictErrf([]string{"sentinel", "address", "url"}, "redis: sentinel is an alternative to address and url, not both")
 		}
 		if len(rc.SentinelAddresses) == 0 {
 			return errors.New("redis: sentinel needs the master name and at least one Sentinel address (sentinel <master> <host:port>...)")
 		}
 		if rc.Cluster {
-			return errors.New("redis: cluster and sentinel are mutually exclusive")
+			return conflictErrf([]string{"sentinel", "cluster"}, "redis: cluster and sentinel are mutually exclusive")
 		}
 	} else if len(rc.SentinelAddresses) > 0 {
 		return errors.New("redis: sentinel addresses without a master name (sentinel <master> <host:port>...)")
@@ -154,10 +154,10 @@ func (rc *RedisConfig) validate() error {
 			return &zoneError{option: "url", err: err}
 		}
 		if path != "" && rc.DB != 0 {
-			return fmt.Errorf("redis: db %d and the url's database %q: give the database once (in the url, or db)", rc.DB, path)
+			return conflictErrf([]string{"db", "url"}, "redis: db %d and the url's database %q: give the database once (in the url, or db)", rc.DB, path)
 		}
 		if rc.Cluster && path != "" && path != "0" {
-			return fmt.Errorf("redis: the url's database %q: a Redis Cluster has only database 0", path)
+			return conflictErrf([]string{"url", "cluster"}, "redis: the url's database %q: a Redis Cluster has only database 0", path)
 		}
 		// The tls options would turn TLS on whatever the scheme says.
 		if rc.TLS != nil && len(rc.URL) >= 8 && strings.EqualFold(rc.URL[:8], "redis://") { // schemes are case-insensitive
@@ -173,7 +173,7 @@ func (rc *RedisConfig) validate() error {
 		return &zoneError{option: "db", err: err}
 	}
 	if rc.DB != 0 && (rc.Cluster || len(rc.Addresses) > 1) {
-		return fmt.Errorf("redis: db %d: a Redis Cluster has only database 0", rc.DB)
+		return conflictErrf([]string{"db", "cluster", "address"}, "redis: db %d: a Redis Cluster has only database 0", rc.DB)
 	}
 	if strings.ContainsAny(rc.KeyPrefix, "{}") && !isPlaceholder(rc.KeyPrefix) {
 		return zoneErrf("key_prefix", "redis: key_prefix %q must not contain a brace ('{' or '}' would change the Cluster hash tag)", rc.KeyPrefix)

@@ -25,6 +25,9 @@ type zoneError struct {
 	alt    string
 	err    error
 	hint   string
+	// also are further options the error is about (a conflict): the
+	// Caddyfile reports the latest line of option and these.
+	also []string
 }
 
 func (e *zoneError) Error() string { return e.err.Error() + e.hint }
@@ -32,6 +35,12 @@ func (e *zoneError) Unwrap() error { return e.err }
 
 func zoneErrf(option, format string, args ...any) error {
 	return &zoneError{option: option, err: fmt.Errorf(format, args...)}
+}
+
+// conflictErrf is the error of options that cannot go together: the
+// Caddyfile reports it at the line of the last of them written.
+func conflictErrf(options []string, format string, args ...any) error {
+	return &zoneError{option: options[0], also: options[1:], err: fmt.Errorf(format, args...)}
 }
 
 // validate checks one zone on its own. The zero value of an option means

@@ -100,7 +100,8 @@ func (a Algorithm) check(cfg Config) error {
 		return err
 	}
 	if a.OneTier != "" && len(cfg.Tiers) != 1 {
-		return &ConfigError{Field: "tiers", Tier: -1, Err: fmt.Errorf("algorithm %s takes exactly one limit (%s), got %d", a.Name, a.OneTier, len(cfg.Tiers))}
+		// At fault: the first tier beyond the one it takes.
+		return &ConfigError{Field: "tiers", Tier: min(len(cfg.Tiers)-1, 1), Err: fmt.Errorf("algorithm %s takes exactly one limit (%s), got %d", a.Name, a.OneTier, len(cfg.Tiers))}
 	}
 	if cfg.Burst != 0 && !a.Burst {
 		return &ConfigError{Field: "burst", Tier: -1, Err: fmt.Errorf("burst applies only to algorithms %s, not %s", namesWhere(func(b Algorithm) bool { return b.Burst }, " and ", false), a.Name)}

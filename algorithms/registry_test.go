@@ -50,7 +50,7 @@ func TestRegistryRefuses(t *testing.T) {
 		msg   string
 	}{
 		{SlidingLog, Config{Tiers: two, Burst: 3}, "burst", -1, "burst applies only to algorithms token_bucket, leaky_bucket and gcra, not sliding_log"},
-		{Concurrency, Config{Tiers: two}, "tiers", -1, "algorithm concurrency takes exactly one limit (requests in flight, lease lifetime), got 2"},
+		{Concurrency, Config{Tiers: two}, "tiers", 1, "algorithm concurrency takes exactly one limit (requests in flight, lease lifetime), got 2"},
 		{Concurrency, Config{Tiers: two[:1], CountRejected: true}, "count_rejected", -1, "count_rejected does not apply to algorithm concurrency"},
 		{GCRA, Config{Tiers: []Tier{{5, time.Second}, {0, time.Second}}}, "events", 1, "limit 2: events must be positive, got 0"},
 		{FixedWindow, Config{Tiers: []Tier{{5, time.Microsecond}}}, "window", 0, "limit 1: window must be at least 1ms, got 1µs"},
