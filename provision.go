@@ -414,11 +414,21 @@ func (h *Handler) Cleanup() error {
 	}
 	keys := h.rt.poolKeys
 	h.rt.poolKeys = nil
-	if h.rt.inflight != nil && (h.rt.inflight.Load() > 0 || h.rt.releases.pending() > 0) {
-		if h.exiting() {
-			h.releaseOnExit() // the requests in flight end with the process
-		}
-		go h.releaseWhenIdle(keys)
+	draining := h.rt.inflight != nil && (h.rt.inflight.Load() > 0 || h.rt.releases.pending() > 0)
+	if h.exiting() {
+		// The requests in flight end with the process: this config's,
+		// and those of configs a reload unloaded before (Caddy cleans
+		// up only the config it stops).
+		h.releaseOnExit(draining)
+	}
+	if draining {
+		d := h.drainingSet()
+		d.add(h)
+		go func() {
+			h.releaseWhenIdle(keys)
+			d.remove(h)
+			h.dropDrainingSet()
+		}()
 		return nil
 	}
 	return releasePoolKeys(keys)

@@ -429,6 +429,39 @@ func TestRedisStopReleasesLeasesInFlight(t *testing.T) {
 	}
 }
 
+// A stop after a reload: the requests the unloaded config admitted, still
+// running, give their leases back too (Caddy cleans up only the config it
+// stops; the unloaded one waits for its requests to end).
+func TestRedisStopAfterReloadReleasesLeases(t *testing.T) {
+	srv := redistest.Start(t)
+	config := `{"store":"redis","on_error":"closed","redis":{"addresses":["` + srv.Addr + `"]},
+		"zones":[{"name":"cc_reload","key":"k","algorithm":"concurrency","limits":[{"events":3,"window":"1h"}]}]}`
+	held := func() int64 { return leasesHeld(t, srv.Addr, "cc_reload") }
+	old := provisionIn(t, config, nil)
+	old.rt.opts.exiting = func() bool { return false }
+	first := serveHeld(old, newReq("192.0.2.1:1"))
+	if err := old.Cleanup(); err != nil { // the reload
+		t.Fatal(err)
+	}
+	cur := provisionIn(t, config, nil)
+	cur.rt.opts.exiting = func() bool { return true }
+	second := serveHeld(cur, newReq("192.0.2.1:1"))
+	if n := held(); n != 2 {
+		t.Fatalf("%d leases in Redis with two requests in flight, want 2", n)
+	}
+	if err := cur.Cleanup(); err != nil { // the stop
+		t.Fatal(err)
+	}
+	if n := held(); n != 0 {
+		t.Fatalf("%d leases left in Redis after a stop that followed a reload, want 0", n)
+	}
+	for _, release := range []func() result{first, second} {
+		if res := release(); res.code != 200 {
+			t.Fatalf("request: %d", res.code)
+		}
+	}
+}
+
 // Cleanup (a reload) while a request is in flight: the Redis client the
 // request uses stays open until it is done (here a concurrency lease that
 // must be released in Redis), then it is closed.

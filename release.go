@@ -153,12 +153,36 @@ func (l *leasesInFlight) remove(held []taken) {
 // of the requests in flight.
 const exitRelease = 2 * time.Second
 
-// releaseOnExit releases the concurrency leases of the requests in flight,
-// when the process exits: they end with it. Releasing a lease again when
-// its request does end is harmless (see pendingReleases).
-func (h *Handler) releaseOnExit() {
-	l := h.rt.leases
+// releaseOnExit releases, when the process exits, the concurrency leases
+// of the requests in flight, which end with it: h's own (when own is set)
+// and those of the handlers of unloaded configs still draining (see
+// drainingHandlers), all at once, within exitRelease. Releasing a lease
+// again when its request does end is harmless (see pendingReleases).
+func (h *Handler) releaseOnExit(own bool) {
+	handlers := h.drainingSet().members()
+	h.dropDrainingSet()
+	if own {
+		handlers = append(handlers, h)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), exitRelease)
+	defer cancel()
+	var wg sync.WaitGroup
+	for _, o := range handlers {
+		for _, t := range o.rt.leases.leases() {
+			wg.Go(func() {
+				if err := t.st.Undo(ctx, t.key, time.Time{}, t.cost, t.d); err != nil {
+					o.logStoreError(t.z, t.key, err)
+				}
+			})
+		}
+	}
+	wg.Wait()
+}
+
+// leases returns the concurrency leases the requests in flight hold.
+func (l *leasesInFlight) leases() []taken {
 	l.mu.Lock()
+	defer l.mu.Unlock()
 	var takes []taken
 	for _, held := range l.held {
 		for _, t := range held {
@@ -167,19 +191,57 @@ func (h *Handler) releaseOnExit() {
 			}
 		}
 	}
-	l.mu.Unlock()
-	ctx, cancel := context.WithTimeout(context.Background(), exitRelease)
-	defer cancel()
-	var wg sync.WaitGroup
-	for i := range takes {
-		t := &takes[i]
-		wg.Go(func() {
-			if err := t.st.Undo(ctx, t.key, time.Time{}, t.cost, t.d); err != nil {
-				h.logStoreError(t.z, t.key, err)
-			}
-		})
+	return takes
+}
+
+// drainingHandlers are the handlers of unloaded configs whose requests
+// are still in flight (Cleanup left them to releaseWhenIdle), so that a
+// stop after a reload gives back their leases too: Caddy cleans up only
+// the config it stops. Held in the pool, shared by the handlers of a pool
+// scope (see drainingSet).
+type drainingHandlers struct {
+	mu  sync.Mutex
+	set map[*Handler]struct{}
+}
+
+// drainingKey is the pool key of the drainingHandlers of a pool scope.
+type drainingKey struct{ scope string }
+
+func (*drainingHandlers) Destruct() error { return nil }
+
+func (d *drainingHandlers) add(h *Handler) {
+	d.mu.Lock()
+	d.set[h] = struct{}{}
+	d.mu.Unlock()
+}
+
+func (d *drainingHandlers) remove(h *Handler) {
+	d.mu.Lock()
+	delete(d.set, h)
+	d.mu.Unlock()
+}
+
+func (d *drainingHandlers) members() []*Handler {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	hs := make([]*Handler, 0, len(d.set))
+	for h := range d.set {
+		hs = append(hs, h)
 	}
-	wg.Wait()
+	return hs
+}
+
+// drainingSet loads the drainingHandlers of h's pool scope, taking a
+// reference that dropDrainingSet gives back.
+func (h *Handler) drainingSet() *drainingHandlers {
+	v, _, _ := pool.LoadOrNew(drainingKey{h.rt.opts.poolScope}, func() (caddy.Destructor, error) {
+		return &drainingHandlers{set: make(map[*Handler]struct{})}, nil
+	})
+	return v.(*drainingHandlers)
+}
+
+func (h *Handler) dropDrainingSet() {
+	_, _ = pool.Delete(drainingKey{h.rt.opts.poolScope})
 }
 
 // exiting reports whether the process is exiting (see provisionOptions).
