@@ -31,7 +31,7 @@
 # (bench/luacalls: the script as sent, with the lib.lua functions it uses,
 # its keys and arguments), one tier whose limit is never reached, counters
 # zeroed before and dumped after. Exact to a few instructions from run to
-# run.
+# run. ALGS="gcra token_bucket" counts only those.
 #
 # pipeline: BenchmarkRedisPipeline's direct Pipeliner (./redisstore/, -cpu 1)
 # under callgrind, 1, 8, 32 and 128 Takes in flight, TAKES (default 20000)
@@ -157,7 +157,7 @@ run_lua() {
 	echo "instructions: redis-server under callgrind (pid $pid); $N script calls per algorithm"
 	printf '%-16s %14s\n' script instr/call | tee -a "$result"
 	local alg ir
-	for alg in sliding_log sliding_window fixed_window token_bucket leaky_bucket gcra concurrency; do
+	for alg in ${ALGS:-sliding_log sliding_window fixed_window token_bucket leaky_bucket gcra concurrency}; do
 		# The store's own calls (bench/luacalls): the script as sent,
 		# its keys and arguments. A warm-up loads the script and the
 		# keys; the measured run's connection set-up (HELLO, CLIENT
