@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/url"
 	"strings"
@@ -13,6 +14,7 @@ import (
 
 	"github.com/caddyserver/caddy/v2"
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/redis/go-redis/v9"
 
 	"github.com/zonelimit/caddy-ratelimit/keyresolver"
 	"github.com/zonelimit/caddy-ratelimit/redisstore"
@@ -268,16 +270,55 @@ func (a *AdminAPI) serveHTTP(w http.ResponseWriter, r *http.Request) error {
 	if rawKey == "" {
 		return apiError(http.StatusBadRequest, "empty key")
 	}
-	key := z.adminKey(rawKey)
-	if len(parts) == 5 {
-		if err := allow(w, r, http.MethodPost, http.MethodDelete); err != nil {
-			return err
-		}
-		return a.block(w, r, z, key)
+	blockPath := len(parts) == 5
+	methods := []string{http.MethodGet, http.MethodDelete}
+	if blockPath {
+		methods = []string{http.MethodPost, http.MethodDelete}
 	}
-	if err := allow(w, r, http.MethodGet, http.MethodDelete); err != nil {
+	if err := allow(w, r, methods...); err != nil {
 		return err
 	}
+	var d time.Duration
+	if blockPath && r.Method == http.MethodPost {
+		if d, err = blockDuration(w, r); err != nil {
+			return err
+		}
+	}
+	op := func(z *zone) error {
+		if blockPath {
+			return a.block(w, r, z, z.adminKey(rawKey), d)
+		}
+		return a.key(w, r, z, z.adminKey(rawKey))
+	}
+	err = op(z)
+	// A reload that unloads the config whose zone was found closes its
+	// Redis client: the zone of the config that now runs answers.
+	if closedClient(err) {
+		if now := a.running().get(zoneName); now != nil && now != z {
+			err = op(now)
+		}
+	}
+	return err
+}
+
+// closedClient reports whether err is a store's failure on its Redis
+// client closed under it.
+func closedClient(err error) bool {
+	var ae caddy.APIError // it has no Unwrap
+	if errors.As(err, &ae) {
+		err = ae.Err
+	}
+	return errors.Is(err, redis.ErrClosed) || errors.Is(err, net.ErrClosed)
+}
+
+// storeFailed is the API's error for a store that failed to do what (a
+// 502: the store is the upstream).
+func storeFailed(z *zone, what string, err error) error {
+	return caddy.APIError{HTTPStatus: http.StatusBadGateway, Err: fmt.Errorf("zone %q: %s: %w", z.name, what, err)}
+}
+
+// key inspects (GET) or resets (DELETE) key in z.
+func (a *AdminAPI) key(w http.ResponseWriter, r *http.Request, z *zone, key string) error {
 	ins, ok := z.store.(store.Inspector)
 	if !ok {
 		return apiError(http.StatusNotImplemented, fmt.Sprintf("zone %q: its store cannot inspect or reset keys", z.name))
@@ -285,7 +326,7 @@ func (a *AdminAPI) serveHTTP(w http.ResponseWriter, r *http.Request) error {
 	ctx := r.Context()
 	if r.Method == http.MethodDelete {
 		if err := ins.Reset(ctx, key); err != nil {
-			return apiError(http.StatusBadGateway, fmt.Sprintf("zone %q: resetting key: %v", z.name, err))
+			return storeFailed(z, "resetting key", err)
 		}
 		// The on_error local fallback counts the same keys while Redis
 		// fails: it starts afresh too.
@@ -298,7 +339,7 @@ func (a *AdminAPI) serveHTTP(w http.ResponseWriter, r *http.Request) error {
 	}
 	ks, err := ins.Inspect(ctx, key, time.Time{})
 	if err != nil {
-		return apiError(http.StatusBadGateway, fmt.Sprintf("zone %q: inspecting key: %v", z.name, err))
+		return storeFailed(z, "inspecting key", err)
 	}
 	out := adminKey{Zone: z.name, Key: key}
 	for _, t := range ks.Tiers {
@@ -309,7 +350,7 @@ func (a *AdminAPI) serveHTTP(w http.ResponseWriter, r *http.Request) error {
 	}
 	if b, ok := z.store.(store.Blocker); ok && ks.BlockedUntil.IsZero() {
 		if ks.BlockedUntil, err = b.BlockedUntil(ctx, key, time.Time{}); err != nil {
-			return apiError(http.StatusBadGateway, fmt.Sprintf("zone %q: reading the key's block: %v", z.name, err))
+			return storeFailed(z, "reading the key's block", err)
 		}
 	}
 	if !ks.BlockedUntil.IsZero() {
@@ -318,15 +359,8 @@ func (a *AdminAPI) serveHTTP(w http.ResponseWriter, r *http.Request) error {
 	return writeJSON(w, out)
 }
 
-// block blocks (POST) or unblocks (DELETE) key in z.
-func (a *AdminAPI) block(w http.ResponseWriter, r *http.Request, z *zone, key string) error {
-	var d time.Duration
-	if r.Method == http.MethodPost {
-		var err error
-		if d, err = blockDuration(w, r); err != nil {
-			return err
-		}
-	}
+// block blocks (POST) key in z for d, or unblocks it (DELETE).
+func (a *AdminAPI) block(w http.ResponseWriter, r *http.Request, z *zone, key string, d time.Duration) error {
 	if _, leasing := z.store.(*redisstore.LeaseStore); leasing {
 		return apiError(http.StatusNotImplemented, fmt.Sprintf("zone %q: a lease zone cannot block keys: its instances admit from the units they leased without asking Redis, where a block is kept", z.name))
 	}
@@ -337,13 +371,13 @@ func (a *AdminAPI) block(w http.ResponseWriter, r *http.Request, z *zone, key st
 	out := adminKey{Zone: z.name, Key: key}
 	if r.Method == http.MethodDelete {
 		if err := b.Unblock(r.Context(), key); err != nil {
-			return apiError(http.StatusBadGateway, fmt.Sprintf("zone %q: unblocking key: %v", z.name, err))
+			return storeFailed(z, "unblocking key", err)
 		}
 		return writeJSON(w, out)
 	}
 	until, err := b.Block(r.Context(), key, time.Time{}, d)
 	if err != nil {
-		return apiError(http.StatusBadGateway, fmt.Sprintf("zone %q: blocking key: %v", z.name, err))
+		return storeFailed(z, "blocking key", err)
 	}
 	out.BlockedUntil = &until
 	return writeJSON(w, out)

@@ -12,6 +12,7 @@ import (
 
 	"github.com/caddyserver/caddy/v2"
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/redis/go-redis/v9"
 
 	"github.com/zonelimit/caddy-ratelimit/internal/redistest"
 )
@@ -503,6 +504,43 @@ func TestAdminLease(t *testing.T) {
 		code, body := adminCall(t, a, method, path+"/block", `{"duration": "1h"}`)
 		if code != http.StatusNotImplemented || !strings.Contains(body, "a lease zone cannot block keys") {
 			t.Errorf("%s block: %d %s, want 501 saying why", method, code, body)
+		}
+	}
+}
+
+// A reload that unloads the config whose zone a request found closes its
+// Redis client under the request: the zone of the config that now runs
+// answers instead of a 502.
+func TestAdminReloadClosesOldClient(t *testing.T) {
+	srv := redistest.Start(t)
+	old := testContext(t)
+	oldH := provisionLoad(t, old, nil, `{"store":"redis","redis":{"addresses":["`+srv.Addr+`"]},
+		"zones":[{"name":"api","key":"k","limits":[{"events":5,"window":"1m"}]}]}`)[0]
+	cur := testContext(t)
+	provisionLoad(t, cur, nil, `{"zones":[{"name":"api","key":"k","limits":[{"events":7,"window":"1m"}]}]}`)
+	a := new(AdminAPI)
+	if err := a.Provision(cur); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct{ method, path, body, want string }{
+		{"GET", "/rate_limit/zones/api/keys/k", "", `"limit":7`},
+		{"POST", "/rate_limit/zones/api/keys/k/block", `{"duration":"1h"}`, `"blocked_until"`},
+	} {
+		// The old config runs when the zone is looked up, and its
+		// client is closed before the store is asked.
+		calls := 0
+		a.active = func() *prometheus.Registry {
+			calls++
+			if calls == 1 {
+				return old.GetMetricsRegistry()
+			}
+			return cur.GetMetricsRegistry()
+		}
+		if err := oldH.rt.redis.Close(); err != nil && !errors.Is(err, redis.ErrClosed) {
+			t.Fatal(err)
+		}
+		if code, body := adminCall(t, a, c.method, c.path, c.body); code != 200 || !strings.Contains(body, c.want) {
+			t.Errorf("%s %s: %d %s, want 200 with %s", c.method, c.path, code, body, c.want)
 		}
 	}
 }
