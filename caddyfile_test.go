@@ -217,6 +217,7 @@ func TestCaddyfileErrors(t *testing.T) {
 		{"redis url scheme", site("\trate_limit {\n" + zoneZ + "\t\tstore redis\n\t\tredis {\n\t\t\turl http://x\n\t\t}\n\t}"), []string{"Caddyfile:9", "redis:// or rediss://"}},
 		{"redis sentinel without address", site("\trate_limit {\n" + zoneZ + "\t\tstore redis\n\t\tredis {\n\t\t\tsentinel mymaster\n\t\t}\n\t}"), []string{"Caddyfile:9", "sentinel takes the master name"}},
 		{"redis key_prefix brace", site("\trate_limit {\n" + zoneZ + "\t\tstore redis\n\t\tredis {\n\t\t\tkey_prefix a{b\n\t\t}\n\t}"), []string{"Caddyfile:9", "must not contain a brace"}},
+		{"redis db with cluster", site("\trate_limit {\n" + zoneZ + "\t\tstore redis\n\t\tredis {\n\t\t\tcluster\n\t\t\tdb 2\n\t\t\taddress 127.0.0.1:7000\n\t\t}\n\t}"), []string{"Caddyfile:10", "Cluster has only database 0"}},
 		{"redis db on cluster", site("\trate_limit {\n" + zoneZ + "\t\tstore redis\n\t\tredis {\n\t\t\taddress 127.0.0.1:7000 127.0.0.1:7001\n\t\t\tdb 2\n\t\t}\n\t}"), []string{"Caddyfile:10", "Cluster has only database 0"}},
 		{"redis tls unknown option", site("\trate_limit {\n" + zoneZ + "\t\tstore redis\n\t\tredis {\n\t\t\ttls verify_none\n\t\t}\n\t}"), []string{"Caddyfile:9", `unknown tls option "verify_none"`}},
 		{"redis timeout zero", site("\trate_limit {\n" + zoneZ + "\t\tstore redis\n\t\tredis {\n\t\t\tread_timeout 0s\n\t\t}\n\t}"), []string{"Caddyfile:9", "redis: read_timeout must be at least 1ms, got 0s"}},

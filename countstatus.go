@@ -181,6 +181,9 @@ func (z *Zone) validateCountStatus() error {
 			}
 			return zoneErrf("count_status", "count_status: %s given twice", name)
 		}
+		if class := c / 100; c >= minStatusCode && slices.Contains(z.CountStatus, class) {
+			return zoneErrf("count_status", "count_status: %d is in %dxx, given too", c, class)
+		}
 		if (c < 1 || c > maxStatusClass) && (c < minStatusCode || c > maxStatusCode) {
 			return zoneErrf("count_status", "count_status: %d is not a status code (%d to %d) or class (1 to %d, as in 4xx)", c, minStatusCode, maxStatusCode, maxStatusClass)
 		}

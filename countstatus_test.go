@@ -329,6 +329,8 @@ func TestCountStatusValidate(t *testing.T) {
 		{`"count_status":[401],"algorithm":"concurrency"`, "count_status does not apply to algorithm concurrency"},
 		{`"count_status":[401,403,401]`, "count_status: 401 given twice"},
 		{`"count_status":[4,4]`, "count_status: 4xx given twice"},
+		{`"count_status":[401,4]`, "count_status: 401 is in 4xx, given too"},
+		{`"count_status":[5,429,4]`, "count_status: 429 is in 4xx, given too"},
 	} {
 		h := new(Handler)
 		if err := json.Unmarshal([]byte(`{"zones":[{"name":"z","key":"k",`+tc.zone+`,"limits":[{"events":1,"window":"1m"}]}]}`), h); err != nil {

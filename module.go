@@ -11,6 +11,7 @@ import (
 
 func init() {
 	caddy.RegisterModule(Handler{})
+	caddy.OnExit(releaseDrainingOnExit)
 }
 
 // Handler limits the rate of requests. Each request is sorted into the zones

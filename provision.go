@@ -415,19 +415,26 @@ func (h *Handler) Cleanup() error {
 	keys := h.rt.poolKeys
 	h.rt.poolKeys = nil
 	draining := h.rt.inflight != nil && (h.rt.inflight.Load() > 0 || h.rt.releases.pending() > 0)
-	if h.exiting() {
+	exiting := h.exiting()
+	if exiting {
 		// The requests in flight end with the process: this config's,
 		// and those of configs a reload unloaded before (Caddy cleans
-		// up only the config it stops).
+		// up only the config it stops; releaseDrainingOnExit covers a
+		// stopped config without rate_limit handlers).
 		h.releaseOnExit(draining)
 	}
 	if draining {
-		d := h.drainingSet()
-		d.add(h)
+		var d *drainingHandlers
+		if !exiting { // else its leases were given back just now
+			d = h.drainingSet()
+			d.add(h)
+		}
 		go func() {
 			h.releaseWhenIdle(keys)
-			d.remove(h)
-			h.dropDrainingSet()
+			if d != nil {
+				d.remove(h)
+				h.dropDrainingSet()
+			}
 		}()
 		return nil
 	}

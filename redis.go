@@ -173,7 +173,11 @@ func (rc *RedisConfig) validate() error {
 		return &zoneError{option: "db", err: err}
 	}
 	if rc.DB != 0 && (rc.Cluster || len(rc.Addresses) > 1) {
-		return conflictErrf([]string{"db", "cluster", "address"}, "redis: db %d: a Redis Cluster has only database 0", rc.DB)
+		with := "cluster"
+		if !rc.Cluster {
+			with = "address" // two addresses make a Cluster
+		}
+		return conflictErrf([]string{"db", with}, "redis: db %d: a Redis Cluster has only database 0", rc.DB)
 	}
 	if strings.ContainsAny(rc.KeyPrefix, "{}") && !isPlaceholder(rc.KeyPrefix) {
 		return zoneErrf("key_prefix", "redis: key_prefix %q must not contain a brace ('{' or '}' would change the Cluster hash tag)", rc.KeyPrefix)

@@ -462,6 +462,27 @@ func TestRedisStopAfterReloadReleasesLeases(t *testing.T) {
 	}
 }
 
+// A stop after a reload to a config without rate_limit handlers: no
+// handler of this package is cleaned up at the exit, and Caddy's exit
+// callback gives back the leases of the unloaded config's requests.
+func TestRedisExitReleasesDrainingLeases(t *testing.T) {
+	srv := redistest.Start(t)
+	old := provisionIn(t, `{"store":"redis","on_error":"closed","redis":{"addresses":["`+srv.Addr+`"]},
+		"zones":[{"name":"cc_exit","key":"k","algorithm":"concurrency","limits":[{"events":3,"window":"1h"}]}]}`, nil)
+	old.rt.opts.exiting = func() bool { return false }
+	release := serveHeld(old, newReq("192.0.2.1:1"))
+	if err := old.Cleanup(); err != nil { // the reload
+		t.Fatal(err)
+	}
+	releaseDrainingOnExit(context.Background()) // the stop
+	if n := leasesHeld(t, srv.Addr, "cc_exit"); n != 0 {
+		t.Fatalf("%d leases left in Redis after the exit callback, want 0", n)
+	}
+	if res := release(); res.code != 200 {
+		t.Fatalf("request: %d", res.code)
+	}
+}
+
 // Cleanup (a reload) while a request is in flight: the Redis client the
 // request uses stays open until it is done (here a concurrency lease that
 // must be released in Redis), then it is closed.

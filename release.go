@@ -156,13 +156,42 @@ const exitRelease = 2 * time.Second
 // releaseOnExit releases, when the process exits, the concurrency leases
 // of the requests in flight, which end with it: h's own (when own is set)
 // and those of the handlers of unloaded configs still draining (see
-// drainingHandlers), all at once, within exitRelease. Releasing a lease
-// again when its request does end is harmless (see pendingReleases).
+// drainingHandlers). Releasing a lease again when its request does end is
+// harmless (see pendingReleases).
 func (h *Handler) releaseOnExit(own bool) {
-	handlers := h.drainingSet().members()
+	handlers := h.drainingSet().take()
 	h.dropDrainingSet()
 	if own {
 		handlers = append(handlers, h)
+	}
+	releaseLeasesOf(handlers)
+}
+
+// releaseDrainingOnExit releases the leases of the requests in flight of
+// every handler still draining (see drainingHandlers), when the process
+// exits: a stop after a reload to a config without rate_limit handlers
+// cleans up none of this package's handlers. Caddy calls it (registered
+// with caddy.OnExit) after it has stopped the config it ran.
+func releaseDrainingOnExit(context.Context) {
+	var sets []*drainingHandlers
+	pool.Range(func(k, v any) bool {
+		if _, ok := k.(drainingKey); ok {
+			sets = append(sets, v.(*drainingHandlers))
+		}
+		return true
+	})
+	var handlers []*Handler
+	for _, d := range sets {
+		handlers = append(handlers, d.take()...)
+	}
+	releaseLeasesOf(handlers)
+}
+
+// releaseLeasesOf releases the concurrency leases of the requests in
+// flight of handlers, all at once, within exitRelease.
+func releaseLeasesOf(handlers []*Handler) {
+	if len(handlers) == 0 {
+		return
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), exitRelease)
 	defer cancel()
@@ -221,13 +250,16 @@ func (d *drainingHandlers) remove(h *Handler) {
 	d.mu.Unlock()
 }
 
-func (d *drainingHandlers) members() []*Handler {
+// take empties d and returns the handlers it held: their leases are
+// about to be given back, once.
+func (d *drainingHandlers) take() []*Handler {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	hs := make([]*Handler, 0, len(d.set))
 	for h := range d.set {
 		hs = append(hs, h)
 	}
+	clear(d.set)
 	return hs
 }
 
