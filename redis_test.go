@@ -402,84 +402,57 @@ func TestRedisCleanupKeepsPendingReleases(t *testing.T) {
 	storetest.WaitFor(t, "the lease released on a retry after the reload", func() bool { return leasesHeld(t, srv.Addr, "cc_pend") == 0 })
 }
 
-// A stop (Cleanup while the process exits) gives back the concurrency
-// leases of the requests still in flight: they end with the process, and
-// their slots would otherwise stay taken in Redis for the window.
+// A stop gives back the concurrency leases of the requests still in
+// flight: they end with the process, and their slots would otherwise stay
+// taken in Redis for the window. Those of a config a reload unloaded
+// before are given back too: by the stopped config's Cleanup (Caddy
+// cleans up only the config it stops), or, when it has no rate_limit
+// handler, by Caddy's exit callback.
 func TestRedisStopReleasesLeasesInFlight(t *testing.T) {
-	srv := redistest.Start(t)
-	h := provisionIn(t, `{"store":"redis","on_error":"closed","redis":{"addresses":["`+srv.Addr+`"]},
-		"zones":[{"name":"cc_stop","key":"k","algorithm":"concurrency","limits":[{"events":2,"window":"1h"}]}]}`, nil)
-	h.rt.opts.exiting = func() bool { return true }
-	held := func() int64 { return leasesHeld(t, srv.Addr, "cc_stop") }
-	first := serveHeld(h, newReq("192.0.2.1:1"))
-	second := serveHeld(h, newReq("192.0.2.1:1"))
-	if n := held(); n != 2 {
-		t.Fatalf("%d leases in Redis with two requests in flight, want 2", n)
-	}
-	if err := h.Cleanup(); err != nil {
-		t.Fatal(err)
-	}
-	if n := held(); n != 0 {
-		t.Fatalf("%d leases left in Redis after a stop, want 0", n)
-	}
-	for _, release := range []func() result{first, second} {
-		if res := release(); res.code != 200 {
-			t.Fatalf("request: %d", res.code)
-		}
-	}
-}
-
-// A stop after a reload: the requests the unloaded config admitted, still
-// running, give their leases back too (Caddy cleans up only the config it
-// stops; the unloaded one waits for its requests to end).
-func TestRedisStopAfterReloadReleasesLeases(t *testing.T) {
-	srv := redistest.Start(t)
-	config := `{"store":"redis","on_error":"closed","redis":{"addresses":["` + srv.Addr + `"]},
-		"zones":[{"name":"cc_reload","key":"k","algorithm":"concurrency","limits":[{"events":3,"window":"1h"}]}]}`
-	held := func() int64 { return leasesHeld(t, srv.Addr, "cc_reload") }
-	old := provisionIn(t, config, nil)
-	old.rt.opts.exiting = func() bool { return false }
-	first := serveHeld(old, newReq("192.0.2.1:1"))
-	if err := old.Cleanup(); err != nil { // the reload
-		t.Fatal(err)
-	}
-	cur := provisionIn(t, config, nil)
-	cur.rt.opts.exiting = func() bool { return true }
-	second := serveHeld(cur, newReq("192.0.2.1:1"))
-	if n := held(); n != 2 {
-		t.Fatalf("%d leases in Redis with two requests in flight, want 2", n)
-	}
-	if err := cur.Cleanup(); err != nil { // the stop
-		t.Fatal(err)
-	}
-	if n := held(); n != 0 {
-		t.Fatalf("%d leases left in Redis after a stop that followed a reload, want 0", n)
-	}
-	for _, release := range []func() result{first, second} {
-		if res := release(); res.code != 200 {
-			t.Fatalf("request: %d", res.code)
-		}
-	}
-}
-
-// A stop after a reload to a config without rate_limit handlers: no
-// handler of this package is cleaned up at the exit, and Caddy's exit
-// callback gives back the leases of the unloaded config's requests.
-func TestRedisExitReleasesDrainingLeases(t *testing.T) {
-	srv := redistest.Start(t)
-	old := provisionIn(t, `{"store":"redis","on_error":"closed","redis":{"addresses":["`+srv.Addr+`"]},
-		"zones":[{"name":"cc_exit","key":"k","algorithm":"concurrency","limits":[{"events":3,"window":"1h"}]}]}`, nil)
-	old.rt.opts.exiting = func() bool { return false }
-	release := serveHeld(old, newReq("192.0.2.1:1"))
-	if err := old.Cleanup(); err != nil { // the reload
-		t.Fatal(err)
-	}
-	releaseDrainingOnExit(context.Background()) // the stop
-	if n := leasesHeld(t, srv.Addr, "cc_exit"); n != 0 {
-		t.Fatalf("%d leases left in Redis after the exit callback, want 0", n)
-	}
-	if res := release(); res.code != 200 {
-		t.Fatalf("request: %d", res.code)
+	for _, c := range []struct {
+		name         string
+		reload, stop bool // a reload first; the stop is a config's Cleanup (else the exit callback)
+	}{
+		{"stop", false, true},
+		{"stop after a reload", true, true},
+		{"stop after a reload to no rate_limit", true, false},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			srv := redistest.Start(t)
+			config := `{"store":"redis","on_error":"closed","redis":{"addresses":["` + srv.Addr + `"]},
+				"zones":[{"name":"cc_stop","key":"k","algorithm":"concurrency","limits":[{"events":3,"window":"1h"}]}]}`
+			h := provisionIn(t, config, nil)
+			h.rt.opts.exiting = func() bool { return !c.reload }
+			releases := []func() result{serveHeld(h, newReq("192.0.2.1:1"))}
+			if c.reload {
+				if err := h.Cleanup(); err != nil {
+					t.Fatal(err)
+				}
+				if c.stop { // the config reloaded to, stopped
+					h = provisionIn(t, config, nil)
+					h.rt.opts.exiting = func() bool { return true }
+					releases = append(releases, serveHeld(h, newReq("192.0.2.1:1")))
+				}
+			}
+			if n := leasesHeld(t, srv.Addr, "cc_stop"); n != int64(len(releases)) {
+				t.Fatalf("%d leases in Redis with %d requests in flight", n, len(releases))
+			}
+			if c.stop {
+				if err := h.Cleanup(); err != nil {
+					t.Fatal(err)
+				}
+			} else {
+				releaseDrainingOnExit(context.Background())
+			}
+			if n := leasesHeld(t, srv.Addr, "cc_stop"); n != 0 {
+				t.Fatalf("%d leases left in Redis after the stop, want 0", n)
+			}
+			for _, release := range releases {
+				if res := release(); res.code != 200 {
+					t.Fatalf("request: %d", res.code)
+				}
+			}
+		})
 	}
 }
 
