@@ -102,6 +102,7 @@ func (s *SyncStore) snapshot(now int64) []*syncCall {
 	}
 	walkKeys(s.keys, func(sh *syncShard, ent *store.Entry[syncEntry]) {
 		e := &ent.Value
+		s.keepEnded(e, now)
 		if !s.needsSync(e) {
 			if !e.inFlight && s.idle(e, now) {
 				sh.Remove(ent)
@@ -152,6 +153,27 @@ func (s *SyncStore) snapshot(now int64) []*syncCall {
 		calls = append(calls, c)
 	})
 	return calls
+}
+
+// keepEnded keeps out of the syncs the counts of e that an outage left
+// unsent in windows that ended a window or more before now: no decision
+// reads them any more, and sending them would write dead keys to a Redis
+// just back. They stay in e's view (a Take whose clock is a little behind
+// decides as before), and e can then go as idle.
+func (s *SyncStore) keepEnded(e *syncEntry, now int64) {
+	for i := range e.tiers {
+		p, tr := &s.tiers[i], &e.tiers[i]
+		counts := floorDiv(max(now, e.last), p.window) - 1 // the earliest window that still counts, with a window to spare
+		if s.sliding {
+			counts--
+		}
+		for _, sl := range [2]*syncSlot{&tr.cur, &tr.prev} {
+			if sl.idx < counts && sl.pend != 0 {
+				sl.shared += sl.pend
+				sl.pend = 0
+			}
+		}
+	}
 }
 
 func (s *SyncStore) needsSync(e *syncEntry) bool { return e.touched > 0 || e.unsent() }

@@ -499,6 +499,58 @@ func TestSyncRedisDown(t *testing.T) {
 	assertTTLs(t, c, "rlsync:down:*", 2*time.Hour+Margin)
 }
 
+// TestSyncOutageDropsEndedWindows: counts kept unsent through an outage
+// are no longer sent a window after their windows stopped counting: the
+// key is dropped as idle, and no dead key is written to Redis once it is
+// back.
+func TestSyncOutageDropsEndedWindows(t *testing.T) {
+	srv, _ := newClient(t)
+	ctx := context.Background()
+	c := redis.NewClient(&redis.Options{Addr: srv.Addr, MaxRetries: -1, DialTimeout: 200 * time.Millisecond})
+	defer c.Close()
+	clk := &syncClock{}
+	base := alignedAfter(t0, time.Hour)
+	clk.Set(base)
+	for _, alg := range []string{algorithms.SlidingWindow, algorithms.FixedWindow} {
+		l, err := algorithms.New(alg, algorithms.Config{Tiers: []algorithms.Tier{{Events: 50, Window: time.Hour}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		s, err := newSyncStore(c, l, Options{KeyPrefix: "rlsync:", Zone: "ended-" + alg}, SyncOptions{Interval: 10 * time.Minute, Now: clk.Now})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer s.Close()
+		clk.Set(base)
+		if d, err := s.Take(ctx, "a", clk.Now(), 3); err != nil || !d.Allowed {
+			t.Fatalf("%s: Take: %+v %v", alg, d, err)
+		}
+		srv.Stop()
+		if err := s.Sync(ctx); err == nil {
+			t.Fatalf("%s: sync with Redis down succeeded", alg)
+		}
+		// The previous window still counts for sliding_window: kept.
+		clk.Set(base.Add(time.Hour + time.Minute))
+		err = s.Sync(ctx)
+		if alg == algorithms.SlidingWindow && (err == nil || s.Len() != 1) {
+			t.Fatalf("%s: a window later: sync error %v, %d keys, want the count kept", alg, err, s.Len())
+		}
+		// A window after the last that counts (a clock a little
+		// behind could still read that one).
+		clk.Set(base.Add(3*time.Hour + time.Minute))
+		if err := s.Sync(ctx); err != nil || s.Len() != 0 {
+			t.Fatalf("%s: a window after its windows ended: sync error %v, %d keys held, want none and no call", alg, err, s.Len())
+		}
+		srv.Restart()
+		if err := s.Sync(ctx); err != nil {
+			t.Fatalf("%s: sync after the restart: %v", alg, err)
+		}
+		if n := assertTTLs(t, c, "rlsync:ended-"+alg+":*", 3*time.Hour); n != 0 {
+			t.Fatalf("%s: %d keys written to Redis for ended windows", alg, n)
+		}
+	}
+}
+
 // assertTTLs checks that every key matching pattern has a TTL in
 // (0, most].
 func assertTTLs(t testing.TB, c redis.UniversalClient, pattern string, most time.Duration) int {
