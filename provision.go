@@ -443,14 +443,31 @@ func (h *Handler) Cleanup() error {
 
 // drainLimit bounds how long Cleanup's release waits for requests still
 // in flight (a request held by on_limit wait, a slow upstream) and for
-// the releases of leases to retry (a Redis that did not answer).
+// the releases of leases to retry (a Redis that did not answer), but for
+// concurrency leases (see drainFor).
 const drainLimit = 5 * time.Minute
+
+// drainFor is how long Cleanup's release waits at most: drainLimit, or
+// the longest window of the handler's concurrency zones, beyond which
+// their leases have expired in Redis on their own. Until then a request
+// still running (an upload, a stream) must be able to release its lease
+// when it ends, or when the process exits (the handler stays among the
+// draining ones), with the Redis client it was taken with.
+func (h *Handler) drainFor() time.Duration {
+	d := drainLimit
+	for _, z := range h.rt.zones {
+		if z.lease && len(z.tiers) > 0 {
+			d = max(d, z.tiers[0].Window)
+		}
+	}
+	return d
+}
 
 // releaseWhenIdle releases keys once no request of the handler is in
 // flight any more and no lease waits for its release to be retried (the
-// Redis client they need is among keys), or after drainLimit.
+// Redis client they need is among keys), or after drainFor.
 func (h *Handler) releaseWhenIdle(keys []any) {
-	deadline := time.Now().Add(drainLimit)
+	deadline := time.Now().Add(h.drainFor())
 	for (h.rt.inflight.Load() > 0 || h.rt.releases.pending() > 0) && time.Now().Before(deadline) {
 		time.Sleep(20 * time.Millisecond)
 	}

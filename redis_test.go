@@ -456,6 +456,26 @@ func TestRedisStopReleasesLeasesInFlight(t *testing.T) {
 	}
 }
 
+// A reload waits for the requests of the old config up to the longest
+// window of its concurrency zones (their leases live that long in Redis),
+// at least drainLimit.
+func TestDrainForLeaseWindow(t *testing.T) {
+	for _, c := range []struct {
+		zones string
+		want  time.Duration
+	}{
+		{`{"name":"a","key":"k","limits":[{"events":1,"window":"1h"}]}`, drainLimit},
+		{`{"name":"a","key":"k","algorithm":"concurrency","limits":[{"events":1,"window":"1m"}]}`, drainLimit},
+		{`{"name":"a","key":"k","algorithm":"concurrency","limits":[{"events":1,"window":"1h"}]},
+			{"name":"b","key":"k","algorithm":"concurrency","limits":[{"events":1,"window":"2h"}]}`, 2 * time.Hour},
+	} {
+		h := provision(t, `{"zones":[`+c.zones+`]}`, newClock())
+		if got := h.drainFor(); got != c.want {
+			t.Errorf("%s: drainFor %s, want %s", c.zones, got, c.want)
+		}
+	}
+}
+
 // Cleanup (a reload) while a request is in flight: the Redis client the
 // request uses stays open until it is done (here a concurrency lease that
 // must be released in Redis), then it is closed.
