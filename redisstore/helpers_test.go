@@ -31,6 +31,17 @@ func newClient(t testing.TB) (*redistest.Server, *redis.Client) {
 	return srv, c
 }
 
+// newDownableClient starts a Redis that a test stops and restarts, and a
+// client of it that fails at once while it is down (no retry, a short
+// dial).
+func newDownableClient(t testing.TB) (*redistest.Server, *redis.Client) {
+	t.Helper()
+	srv := redistest.Start(t)
+	c := redis.NewClient(&redis.Options{Addr: srv.Addr, MaxRetries: -1, DialTimeout: 200 * time.Millisecond})
+	t.Cleanup(func() { c.Close() })
+	return srv, c
+}
+
 // perAlgorithm starts a Redis and runs f with a client of it as a subtest
 // per algorithm, named after it.
 func perAlgorithm(t *testing.T, f func(t *testing.T, ctx context.Context, c *redis.Client, alg string)) {

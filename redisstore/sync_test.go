@@ -419,10 +419,8 @@ func TestSyncRedisCalls(t *testing.T) {
 // with one report each, Takes go on deciding locally, and every count kept
 // is pushed once Redis is back (the script is loaded again after NOSCRIPT).
 func TestSyncRedisDown(t *testing.T) {
-	srv, _ := newClient(t)
+	srv, c := newDownableClient(t)
 	ctx := context.Background()
-	c := redis.NewClient(&redis.Options{Addr: srv.Addr, MaxRetries: -1, DialTimeout: 200 * time.Millisecond})
-	defer c.Close()
 	clk := &syncClock{}
 	base := alignedAfter(t0, time.Hour)
 	clk.Set(base)
@@ -504,10 +502,8 @@ func TestSyncRedisDown(t *testing.T) {
 // key is dropped as idle, and no dead key is written to Redis once it is
 // back.
 func TestSyncOutageDropsEndedWindows(t *testing.T) {
-	srv, _ := newClient(t)
+	srv, c := newDownableClient(t)
 	ctx := context.Background()
-	c := redis.NewClient(&redis.Options{Addr: srv.Addr, MaxRetries: -1, DialTimeout: 200 * time.Millisecond})
-	defer c.Close()
 	clk := &syncClock{}
 	base := alignedAfter(t0, time.Hour)
 	clk.Set(base)
