@@ -178,11 +178,14 @@ func (h *Handler) take(ctx context.Context, z *zone, key string, cost int64, dow
 	if never {
 		return nd, z.store, nil
 	}
-	z.m.failed.Inc()
 	if z.fallback != nil {
+		// on_error local decides: counted as what it decides (allowed or
+		// denied), once; store_errors_total and breaker_open tell of
+		// the failure.
 		d, err = z.fallback.Take(ctx, key, time.Time{}, cost)
 		return d, z.fallback, err
 	}
+	z.m.failed.Inc()
 	return d, z.store, err
 }
 

@@ -28,7 +28,7 @@ const (
 	resultAllowed = "allowed"
 	resultDenied  = "denied"
 	resultDryRun  = "dry_run" // denied, but let through by dry_run
-	resultError   = "error"   // the store failed; on_error decided
+	resultError   = "error"   // the store failed; on_error open or closed decided
 )
 
 // metrics are the collectors of one registry: Caddy makes a registry per
@@ -81,7 +81,7 @@ func newCounters() *counters {
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: metricsNamespace, Subsystem: metricsSubsystem,
 			Name: "requests_total",
-			Help: "Requests decided by a rate limit zone, by result (allowed, denied, dry_run: denied but let through, error: the store failed and on_error decided).",
+			Help: "Requests decided by a rate limit zone, by result (allowed, denied, dry_run: denied but let through, error: the store failed and on_error open or closed decided; with on_error local, the fallback's decision counts as allowed or denied).",
 		}, []string{"zone", "result"}),
 		decision: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Namespace: metricsNamespace, Subsystem: metricsSubsystem,
@@ -92,7 +92,7 @@ func newCounters() *counters {
 		storeErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: metricsNamespace, Subsystem: metricsSubsystem,
 			Name: "store_errors_total",
-			Help: "Failed calls of a zone to Redis (errors and timeouts). Requests decided by on_error without a call, while the circuit breaker is open, are not counted here (see requests_total{result=\"error\"}).",
+			Help: "Failed calls of a zone to Redis (errors and timeouts). Requests decided by on_error without a call, while the circuit breaker is open, are not counted here (see requests_total{result=\"error\"} and, with on_error local, breaker_open).",
 		}, []string{"zone"}),
 	}
 }

@@ -140,6 +140,33 @@ func TestMetricsDryRunAndRedis(t *testing.T) {
 	}
 }
 
+// With on_error local, a request that Redis failed to decide is counted
+// once, as what the memory fallback decided: requests_total sums to the
+// requests (store_errors_total and breaker_open tell of the failure).
+func TestMetricsLocalFallbackCountedOnce(t *testing.T) {
+	srv := redistest.Start(t)
+	hs, reg := provisionCtx(t, `{"store":"redis","on_error":"local","redis":{"addresses":["`+srv.Addr+`"]},
+		"zones":[{"name":"l","key":"k","limits":[{"events":3,"window":"1h"}]}]}`)
+	h := hs[0]
+	srv.Stop()
+	const requests = 5
+	codes := map[int]int{}
+	for range requests {
+		codes[serve(h, newReq("192.0.2.1:1")).code]++
+	}
+	if codes[200] != 3 || codes[429] != 2 {
+		t.Fatalf("statuses %v, want 3 admitted and 2 denied by the fallback", codes)
+	}
+	for result, want := range map[string]float64{"allowed": 3, "denied": 2, "error": 0} {
+		if v, _ := metricValue(t, reg, "caddy_http_rate_limit_requests_total", "zone=l", "result="+result); v != want {
+			t.Errorf("requests_total{result=%s} = %v, want %v", result, v, want)
+		}
+	}
+	if v, _ := metricValue(t, reg, "caddy_http_rate_limit_store_errors_total", "zone=l"); v == 0 {
+		t.Error("store_errors_total = 0 with Redis stopped")
+	}
+}
+
 // The counters keep counting across a reload: the new config's registry
 // reports what was counted under the previous one, as long as a config
 // with the handler stays loaded.

@@ -20,8 +20,8 @@ fi
 
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
-# The first build downloads Caddy's modules and compiles about 600
-# packages: a few minutes on 2 cores. go build -v names each package as it
+# The first build downloads Caddy's modules and compiles about 1,000
+# packages (the standard library's included): a few minutes on 2 cores. go build -v names each package as it
 # is compiled; a line every 25 shows that it progresses.
 echo "run.sh: building ./cmd/caddy into bin/caddy (the first build takes a few minutes; later ones seconds)"
 mkdir -p bin
