@@ -174,7 +174,7 @@ func cmdZones(api *adminClient, _ caddycmd.Flags, w io.Writer) error {
 	for _, z := range zs.Zones {
 		var limits []string
 		for _, t := range z.Tiers {
-			limits = append(limits, fmt.Sprintf("%d per %s", t.Events, shortDuration(t.Window)))
+			limits = append(limits, fmt.Sprintf("%d per %s", t.Events, windowText(t.Window)))
 		}
 		line := fmt.Sprintf("%s: %s, %s, %s", z.Name, strings.Join(limits, " and "), z.Algorithm, z.Store)
 		if z.Keys != nil {
@@ -192,7 +192,7 @@ func cmdGet(api *adminClient, fl caddycmd.Flags, w io.Writer) error {
 	}
 	fmt.Fprintf(w, "zone %s, key %s\n", k.Zone, k.Key)
 	for _, t := range k.Tiers {
-		line := fmt.Sprintf("  %d of %d used per %s, %d remaining", t.Used, t.Limit, shortDuration(t.Window), t.Remaining)
+		line := fmt.Sprintf("  %d of %d used per %s, %d remaining", t.Used, t.Limit, windowText(t.Window), t.Remaining)
 		if t.Used > 0 {
 			line += ", whole again in " + shortDuration(t.ResetAfter)
 		}
@@ -253,11 +253,21 @@ func cmdUnblock(api *adminClient, fl caddycmd.Flags, w io.Writer) error {
 	for _, t := range s.Tiers {
 		if t.Remaining <= 0 {
 			fmt.Fprintf(w, "its %d per %s are used up: its next request is refused (and, with block_for, blocks it again); `caddy rate-limit reset` lets it through now\n",
-				t.Limit, shortDuration(t.Window))
+				t.Limit, windowText(t.Window))
 			break
 		}
 	}
 	return nil
+}
+
+// windowText is a window as policy names write it (windowName: "1d",
+// "90s", "1500ms"), from the API's duration string.
+func windowText(s string) string {
+	d, err := time.ParseDuration(s)
+	if err != nil || d <= 0 {
+		return s
+	}
+	return windowName(d)
 }
 
 // shortDuration drops the zero units of a Duration's string: "1m" rather

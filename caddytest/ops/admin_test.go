@@ -79,8 +79,8 @@ http://%s:%d {
 		t.Fatalf("zones: %v", zones)
 	}
 	out, err := rateLimitCLI(t, "zones")
-	if err != nil || !strings.Contains(out, memZone+": 2 per 1h and 10 per 24h, sliding_log, memory, keys held: 0") ||
-		!strings.Contains(out, redisZone+": 2 per 1h and 10 per 24h, sliding_log, redis") {
+	if err != nil || !strings.Contains(out, memZone+": 2 per 1h and 10 per 1d, sliding_log, memory, keys held: 0") ||
+		!strings.Contains(out, redisZone+": 2 per 1h and 10 per 1d, sliding_log, redis") {
 		t.Fatalf("rate-limit zones: %v\n%s", err, out)
 	}
 
@@ -94,7 +94,7 @@ http://%s:%d {
 			t.Fatalf("%s: GET key: %v", c.zone, key)
 		}
 		out, err := rateLimitCLI(t, "get", "--zone", c.zone, "--key", "team/a b")
-		if err != nil || !strings.Contains(out, "2 of 2 used per 1h, 0 remaining") || !strings.Contains(out, "2 of 10 used per 24h, 8 remaining") {
+		if err != nil || !strings.Contains(out, "2 of 2 used per 1h, 0 remaining") || !strings.Contains(out, "2 of 10 used per 1d, 8 remaining") {
 			t.Fatalf("%s: rate-limit get: %v\n%s", c.zone, err, out)
 		}
 
