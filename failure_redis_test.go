@@ -611,21 +611,21 @@ func TestDenyCacheHeldWhileBreakerOpen(t *testing.T) {
 			}
 			openBreaker(t, h, srv, "192.0.2.2:1")
 
-			failed := counterValue(t, z.m.failed)
+			failed := onErrorDecided(t, z)
 			for i := 0; i < 5; i++ {
 				res := serve(h, newReq("192.0.2.1:1"))
 				if ra, _ := strconv.Atoi(res.hdr.Get("Retry-After")); res.code != 429 || res.called || ra < 1 || ra > 60 {
 					t.Fatalf("denied key, request %d: code %d, Retry-After %q; want 429 until the denial's Retry-After", i, res.code, res.hdr.Get("Retry-After"))
 				}
 			}
-			if n := counterValue(t, z.m.failed) - failed; n != 0 {
+			if n := onErrorDecided(t, z) - failed; n != 0 {
 				t.Fatalf("%v requests of the denied key decided by on_error", n)
 			}
 			res := serve(h, newReq("192.0.2.3:1"))
 			if want := map[string]int{"open": 200, "closed": 503, "local": 200}[mode]; res.code != want {
 				t.Fatalf("a key never seen: code %d, want %d (on_error %s)", res.code, want, mode)
 			}
-			if n := counterValue(t, z.m.failed) - failed; n != 1 {
+			if n := onErrorDecided(t, z) - failed; n != 1 {
 				t.Fatalf("a key never seen: %v requests decided by on_error, want 1", n)
 			}
 		})

@@ -120,21 +120,21 @@ func TestLeaseHeldWhileBreakerOpen(t *testing.T) {
 			held := warmLease(t, h, srv.Addr, "lz")
 			openBreaker(t, h, srv, "192.0.2.2:1")
 
-			failed := counterValue(t, z.m.failed)
+			failed := onErrorDecided(t, z)
 			for i := int64(0); i < held; i++ {
 				res := serve(h, newReq("192.0.2.1:1"))
 				if res.code != 200 || !res.called || res.hdr.Get("X-RateLimit-Remaining") == "" {
 					t.Fatalf("request %d of the %d units held: code %d, headers %v; want admitted from the lease", i, held, res.code, res.hdr)
 				}
 			}
-			if n := counterValue(t, z.m.failed) - failed; n != 0 {
+			if n := onErrorDecided(t, z) - failed; n != 0 {
 				t.Fatalf("%v of the %d requests with a lease held decided by on_error", n, held)
 			}
 			res := serve(h, newReq("192.0.2.1:1"))
 			if want := map[string]int{"open": 200, "closed": 503, "local": 200}[mode]; res.code != want {
 				t.Fatalf("lease used up: code %d, want %d (on_error %s)", res.code, want, mode)
 			}
-			if n := counterValue(t, z.m.failed) - failed; n != 1 {
+			if n := onErrorDecided(t, z) - failed; n != 1 {
 				t.Fatalf("lease used up: %v requests decided by on_error, want 1", n)
 			}
 		})

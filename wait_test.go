@@ -157,6 +157,19 @@ func (a *admissions) expectOrder(t *testing.T, ids ...int) {
 	}
 }
 
+// onErrorDecided counts what on_error decided in zone z so far: the
+// requests counted as error (open, closed) and, with local, the keys its
+// fallback holds (each request of these tests that the fallback decides
+// is of a key of its own).
+func onErrorDecided(t *testing.T, z *zone) float64 {
+	t.Helper()
+	n := counterValue(t, z.m.failed)
+	if l, ok := z.fallback.(interface{ Len() int }); ok {
+		n += float64(l.Len())
+	}
+	return n
+}
+
 func counterValue(t *testing.T, c prometheus.Counter) float64 {
 	t.Helper()
 	var m dto.Metric
