@@ -146,8 +146,12 @@ func (s *SyncStore) Take(_ context.Context, key string, now time.Time, cost int6
 		}
 		// What this instance may still admit before the next sync is
 		// its budget's rest: the headers say so (a 429 of the budget
-		// says 0 remain, and when more pass again).
-		if left := p.budget - e.used; e.used > 0 && left <= rem {
+		// says 0 remain, and when more pass again). Also when a request
+		// is refused before the interval's first admission: the one
+		// request of any cost that may pass then is not counted on. A
+		// peek (cost 0: the admin API) with nothing admitted in the
+		// interval sees the window's rest.
+		if left := p.budget - e.used; (e.used > 0 || cost > 0) && left <= rem {
 			if left < rem {
 				more = 0 // the window has room for one more: the budget waits
 			}

@@ -125,6 +125,21 @@ func TestSyncSingleInstance(t *testing.T) {
 	if d, _ = s.Take(ctx, "big", at.Add(I), 1); !d.Allowed || d.Remaining != 1 {
 		t.Fatalf("after the sync: %+v", d)
 	}
+
+	// A refusal by the window before the interval's first admission says
+	// the budget's rest (2), not the window's (3): two requests of cost 1
+	// pass before the next sync, not three.
+	at = at.Add(2 * I)
+	clk.Set(at)
+	mustSync(t, ctx, s)
+	if d, _ = s.Take(ctx, "edge", at, E-3); !d.Allowed {
+		t.Fatalf("cost %d, nothing pending: %+v", E-3, d)
+	}
+	clk.Set(at.Add(I))
+	mustSync(t, ctx, s)
+	if d, _ = s.Take(ctx, "edge", at.Add(I), 4); d.Allowed || d.Remaining != 2 {
+		t.Fatalf("cost 4 with 3 left in the window, first of the interval: %+v, want refused with 2 remaining", d)
+	}
 }
 
 // TestSyncMatchesMemory: one instance whose budget never binds (a long
