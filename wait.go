@@ -2,6 +2,7 @@ package ratelimit
 
 import (
 	"context"
+	"math"
 	"slices"
 	"sync"
 	"time"
@@ -75,6 +76,7 @@ type waitLine struct {
 type waiter struct {
 	// promote ends the waiter's sleep when it becomes the head.
 	promote context.CancelFunc
+	cost    int64 // the units it asks for
 }
 
 func newWaitLines(max int) *waitLines {
@@ -94,9 +96,13 @@ const (
 // join puts w at the end of key's line. d is the request's own denial,
 // made at now, or nil when it did not ask the store: then it joins only a
 // line that exists. wait is how long after a denial the key is asked again
-// (see zone.retryWait). It returns, except when joined, the denial to
-// reject the request with.
-func (wl *waitLines) join(key string, w *waiter, d *algorithms.Decision, now, deadline time.Time, wait func(algorithms.Decision) time.Duration) (res joinResult, head bool, denial algorithms.Decision) {
+// (see zone.retryWait); behind, if not nil, reports whether a request
+// behind waiters for ahead units cannot be let through before the
+// deadline, given the key's latest denial as seen now (see
+// zone.shapedBehind). It returns, except when joined, the denial to reject
+// the request with.
+func (wl *waitLines) join(key string, w *waiter, d *algorithms.Decision, now, deadline time.Time, wait func(algorithms.Decision) time.Duration,
+	behind func(last algorithms.Decision, ahead int64, left time.Duration) (algorithms.Decision, bool)) (res joinResult, head bool, denial algorithms.Decision) {
 	wl.mu.Lock()
 	defer wl.mu.Unlock()
 	l := wl.lines[key]
@@ -106,6 +112,15 @@ func (wl *waitLines) join(key string, w *waiter, d *algorithms.Decision, now, de
 	last, lastAt := l.latest(d, now)
 	if lastAt.Add(wait(last)).After(deadline) {
 		return tooLate, false, since(last, lastAt, now)
+	}
+	if l != nil && behind != nil {
+		var ahead int64
+		for _, x := range l.waiters {
+			ahead = min(ahead, math.MaxInt64-x.cost) + x.cost
+		}
+		if denial, late := behind(since(last, lastAt, now), ahead, deadline.Sub(now)); late {
+			return tooLate, false, denial
+		}
 	}
 	if wl.n >= wl.max {
 		return full, false, since(last, lastAt, now)
@@ -251,10 +266,14 @@ func (h *Handler) waitTurn(ctx context.Context, z *zone, key string, cost int64,
 	st := z.store
 	wctx, promote := context.WithCancel(ctx)
 	defer promote()
-	w := &waiter{promote: promote}
+	w := &waiter{promote: promote, cost: cost}
+	var behind func(algorithms.Decision, int64, time.Duration) (algorithms.Decision, bool)
+	if z.shape {
+		behind = z.shapedBehind
+	}
 	for {
 		now := h.now()
-		res, head, denial := z.waiters.join(key, w, own, now, deadline, z.retryWait)
+		res, head, denial := z.waiters.join(key, w, own, now, deadline, z.retryWait, behind)
 		switch res {
 		case noLine:
 			d, dst, err := h.take(ctx, z, key, cost, down)
@@ -382,6 +401,28 @@ func (z *zone) shapedTooLate(d algorithms.Decision, left time.Duration) (algorit
 	d.RetryAfter = max(d.ResetAfter-z.maxWait, time.Microsecond)
 	d.MoreAfter = d.RetryAfter
 	return d, true
+}
+
+// shapedBehind is shapedTooLate for a request that joins a line behind
+// waiters for ahead units: each of them is held until the water ahead of
+// it has drained, so the request leaves no sooner than the water d saw
+// (d.ResetAfter) and those units have drained at d's tier's rate. A
+// request that would wait in line only to be rejected at max_wait is
+// rejected at once.
+func (z *zone) shapedBehind(d algorithms.Decision, ahead int64, left time.Duration) (algorithms.Decision, bool) {
+	if ahead <= 0 || d.Tier < 0 || d.Tier >= len(z.tiers) {
+		return d, false
+	}
+	t := z.tiers[d.Tier]
+	// A unit drains in Window/Events; the units ahead, in ahead times
+	// that (at most forever: a Duration's largest).
+	per := float64(t.Window) / float64(t.Events)
+	if drain := float64(d.ResetAfter) + per*float64(ahead); drain < math.MaxInt64 {
+		d.ResetAfter = time.Duration(drain)
+	} else {
+		d.ResetAfter = math.MaxInt64
+	}
+	return z.shapedTooLate(d, left)
 }
 
 // releaseShaped gives back the places that takeOrWait took for the shaped

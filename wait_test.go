@@ -616,3 +616,33 @@ func TestShapingTooLateRejectedAtOnce(t *testing.T) {
 	a.expectOrder(t, 0, 1, 2)
 	expectNoWaiters(t, h)
 }
+
+// A request that joins a shaping line behind more waiters than max_wait
+// lets leave is rejected at once, with the Retry-After a request sent
+// again with a max_wait of its own could pass at, instead of after
+// waiting max_wait in line; the line is admitted in order.
+func TestShapingBehindLineRejectedAtOnce(t *testing.T) {
+	c := newStepClock()
+	// A unit leaks every second; the bucket holds 2; max_wait 3s.
+	h := provision(t, `{"zones":[{"name":"l","algorithm":"leaky_bucket","key":"k","on_limit":"wait",
+		"max_wait":"3s","limits":[{"events":2,"window":"2s"}]}]}`, c)
+	a := newAdmissions(c)
+	for id := range 4 {
+		// 0 and 1 admitted, held 0 and 1s; 2 waits for room (1s), held
+		// until 2s; 3, behind it, leaves at 3s: within max_wait.
+		a.serve(h, id, newReq("192.0.2.1:1"))
+	}
+	for id := 4; id < 6; id++ {
+		// Behind 2 and 3: the 2s of water now, then their 2 units,
+		// leave at 4s > 3s.
+		a.serve(h, id, newReq("192.0.2.1:1"))
+		res := a.result(t, id) // returned before the clock moved
+		if res.code != 429 || res.called {
+			t.Fatalf("request %d: code %d, called %v", id, res.code, res.called)
+		}
+		expectHeaders(t, res, map[string]string{"Retry-After": "1", "RateLimit": `"l";r=0;t=1`})
+	}
+	c.drain(t)
+	a.expectOrder(t, 0, 1, 2, 3)
+	expectNoWaiters(t, h)
+}
