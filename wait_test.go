@@ -590,59 +590,46 @@ func TestShapingHoldsWithinMaxWaiters(t *testing.T) {
 	expectNoWaiters(t, h)
 }
 
-// A shaped request that the bucket could not let out within max_wait,
-// however long it waited in line for room, is rejected at once (not
-// after waiting), with Retry-After when a retry could pass and t equal to
-// it.
+// A shaped request that cannot leave within max_wait is rejected at once
+// (not after waiting), with Retry-After when a retry could pass and t
+// equal to it: one the bucket could not let out in time however long it
+// waited for room, and one behind waiters in line whose units the bucket
+// could not let out first in time. The others are admitted in order.
 func TestShapingTooLateRejectedAtOnce(t *testing.T) {
-	c := newStepClock()
-	// A unit leaks every 2s; a full bucket (3) drains in 6s > max_wait 5s.
-	h := provision(t, `{"zones":[{"name":"l","algorithm":"leaky_bucket","key":"k","on_limit":"wait",
-		"max_wait":"5s","limits":[{"events":3,"window":"6s"}]}]}`, c)
-	a := newAdmissions(c)
-	for id := range 3 { // held 0, 2s and 4s
-		a.serve(h, id, newReq("192.0.2.1:1"))
+	for _, tc := range []struct {
+		name, limits, maxWait string
+		admitted, rejected    int
+		retry                 string
+	}{
+		// A unit leaks every 2s; a full bucket (3) drains in 6s > 5s: a
+		// retry 1s later waits 1s for room, then is held 4s.
+		{"bucket", `{"events":3,"window":"6s"}`, "5s", 3, 2, "1"},
+		// A unit leaks every second, the bucket holds 2: the third waits
+		// 1s for room and is held until 2s, the fourth leaves at 3s; the
+		// next, behind them, at 4s > 3s.
+		{"line", `{"events":2,"window":"2s"}`, "3s", 4, 2, "1"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := newStepClock()
+			h := provision(t, `{"zones":[{"name":"l","algorithm":"leaky_bucket","key":"k","on_limit":"wait",
+				"max_wait":"`+tc.maxWait+`","limits":[`+tc.limits+`]}]}`, c)
+			a := newAdmissions(c)
+			order := make([]int, tc.admitted)
+			for id := range tc.admitted {
+				a.serve(h, id, newReq("192.0.2.1:1"))
+				order[id] = id
+			}
+			for id := tc.admitted; id < tc.admitted+tc.rejected; id++ {
+				a.serve(h, id, newReq("192.0.2.1:1"))
+				res := a.result(t, id) // returned before the clock moved
+				if res.code != 429 || res.called {
+					t.Fatalf("request %d: code %d, called %v", id, res.code, res.called)
+				}
+				expectHeaders(t, res, map[string]string{"Retry-After": tc.retry, "RateLimit": `"l";r=0;t=` + tc.retry})
+			}
+			c.drain(t)
+			a.expectOrder(t, order...)
+			expectNoWaiters(t, h)
+		})
 	}
-	for id := 3; id < 5; id++ {
-		a.serve(h, id, newReq("192.0.2.1:1"))
-		res := a.result(t, id) // returned before the clock moved
-		if res.code != 429 || res.called {
-			t.Fatalf("request %d: code %d, called %v", id, res.code, res.called)
-		}
-		// A retry 1s later waits 1s for room, then is held 4s: 5s.
-		expectHeaders(t, res, map[string]string{"Retry-After": "1", "RateLimit": `"l";r=0;t=1`})
-	}
-	c.drain(t)
-	a.expectOrder(t, 0, 1, 2)
-	expectNoWaiters(t, h)
-}
-
-// A request that joins a shaping line behind more waiters than max_wait
-// lets leave is rejected at once, with the Retry-After a request sent
-// again with a max_wait of its own could pass at, instead of after
-// waiting max_wait in line; the line is admitted in order.
-func TestShapingBehindLineRejectedAtOnce(t *testing.T) {
-	c := newStepClock()
-	// A unit leaks every second; the bucket holds 2; max_wait 3s.
-	h := provision(t, `{"zones":[{"name":"l","algorithm":"leaky_bucket","key":"k","on_limit":"wait",
-		"max_wait":"3s","limits":[{"events":2,"window":"2s"}]}]}`, c)
-	a := newAdmissions(c)
-	for id := range 4 {
-		// 0 and 1 admitted, held 0 and 1s; 2 waits for room (1s), held
-		// until 2s; 3, behind it, leaves at 3s: within max_wait.
-		a.serve(h, id, newReq("192.0.2.1:1"))
-	}
-	for id := 4; id < 6; id++ {
-		// Behind 2 and 3: the 2s of water now, then their 2 units,
-		// leave at 4s > 3s.
-		a.serve(h, id, newReq("192.0.2.1:1"))
-		res := a.result(t, id) // returned before the clock moved
-		if res.code != 429 || res.called {
-			t.Fatalf("request %d: code %d, called %v", id, res.code, res.called)
-		}
-		expectHeaders(t, res, map[string]string{"Retry-After": "1", "RateLimit": `"l";r=0;t=1`})
-	}
-	c.drain(t)
-	a.expectOrder(t, 0, 1, 2, 3)
-	expectNoWaiters(t, h)
 }
