@@ -133,6 +133,30 @@ func TestBlockForWait(t *testing.T) {
 	}
 }
 
+// TestBlockBeyondMaxWait: a key blocked for longer than max_wait is
+// rejected at once with the block's time left as Retry-After and t, in a
+// zone that shapes (leaky_bucket) as in the others.
+func TestBlockBeyondMaxWait(t *testing.T) {
+	for _, alg := range []string{"sliding_log", "gcra", "leaky_bucket"} {
+		t.Run(alg, func(t *testing.T) {
+			clock := newClock()
+			h := provision(t, `{"zones":[{"name":"w","key":"k","algorithm":"`+alg+`","on_limit":"wait","max_wait":"2s",
+				"limits":[{"events":5,"window":"1s"}]}]}`, clock)
+			if _, err := zoneBlocker(t, h).Block(context.Background(), "k", time.Time{}, 10*time.Second); err != nil {
+				t.Fatal(err)
+			}
+			res := serve(h, newReq("192.0.2.1:1"))
+			if res.code != 429 || res.called {
+				t.Fatalf("a block beyond max_wait: %d, called %v", res.code, res.called)
+			}
+			expectHeaders(t, res, map[string]string{"Retry-After": "10", "RateLimit": `"w";r=0;t=10`})
+			if s := clock.Slept(); len(s) != 0 {
+				t.Fatalf("slept %v for a block beyond max_wait", s)
+			}
+		})
+	}
+}
+
 // TestBlockForCountStatus: a count_status zone blocks at the denial up
 // front, once the counted responses reach the limit.
 func TestBlockForCountStatus(t *testing.T) {

@@ -84,7 +84,7 @@ func rateLimitSubcommands() []rateLimitSub {
 	return []rateLimitSub{
 		{name: "zones", short: "Lists the zones of the running config", run: cmdZones},
 		{name: "get", short: "Shows a key's use per limit", key: true, run: cmdGet},
-		{name: "reset", short: "Forgets what a key has used", key: true, run: keyDone(http.MethodDelete, "", "reset key %s in zone %s: its next request finds it whole")},
+		{name: "reset", short: "Forgets what a key has used", key: true, run: cmdReset},
 		{name: "block", short: "Refuses a key for a while", key: true, run: cmdBlock},
 		{name: "unblock", short: "Lifts a key's block", key: true, run: cmdUnblock},
 	}
@@ -206,19 +206,6 @@ func cmdGet(api *adminClient, fl caddycmd.Flags, w io.Writer) error {
 	return nil
 }
 
-// keyDone returns the command that sends method to the key's route (plus
-// suffix, without a body) and prints what, given the key and the zone.
-func keyDone(method, suffix, what string) func(*adminClient, caddycmd.Flags, io.Writer) error {
-	return func(api *adminClient, fl caddycmd.Flags, w io.Writer) error {
-		k, err := keyCall(api, fl, method, suffix, nil)
-		if err != nil {
-			return err
-		}
-		fmt.Fprintf(w, what+"\n", k.Key, k.Zone)
-		return nil
-	}
-}
-
 func cmdBlock(api *adminClient, fl caddycmd.Flags, w io.Writer) error {
 	d, err := caddy.ParseDuration(fl.String("for"))
 	if err != nil || d <= 0 {
@@ -233,6 +220,24 @@ func cmdBlock(api *adminClient, fl caddycmd.Flags, w io.Writer) error {
 		until = k.BlockedUntil.Local().Format(time.DateTime)
 	}
 	fmt.Fprintf(w, "blocked key %s in zone %s until %s\n", k.Key, k.Zone, until)
+	return nil
+}
+
+// cmdReset forgets what a key has used, and says when a block stays: a
+// reset does not lift it (unblock does), so the key's next request is
+// refused all the same.
+func cmdReset(api *adminClient, fl caddycmd.Flags, w io.Writer) error {
+	k, err := keyCall(api, fl, http.MethodDelete, "", nil)
+	if err != nil {
+		return err
+	}
+	s, err := keyCall(api, fl, http.MethodGet, "", nil)
+	if err == nil && s.BlockedUntil != nil && s.BlockedUntil.After(time.Now()) {
+		fmt.Fprintf(w, "reset key %s in zone %s, but it stays blocked until %s: its next request is refused; `caddy rate-limit unblock` lifts the block\n",
+			k.Key, k.Zone, s.BlockedUntil.Local().Format(time.DateTime))
+		return nil
+	}
+	fmt.Fprintf(w, "reset key %s in zone %s: its next request finds it whole\n", k.Key, k.Zone)
 	return nil
 }
 

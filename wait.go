@@ -395,7 +395,9 @@ func (z *zone) holdShaped(d algorithms.Decision, left time.Duration) (algorithms
 // own, could pass (it would wait in line for room, then be held until
 // then: d.ResetAfter - max_wait).
 func (z *zone) shapedTooLate(d algorithms.Decision, left time.Duration) (algorithms.Decision, bool) {
-	if !z.shape || d.ResetAfter <= left {
+	if !z.shape || d.Blocked || d.ResetAfter <= left {
+		// A blocked key's wait is its block's (its Retry-After), which
+		// join weighs.
 		return d, false
 	}
 	d.RetryAfter = max(d.ResetAfter-z.maxWait, time.Microsecond)
@@ -410,7 +412,7 @@ func (z *zone) shapedTooLate(d algorithms.Decision, left time.Duration) (algorit
 // request that would wait in line only to be rejected at max_wait is
 // rejected at once.
 func (z *zone) shapedBehind(d algorithms.Decision, ahead int64, left time.Duration) (algorithms.Decision, bool) {
-	if ahead <= 0 || d.Tier < 0 || d.Tier >= len(z.tiers) {
+	if ahead <= 0 || d.Blocked || d.Tier < 0 || d.Tier >= len(z.tiers) {
 		return d, false
 	}
 	t := z.tiers[d.Tier]

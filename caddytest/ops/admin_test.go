@@ -130,6 +130,13 @@ http://%s:%d {
 		if out, err := rateLimitCLI(t, "get", "--zone", c.zone, "--key", "blocked one"); err != nil || !strings.Contains(out, "blocked until") {
 			t.Fatalf("%s: rate-limit get of a blocked key: %v\n%s", c.zone, err, out)
 		}
+		// A reset keeps the block, and says so.
+		if out, err := rateLimitCLI(t, "reset", "--zone", c.zone, "--key", "blocked one"); err != nil || !strings.Contains(out, "but it stays blocked until") || strings.Contains(out, "finds it whole") {
+			t.Fatalf("%s: rate-limit reset of a blocked key: %v\n%s", c.zone, err, out)
+		}
+		if r := live.Get(t, "/", hdr...); r.Code != 429 {
+			t.Fatalf("%s: request of a blocked key after a reset: %d, want 429", c.zone, r.Code)
+		}
 		if out, err := rateLimitCLI(t, "unblock", "--zone", c.zone, "--key", "blocked one"); err != nil || !strings.Contains(out, "unblocked key blocked one") || strings.Contains(out, "used up") {
 			t.Fatalf("%s: rate-limit unblock: %v\n%s", c.zone, err, out)
 		}
