@@ -304,9 +304,6 @@ func (h *Handler) provisionZone(ctx caddy.Context, zc *Zone, lz *loadZones, plac
 	if len(zc.CountStatus) > 0 {
 		z.countStatus = zc.CountStatus
 	}
-	if z.wait {
-		z.waiters = newWaitLines(zc.MaxWaiters)
-	}
 	if strings.Contains(zc.Cost, "{") {
 		z.costTmpl = zc.Cost
 	} else {
@@ -383,6 +380,14 @@ func (h *Handler) provisionZone(ctx caddy.Context, zc *Zone, lz *loadZones, plac
 
 	if err := h.zoneStores(z, lim, storeKey{scope: h.rt.opts.poolScope, config: storeID}); err != nil {
 		return nil, err
+	}
+	if z.wait {
+		wc, err := h.pooledStore(z.name, storeKey{scope: h.rt.opts.poolScope, config: storeID + "\x00waiters"},
+			func() (caddy.Destructor, error) { return new(waitCount), nil })
+		if err != nil {
+			return nil, err
+		}
+		z.waiters = newWaitLines(zc.MaxWaiters, &wc.(*waitCount).Int64)
 	}
 
 	z.m = h.rt.metrics.forZone(z.name, h.storeLabel())

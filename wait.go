@@ -5,6 +5,7 @@ import (
 	"math"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"go.uber.org/zap"
@@ -54,11 +55,33 @@ const (
 
 // waitLines are the lines of one zone's waiting requests, per key.
 type waitLines struct {
-	max int // the most waiters over all keys (max_waiters)
+	max  int64         // the most waiters over all keys (max_waiters)
+	held *atomic.Int64 // the zone's waiters in every config load (see waitCount)
 
 	mu    sync.Mutex
-	n     int                  // waiters over all keys
+	n     int                  // this config load's waiters over all keys
 	lines map[string]*waitLine // keys with waiters only
+}
+
+// waitCount is how many requests a zone holds waiting over the config
+// loads that define it, pooled across reloads: after a reload the old
+// config's waiters wait on (up to their max_wait) in lines of its own,
+// and max_waiters bounds them together with the new config's.
+type waitCount struct{ atomic.Int64 }
+
+func (*waitCount) Destruct() error { return nil }
+
+// take takes a place among the zone's waiters: false when it holds max.
+func (wl *waitLines) take() bool {
+	for {
+		n := wl.held.Load()
+		if n >= wl.max {
+			return false
+		}
+		if wl.held.CompareAndSwap(n, n+1) {
+			return true
+		}
+	}
 }
 
 // waitLine is the line of one key.
@@ -79,8 +102,10 @@ type waiter struct {
 	cost    int64 // the units it asks for
 }
 
-func newWaitLines(max int) *waitLines {
-	return &waitLines{max: max, lines: make(map[string]*waitLine)}
+// newWaitLines returns the lines of a zone with max_waiters max, whose
+// waiters over its config loads held counts.
+func newWaitLines(max int, held *atomic.Int64) *waitLines {
+	return &waitLines{max: int64(max), held: held, lines: make(map[string]*waitLine)}
 }
 
 // joinResult is what join did.
@@ -122,7 +147,7 @@ func (wl *waitLines) join(key string, w *waiter, d *algorithms.Decision, now, de
 			return tooLate, false, denial
 		}
 	}
-	if wl.n >= wl.max {
+	if !wl.take() {
 		return full, false, since(last, lastAt, now)
 	}
 	if l == nil {
@@ -140,7 +165,7 @@ func (wl *waitLines) join(key string, w *waiter, d *algorithms.Decision, now, de
 func (wl *waitLines) hold() bool {
 	wl.mu.Lock()
 	defer wl.mu.Unlock()
-	if wl.n >= wl.max {
+	if !wl.take() {
 		return false
 	}
 	wl.n++
@@ -152,6 +177,7 @@ func (wl *waitLines) release() {
 	wl.mu.Lock()
 	wl.n--
 	wl.mu.Unlock()
+	wl.held.Add(-1)
 }
 
 // latest is the newer of the line's denial and d (at now); l may be nil
@@ -194,6 +220,7 @@ func (wl *waitLines) leave(key string, w *waiter, now time.Time) algorithms.Deci
 		}
 		l.waiters = slices.Delete(l.waiters, i, i+1)
 		wl.n--
+		wl.held.Add(-1)
 		if i == 0 && len(l.waiters) > 0 {
 			l.waiters[0].promote()
 		}

@@ -280,6 +280,45 @@ func TestWaitMaxWaitersRejectsAtOnce(t *testing.T) {
 	expectNoWaiters(t, h)
 }
 
+// max_waiters bounds a zone's waiters across a reload: the old config's
+// requests still waiting count against the new config's bound, and their
+// places come back as they leave.
+func TestWaitMaxWaitersAcrossReload(t *testing.T) {
+	c := newStepClock()
+	const config = `{"zones":[{"name":"w","key":"k","on_limit":"wait","max_wait":"1m","max_waiters":2,
+		"limits":[{"events":1,"window":"1s"}]}]}`
+	scope := "reload " + strconv.FormatInt(poolScopes.Add(1), 10)
+	load := func() *Handler { // a config load, in the one pool scope
+		h := new(Handler)
+		if err := json.Unmarshal([]byte(config), h); err != nil {
+			t.Fatal(err)
+		}
+		if err := h.provision(testContext(t), provisionOptions{now: c.Now, sleep: c.Sleep, poolScope: scope}); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { h.Cleanup() })
+		return h
+	}
+	old := load()
+	a := newAdmissions(c)
+	for i := range 3 { // 0 admitted, 1 and 2 wait: the zone holds 2
+		a.serve(old, i, newReq("192.0.2.1:1"))
+	}
+	reloaded := load()
+	a.serve(reloaded, 3, newReq("192.0.2.1:1"))
+	if res := a.result(t, 3); res.code != 429 || res.called {
+		t.Fatalf("the new config's request while the old one's 2 wait: code %d, called %v; want rejected at once", res.code, res.called)
+	}
+	c.drain(t)
+	a.expectOrder(t, 0, 1, 2)
+	expectNoWaiters(t, old)
+	a.serve(reloaded, 4, newReq("192.0.2.1:1"))
+	c.drain(t)
+	if res := a.result(t, 4); res.code != 200 {
+		t.Fatalf("once the old config's waiters left: %d", res.code)
+	}
+}
+
 // A waiter whose client goes away leaves the line at once; when it was the
 // head, the next waits out the rest of the retry interval without asking
 // the store, and gets in when the one who left would have.
