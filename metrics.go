@@ -17,7 +17,7 @@ import (
 //	caddy_http_rate_limit_decision_seconds{store}       histogram: time to decide one zone
 //	caddy_http_rate_limit_store_errors_total{zone}      failed Redis calls (errors and timeouts)
 //	caddy_http_rate_limit_breaker_open{zone}            1 while the Redis circuit breaker is open
-//	caddy_http_rate_limit_keys{zone}                    keys held in memory (memory store, on_error local fallback)
+//	caddy_http_rate_limit_keys{zone}                    keys held in memory (memory store, on_error local fallback, lease, sync_interval)
 const (
 	metricsNamespace = "caddy"
 	metricsSubsystem = "http_rate_limit"
@@ -196,7 +196,7 @@ type zoneCollector struct {
 func newZoneCollector() *zoneCollector {
 	return &zoneCollector{
 		keysDesc: prometheus.NewDesc(prometheus.BuildFQName(metricsNamespace, metricsSubsystem, "keys"),
-			"Keys held in memory by a zone (memory store, or the on_error local fallback).", []string{"zone"}, nil),
+			"Keys held in memory by a zone (memory store, the on_error local fallback, lease, sync_interval).", []string{"zone"}, nil),
 		breakerDesc: prometheus.NewDesc(prometheus.BuildFQName(metricsNamespace, metricsSubsystem, "breaker_open"),
 			"1 while a circuit breaker of a zone's Redis is open (Redis failing: on_error decides; on a Cluster, one master's), else 0.", []string{"zone"}, nil),
 		zones: make(map[*zone]struct{}),
