@@ -210,13 +210,35 @@ func (m *Migration) Finish() {
 // Failover makes the replica at replica take over from its master with
 // CLUSTER FAILOVER (a coordinated failover: no write is lost) and waits
 // until it serves as master and every node reports cluster_state:ok.
+//
+// Redis gives a manual failover up after 5 s (CLUSTER_MF_TIMEOUT) when
+// the master's offset or the other masters' votes do not come in time, as
+// on a loaded machine, and the replica stays one: it is asked again once
+// that time has passed, up to failoverTries times.
 func (c *Cluster) Failover(tb testing.TB, replica string) {
 	tb.Helper()
-	if _, err := Do(replica, "CLUSTER", "FAILOVER"); err != nil {
-		tb.Fatalf("redistest: %s: CLUSTER FAILOVER: %v", replica, err)
+	var info string
+	for range failoverTries {
+		if _, err := Do(replica, "CLUSTER", "FAILOVER"); err != nil {
+			tb.Fatalf("redistest: %s: CLUSTER FAILOVER: %v", replica, err)
+		}
+		for end := time.Now().Add(failoverWait); time.Now().Before(end); time.Sleep(20 * time.Millisecond) {
+			var err error
+			if info, err = Do(replica, "INFO", "replication"); err == nil && strings.Contains(info, "role:master") {
+				c.WaitMaster(tb, replica)
+				return
+			}
+		}
 	}
-	c.WaitMaster(tb, replica)
+	tb.Fatalf("redistest: %s: still a replica after %d CLUSTER FAILOVERs:\n%s", replica, failoverTries, info)
 }
+
+// failoverTries and failoverWait: how often Failover asks, and how long
+// it waits for each, longer than Redis's manual failover timeout (5 s).
+const (
+	failoverTries = 4
+	failoverWait  = 7 * time.Second
+)
 
 // WaitMaster waits until the node at addr reports role:master (a replica
 // that took over, by CLUSTER FAILOVER or because its master failed) and
