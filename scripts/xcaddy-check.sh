@@ -12,6 +12,14 @@ set -euo pipefail
 
 XCADDY_VERSION=${XCADDY_VERSION:-v0.4.7}
 
+# xcaddy's default build adds -trimpath and -tags nobadger,nomysql,nopgx to
+# `go build`, which make Go compile every one of Caddy's ~1,000 packages again
+# (minutes on 2 cores) instead of reusing what scripts/test.sh's vet step
+# compiled in the same build cache, with the same CGO_ENABLED=0 that xcaddy
+# sets. The link flags stay xcaddy's; set XCADDY_GO_BUILD_FLAGS (even to " ")
+# to build another way.
+export XCADDY_GO_BUILD_FLAGS=${XCADDY_GO_BUILD_FLAGS:-"-ldflags '-w -s'"}
+
 if ! command -v go >/dev/null 2>&1; then
 	export PATH="$PATH:/usr/local/go/bin"
 fi
