@@ -1004,40 +1004,70 @@ func TestErrorRoutesMayMatch(t *testing.T) {
 		mh := caddyhttp.MatchHost(hosts)
 		return caddyhttp.MatcherSets{{&mh}}
 	}
-	errRoute := func(matchers string) caddyhttp.Route {
-		var sets caddyhttp.RawMatcherSets
-		if matchers != "" {
-			if err := json.Unmarshal([]byte(matchers), &sets); err != nil {
-				t.Fatal(err)
+	// byStatus is the handle of a site's handle_errors blocks, as the
+	// Caddyfile writes it, one block a status expression ("" for none).
+	byStatus := func(exprs ...string) string {
+		var routes []string
+		for _, e := range exprs {
+			m := ""
+			if e != "" {
+				m = `"match":[{"expression":` + strconv.Quote(e) + `}],`
 			}
+			routes = append(routes, `{`+m+`"handle":[{"handler":"subroute","routes":[{"handle":[{"handler":"static_response"}]}]}]}`)
 		}
-		return caddyhttp.Route{MatcherSetsRaw: sets}
+		return `,"handle":[{"handler":"subroute","routes":[` + strings.Join(routes, ",") + `]}]`
 	}
+	const (
+		in404     = "{http.error.status_code} in [404, 410]"
+		in429     = "{http.error.status_code} in [404, 429]"
+		range4xx  = "{http.error.status_code} >= 400 && {http.error.status_code} <= 499"
+		range5xx  = "{http.error.status_code} >= 500 && {http.error.status_code} <= 599"
+		otherExpr = "{http.request.uri.path} == '/x'"
+	)
 	for _, tc := range []struct {
 		ours   caddyhttp.MatcherSets
-		theirs []string
+		theirs []string // error routes' JSON
 		want   bool
 	}{
-		{hostSet("b.test"), []string{`[{"host":["a.test"]}]`}, false},
-		{hostSet("b.test", "c.test"), []string{`[{"host":["a.test"]}]`, `[{"host":["d.test"]}]`}, false},
-		{hostSet("b.test"), []string{`[{"host":["a.test","B.test"]}]`}, true},
-		{hostSet("b.test"), []string{`[{"host":["*.test"]}]`}, true},
-		{hostSet("b.test"), []string{`[{"host":["{env.HOST}"]}]`}, true},
-		{hostSet("b.test"), []string{``}, true},
-		{hostSet("b.test"), []string{`[{"path":["/x"]}]`}, true},
-		{hostSet("b.test"), []string{`[{"host":["a.test"],"path":["/x"]}]`}, true},
-		{hostSet("*.test"), []string{`[{"host":["a.test"]}]`}, true},
-		{nil, []string{`[{"host":["a.test"]}]`}, true},
-		{caddyhttp.MatcherSets{{caddyhttp.MatchPath{"/"}}}, []string{`[{"host":["a.test"]}]`}, true},
+		{hostSet("b.test"), []string{`{"match":[{"host":["a.test"]}]}`}, false},
+		{hostSet("b.test", "c.test"), []string{`{"match":[{"host":["a.test"]}]}`, `{"match":[{"host":["d.test"]}]}`}, false},
+		{hostSet("b.test"), []string{`{"match":[{"host":["a.test","B.test"]}]}`}, true},
+		{hostSet("b.test"), []string{`{"match":[{"host":["*.test"]}]}`}, true},
+		{hostSet("b.test"), []string{`{"match":[{"host":["*.wild.test"]}]}`}, false},
+		{hostSet("b.test"), []string{`{"match":[{"host":["*.*"]}]}`}, true},
+		{hostSet("x.b.test"), []string{`{"match":[{"host":["*.test"]}]}`}, false},
+		{hostSet("*.b.test"), []string{`{"match":[{"host":["x.B.test"]}]}`}, true},
+		{hostSet("*.b.test"), []string{`{"match":[{"host":["x.c.test"]}]}`}, false},
+		{hostSet("b.test"), []string{`{"match":[{"host":["{env.HOST}"]}]}`}, true},
+		{hostSet("b.test"), []string{`{}`}, true},
+		{hostSet("b.test"), []string{`{"match":[{"path":["/x"]}]}`}, true},
+		{hostSet("b.test"), []string{`{"match":[{"host":["a.test"],"path":["/x"]}]}`}, true},
+		{hostSet("*.test"), []string{`{"match":[{"host":["a.test"]}]}`}, true},
+		{nil, []string{`{"match":[{"host":["a.test"]}]}`}, true},
+		{caddyhttp.MatcherSets{{caddyhttp.MatchPath{"/"}}}, []string{`{"match":[{"host":["a.test"]}]}`}, true},
+		// The site's own handle_errors, for other statuses only.
+		{hostSet("b.test"), []string{`{"match":[{"host":["b.test"]}]` + byStatus(in404) + `}`}, false},
+		{hostSet("b.test"), []string{`{"match":[{"host":["b.test"]}]` + byStatus(in404, range5xx) + `}`}, false},
+		{nil, []string{`{` + byStatus(in404)[1:] + `}`}, false},
+		{hostSet("b.test"), []string{`{"match":[{"host":["b.test"]}]` + byStatus(in429) + `}`}, true},
+		{hostSet("b.test"), []string{`{"match":[{"host":["b.test"]}]` + byStatus(range4xx) + `}`}, true},
+		{hostSet("b.test"), []string{`{"match":[{"host":["b.test"]}]` + byStatus(in404, "") + `}`}, true},
+		{hostSet("b.test"), []string{`{"match":[{"host":["b.test"]}]` + byStatus(in404+" || "+range4xx) + `}`}, true},
+		{hostSet("b.test"), []string{`{"match":[{"host":["b.test"]}]` + byStatus(otherExpr) + `}`}, true},
+		{hostSet("b.test"), []string{`{"match":[{"host":["b.test"]}]` + byStatus(in404+" && true") + `}`}, true},
 	} {
 		srv := &caddyhttp.Server{
 			Routes: caddyhttp.RouteList{{MatcherSets: tc.ours, HandlersRaw: raw}},
 			Errors: &caddyhttp.HTTPErrorConfig{},
 		}
-		for _, m := range tc.theirs {
-			srv.Errors.Routes = append(srv.Errors.Routes, errRoute(m))
+		for _, js := range tc.theirs {
+			var r caddyhttp.Route
+			if err := json.Unmarshal([]byte(js), &r); err != nil {
+				t.Fatalf("%s: %v", js, err)
+			}
+			srv.Errors.Routes = append(srv.Errors.Routes, r)
 		}
-		if got := errorRoutesMayMatch(srv); got != tc.want {
+		if got := errorRoutesMayMatch(srv, 429); got != tc.want {
 			t.Errorf("ours %v, theirs %v: got %v, want %v", tc.ours, tc.theirs, got, tc.want)
 		}
 	}

@@ -230,7 +230,7 @@ func (h *Handler) provision(ctx caddy.Context, opts provisionOptions) error {
 	h.rt.dryRun = h.DryRun
 	h.rt.jitter = h.Jitter
 	h.rt.problemDetails = h.ProblemDetails
-	h.rt.errorRoutes = errorRoutesFor(ctx)
+	h.rt.errorRoutes = errorRoutesFor(ctx, h.rt.status)
 	if err := h.provisionPlaceholders(ctx); err != nil {
 		return err
 	}

@@ -93,6 +93,7 @@ func NewClient(opts *redis.UniversalOptions, o ClientOptions) *Client {
 	}
 	probe := c.Probe
 	if cc, ok := c.UniversalClient.(*redis.ClusterClient); ok {
+		cc.OnNewNode(func(node *redis.Client) { node.AddHook(emptySlotMapHook{}) })
 		c.cluster = cc
 		probe = c.probeSlotMap
 	}

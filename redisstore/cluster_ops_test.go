@@ -477,3 +477,24 @@ func TestPipelinerAnswersOtherSlotsFirst(t *testing.T) {
 	}
 	m.Finish()
 }
+
+// A node in no cluster among the addresses (one that del-node removed and
+// left running) answers CLUSTER SLOTS with no slot: a client must take its
+// slot map from another node, never send keys to a node at random.
+func TestClusterNodeWithoutSlotsIgnored(t *testing.T) {
+	cl := redistest.StartCluster(t, 3, 0)
+	lone := redistest.StartLoneNode(t)
+	seeds := &redistest.Cluster{Addrs: append([]string{lone.Addr}, cl.Addrs...)}
+	ctx := context.Background()
+	// Each new client loads its slot map from an address taken at random:
+	// without the fix, one in four takes the lone node's, and then about
+	// one key in four goes to it.
+	for i := range 40 {
+		c := clusterOpsClient(t, seeds)
+		for _, slot := range []int{0, 8000, 16000} {
+			if err := c.Set(ctx, fmt.Sprintf("rlops:{%s}lone", slotTag(slot)), i, time.Minute).Err(); err != nil {
+				t.Fatalf("client %d, slot %d: %v", i, slot, err)
+			}
+		}
+	}
+}

@@ -41,14 +41,7 @@ func StartCluster(tb testing.TB, masters, replicas int) *Cluster {
 		if err := os.Mkdir(nodeDir, 0o755); err != nil {
 			tb.Fatal(err)
 		}
-		s := newServer(tb, nodeDir, []string{
-			"--cluster-enabled", "yes",
-			"--cluster-config-file", filepath.Join(nodeDir, "nodes.conf"),
-			"--cluster-node-timeout", "2000",
-		})
-		s.cluster = true
-		cl.Servers = append(cl.Servers, s)
-		tb.Cleanup(s.Stop)
+		cl.Servers = append(cl.Servers, newClusterNode(tb, nodeDir))
 	}
 	for i, s := range cl.Servers {
 		wg.Add(1)
@@ -78,6 +71,32 @@ func StartCluster(tb testing.TB, masters, replicas int) *Cluster {
 
 	waitReply(tb, cl.Addrs, "cluster_state:ok", "CLUSTER", "INFO")
 	return cl
+}
+
+// newClusterNode returns a cluster-enabled node, not started, in dir, that
+// is stopped when the test ends.
+func newClusterNode(tb testing.TB, dir string) *Server {
+	s := newServer(tb, dir, []string{
+		"--cluster-enabled", "yes",
+		"--cluster-config-file", filepath.Join(dir, "nodes.conf"),
+		"--cluster-node-timeout", "2000",
+	})
+	s.cluster = true
+	tb.Cleanup(s.Stop)
+	return s
+}
+
+// StartLoneNode starts a cluster-enabled redis-server that is in no
+// cluster, as is a node that `redis-cli --cluster del-node` removed and
+// left running: it answers CLUSTER SLOTS with an empty map.
+func StartLoneNode(tb testing.TB) *Server {
+	tb.Helper()
+	need(tb, "redis-server")
+	s := newClusterNode(tb, tb.TempDir())
+	if err := s.start(); err != nil {
+		tb.Fatalf("redistest: lone cluster node: %v", err)
+	}
+	return s
 }
 
 // Stop stops every node of the cluster.
