@@ -32,6 +32,9 @@ type Client struct {
 	// pipe coalesces the decisions of concurrent requests into pipelines.
 	pipe *Pipeliner
 
+	// master, on Sentinel, moves pipe's connection to a new master.
+	master *masterWatch
+
 	probeTimeout time.Duration
 	probePrefix  string // the key_prefix of the probe's key
 }
@@ -70,6 +73,10 @@ func NewClient(opts *redis.UniversalOptions, o ClientOptions) *Client {
 		probePrefix:     o.KeyPrefix,
 	}
 	c.pipe = NewDirectPipeliner(c.UniversalClient, opts.WriteTimeout+opts.ReadTimeout)
+	if opts.MasterName != "" && c.pipe.direct != nil && len(opts.Addrs) > 0 {
+		c.master = newMasterWatch(opts)
+		c.pipe.direct.d.master = c.master
+	}
 	c.newBreaker = func(master string, probe func(context.Context) error) *breaker.Breaker {
 		var b *breaker.Breaker
 		b = breaker.New(breaker.Options{
@@ -123,6 +130,9 @@ func (c *Client) Destruct() error {
 	c.closeMasters()
 	c.breaker.Close()
 	c.pipe.Close()
+	if c.master != nil {
+		c.master.close()
+	}
 	return c.UniversalClient.Close()
 }
 

@@ -37,6 +37,12 @@ type directConn struct {
 	raw  syscall.RawConn
 	peek func(fd uintptr) bool
 	open bool
+
+	// master, on a Sentinel client, counts the master's changes; gen is
+	// its count when nc was dialed: nc is on an old master when they
+	// differ.
+	master *masterWatch
+	gen    uint64
 }
 
 // directOptions returns c's options when a Pipeliner can talk to its node
@@ -91,6 +97,9 @@ func deadlineDue(at, now time.Time, t time.Duration) bool {
 // dial connects, authenticates and selects the database, as go-redis does
 // for a connection of its pool.
 func (d *directConn) dial() error {
+	if d.master != nil {
+		d.gen = d.master.gen.Load() // before the dial: a change during it dials again
+	}
 	ctx := context.Background()
 	if d.opts.DialTimeout > 0 {
 		var cancel context.CancelFunc
@@ -174,6 +183,11 @@ func (d *directConn) send(calls []*scriptCall, idle bool) error {
 		// Closed by Redis while idle (a restart, CLIENT KILL, a
 		// timeout): the calls go on a new connection, as go-redis's
 		// pool would send them.
+		d.close()
+	}
+	if d.nc != nil && d.master != nil && d.gen != d.master.gen.Load() {
+		// The master changed (a failover): the old one may still take
+		// writes, which the new one would never see.
 		d.close()
 	}
 	if d.nc == nil {
