@@ -184,21 +184,25 @@ func (h *Handler) zoneStores(z *zone, lim algorithms.Limiter, key storeKey) erro
 		z.fallback = m
 	}
 	opts := redisstore.Options{KeyPrefix: h.rt.redisConf.KeyPrefix, Zone: z.name, BlockFor: z.blockFor}
-	if h.SyncInterval > 0 {
-		// Two-layer: decisions are local (no Redis call, no breaker);
-		// the store pushes its counts every interval, through the
-		// handler's client: one store per client.
+	// The two-layer and leasing stores decide under the limits they were
+	// made with, one store per Redis client: other limits or another
+	// client make another (the counts in Redis carry over).
+	var pooled string
+	if h.SyncInterval > 0 || h.Lease > 0 {
 		redisKey, err := h.rt.redisConf.poolKey()
 		if err != nil {
 			return err
 		}
-		// The two-layer store decides under the limits it was made
-		// with: other limits make another (its Redis counts carry over).
 		limits, err := json.Marshal(lim.Config())
 		if err != nil {
 			return err
 		}
-		key.config += "\x00sync\x00" + string(redisKey) + "\x00" + string(limits)
+		pooled = string(redisKey) + "\x00" + string(limits)
+	}
+	if h.SyncInterval > 0 {
+		// Two-layer: decisions are local (no Redis call, no breaker);
+		// the store pushes its counts every interval.
+		key.config += "\x00sync\x00" + pooled
 		st, err := h.syncStore(lim, z.name, opts, key)
 		if err != nil {
 			return err
@@ -211,11 +215,7 @@ func (h *Handler) zoneStores(z *zone, lim algorithms.Limiter, key storeKey) erro
 		// Leasing: local decisions from leased units, a Redis call per
 		// lease (the breaker and on_error apply to it); the store gives
 		// back its leases when unloaded.
-		redisKey, err := h.rt.redisConf.poolKey()
-		if err != nil {
-			return err
-		}
-		key.config += "\x00lease\x00" + string(redisKey)
+		key.config += "\x00lease\x00" + pooled
 		st, err := h.pooledStore(z.name, key, func() (caddy.Destructor, error) {
 			return redisstore.NewLeaseStore(h.rt.redis, lim, opts, redisstore.LeaseOptions{
 				Duration: time.Duration(h.Lease),

@@ -352,6 +352,29 @@ func TestRedisReloadKeepsCounts(t *testing.T) {
 	testReloadKeepsCounts(t, "rx_reload", "\t\tstore redis\n"+caddytesting.RedisBlock(srv.Addr)+"\t\ton_error closed\n")
 }
 
+// TestRedisLeaseReloadNewLimits: with leasing, a reload that changes a
+// zone's limits applies them at once; the lease's keys name the limits, so
+// the zone counts afresh under them.
+func TestRedisLeaseReloadNewLimits(t *testing.T) {
+	srv := redistest.Start(t)
+	site := func(events int) string {
+		return live.Site(caddytesting.Zone("rx_lease_relimit", caddytesting.ClientKey, fmt.Sprintf("limit %d 1h", events))+
+			"\t\tstore redis\n"+caddytesting.RedisBlock(srv.Addr)+"\t\tlease 1s\n\t\ton_error closed\n", respondOK)
+	}
+	live.LoadSites(t, site(5))
+	live.ExpectCodes(t, "/", clientA(), 200, 200)
+	for _, events := range []int{6, 2} {
+		live.LoadSites(t, site(events))
+		codes := make([]int, events+1)
+		for i := range codes {
+			codes[i] = 200
+		}
+		codes[events] = 429
+		r := live.ExpectCodes(t, "/", clientA(), codes...)
+		caddytesting.ExpectHeader(t, r, "X-RateLimit-Limit", strconv.Itoa(events))
+	}
+}
+
 func TestRedisExactAcrossInstances(t *testing.T) {
 	const (
 		clients  = 64
