@@ -69,13 +69,17 @@ func (h *Handler) drainFor() time.Duration {
 	return d
 }
 
+// drainPoll is how often releaseWhenIdle looks whether the handler's
+// requests have ended.
+const drainPoll = 20 * time.Millisecond
+
 // releaseWhenIdle releases keys once no request of the handler is in
 // flight any more and no lease waits for its release to be retried (the
 // Redis client they need is among keys), or after drainFor.
 func (h *Handler) releaseWhenIdle(keys []any) {
 	deadline := time.Now().Add(h.drainFor())
 	for (h.rt.inflight.Load() > 0 || h.rt.releases.pending() > 0) && time.Now().Before(deadline) {
-		time.Sleep(20 * time.Millisecond)
+		time.Sleep(drainPoll)
 	}
 	if err := releasePoolKeys(keys); err != nil {
 		h.rt.logger.Error("releasing rate limit state", zap.Error(err))
