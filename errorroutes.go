@@ -148,9 +148,6 @@ func hostsMeet(a, b []string) bool {
 }
 
 func hostMeets(x, y string) bool {
-	if !strings.Contains(x, "*") && !strings.Contains(y, "*") {
-		return strings.EqualFold(x, y)
-	}
 	xs, ys := strings.Split(x, "."), strings.Split(y, ".")
 	if len(xs) != len(ys) {
 		return false

@@ -186,7 +186,8 @@ func (h *Handler) zoneStores(z *zone, lim algorithms.Limiter, key storeKey) erro
 	opts := redisstore.Options{KeyPrefix: h.rt.redisConf.KeyPrefix, Zone: z.name, BlockFor: z.blockFor}
 	// The two-layer and leasing stores decide under the limits they were
 	// made with, one store per Redis client: other limits or another
-	// client make another (the counts in Redis carry over).
+	// client make another (the two-layer counts in Redis carry over; the
+	// lease's keys name the limits, so it counts afresh).
 	var pooled string
 	if h.SyncInterval > 0 || h.Lease > 0 {
 		redisKey, err := h.rt.redisConf.poolKey()
