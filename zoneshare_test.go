@@ -4,7 +4,6 @@ import (
 	"encoding/json"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
@@ -130,6 +129,7 @@ func TestZoneConflict(t *testing.T) {
 // whichever handlers name it; a changed limit starts afresh; once every
 // config that names it is gone, it is released.
 func TestReloadKeepsState(t *testing.T) {
+	var released []any // the pool keys of the handlers cleaned up
 	// Load 1: two handlers (two sites) with the zone.
 	load1 := testContext(t)
 	a1, err := provisionInLoad(t, load1, shared5, &caddyhttp.Server{Listen: []string{":8080"}})
@@ -155,6 +155,7 @@ func TestReloadKeepsState(t *testing.T) {
 	if got := remaining(t, a2); got != "2" {
 		t.Fatalf("a2: remaining %s, want 2 (count carried over)", got)
 	}
+	released = append(append(released, a1.rt.poolKeys...), b1.rt.poolKeys...)
 	cleanupAll(t, a1, b1)
 	if got := remaining(t, a2); got != "1" {
 		t.Fatalf("a2 after load 1 is gone: remaining %s, want 1", got)
@@ -170,6 +171,7 @@ func TestReloadKeepsState(t *testing.T) {
 	if got := remaining(t, a3); got != "2" {
 		t.Fatalf("changed limit: remaining %s, want 2 (count carried over)", got)
 	}
+	released = append(append(released, a2.rt.poolKeys...), a3.rt.poolKeys...)
 	cleanupAll(t, a2, a3)
 
 	// Everything released: a new load starts from scratch, and the pool
@@ -182,20 +184,18 @@ func TestReloadKeepsState(t *testing.T) {
 	if got := remaining(t, a4); got != "4" {
 		t.Fatalf("after all cleanups: remaining %s, want 4", got)
 	}
-	// The store, the load's zones, the counters, the registry's metrics.
-	// A test before may have left a handler draining (its requests in
-	// flight at its Cleanup): its entries go within drainPoll of its last
-	// request's end.
-	n := 0
-	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(drainPoll) {
-		n = 0
-		pool.Range(func(k, v any) bool { n++; return true })
-		if n == 4 || time.Now().After(deadline) {
-			break
-		}
+	// Of the entries the earlier loads held, only those a4 holds too are
+	// left (another test's handler still draining is not counted).
+	ours := make(map[any]bool)
+	for _, k := range a4.rt.poolKeys {
+		ours[k] = true
 	}
-	if n != 4 {
-		t.Errorf("pool holds %d entries, want 4", n)
+	left := make(map[any]bool)
+	pool.Range(func(k, v any) bool { left[k] = true; return true })
+	for _, k := range released {
+		if left[k] && !ours[k] {
+			t.Errorf("pool still holds %v after every handler using it was cleaned up", k)
+		}
 	}
 }
 
