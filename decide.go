@@ -156,6 +156,9 @@ func (h *Handler) take(ctx context.Context, z *zone, key string, cost int64, dow
 			}
 			return d, z.store, nil
 		}
+		if u, ok := errors.AsType[*store.Unsettled](err); ok {
+			h.forgetLater(z, key, u) // a lease Redis may still take
+		}
 		if ctx.Err() != nil {
 			// The client went away: not a failure of the store.
 			return d, z.store, err

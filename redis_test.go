@@ -364,6 +364,34 @@ func TestRedisFailedReleaseRetried(t *testing.T) {
 	}
 }
 
+// A concurrency take that times out on a hung Redis (stopped here) is run
+// by Redis once it goes on, after its request had its on_error answer:
+// the lease it makes, known to no request, is given back once Redis
+// answers, not held for its window (an hour here). The key is admitted
+// again, up to its limit.
+func TestRedisTimedOutTakeForgotten(t *testing.T) {
+	srv := redistest.Start(t)
+	h := provision(t, `{"store":"redis","on_error":"open","redis":{"addresses":["`+srv.Addr+`"],"read_timeout":"100ms"},
+		"zones":[{"name":"cc_lost","key":"k","algorithm":"concurrency","limits":[{"events":1,"window":"1h"}]}]}`, nil)
+	if res := serve(h, newReq("192.0.2.1:1")); res.code != 200 { // the connection and the script
+		t.Fatalf("first request: %d", res.code)
+	}
+	srv.Pause()
+	res := serve(h, newReq("192.0.2.1:1"))
+	srv.Resume()
+	if res.code != 200 || !res.called {
+		t.Fatalf("request on a hung Redis (on_error open): %d", res.code)
+	}
+	storetest.WaitFor(t, "the lost take's lease given back", func() bool { return leasesHeld(t, srv.Addr, "cc_lost") == 0 })
+	release := serveHeld(h, newReq("192.0.2.1:1"))
+	if res := serve(h, newReq("192.0.2.1:1")); res.code != 429 {
+		t.Errorf("a second request in flight: %d, want 429", res.code)
+	}
+	if res := release(); res.code != 200 {
+		t.Errorf("the request in flight: %d, want 200", res.code)
+	}
+}
+
 // leasesHeld is how many concurrency leases zone's keys hold in the Redis
 // at addr.
 func leasesHeld(t *testing.T, addr, zone string) int64 {

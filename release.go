@@ -9,6 +9,8 @@ import (
 	"github.com/caddyserver/caddy/v2"
 	"github.com/redis/go-redis/v9"
 	"go.uber.org/zap"
+
+	"github.com/zonelimit/caddy-ratelimit/store"
 )
 
 // pendingReleases holds the concurrency leases whose release failed (a
@@ -27,6 +29,9 @@ type pendingReleases struct {
 type pendingRelease struct {
 	t     taken
 	until time.Time // the lease has expired on its own by then
+	// forget, when set, gives back instead a lease whose take failed
+	// (store.Unsettled): Redis may have taken it all the same.
+	forget func(context.Context) error
 }
 
 const (
@@ -60,20 +65,33 @@ func (h *Handler) releaseFailed(t *taken, err error) {
 
 // releaseLater queues t's release for a retry.
 func (h *Handler) releaseLater(t *taken) {
+	h.queueRelease(pendingRelease{t: *t})
+}
+
+// forgetLater queues the forget of a take of key in zone z that failed
+// unsettled (see store.Unsettled): once Redis answers, the lease that take
+// may have made is given back, or kept from being made.
+func (h *Handler) forgetLater(z *zone, key string, u *store.Unsettled) {
+	h.queueRelease(pendingRelease{t: taken{z: z, key: key}, forget: u.Forget})
+}
+
+// queueRelease queues it for a retry, until its zone's window has passed.
+func (h *Handler) queueRelease(it pendingRelease) {
 	p := h.rt.releases
 	if p == nil {
 		return
 	}
 	window := time.Duration(0)
-	if len(t.z.tiers) > 0 {
-		window = t.z.tiers[0].Window
+	if len(it.t.z.tiers) > 0 {
+		window = it.t.z.tiers[0].Window
 	}
+	it.until = time.Now().Add(window)
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if len(p.items) >= maxPendingReleases {
 		return
 	}
-	p.items = append(p.items, pendingRelease{t: *t, until: time.Now().Add(window)})
+	p.items = append(p.items, it)
 	if !p.running {
 		p.running = true
 		go h.retryReleases(p)
@@ -104,7 +122,12 @@ func (h *Handler) retryReleases(p *pendingReleases) {
 				left = append(left, it)
 				continue
 			}
-			err := t.st.Undo(context.Background(), t.key, time.Time{}, t.cost, t.d)
+			var err error
+			if it.forget != nil {
+				err = it.forget(context.Background())
+			} else {
+				err = t.st.Undo(context.Background(), t.key, time.Time{}, t.cost, t.d)
+			}
 			switch {
 			case err == nil:
 				h.rt.logger.Debug("released a concurrency lease on a retry", zap.String("zone", t.z.name))

@@ -35,7 +35,9 @@ package algorithms
 //
 // Tokens are never 0 and grow with time (at least the current µs), so a
 // token from a state that was swept and recreated cannot release a lease
-// of the new state.
+// of the new state. The Redis twin differs here only: its caller makes the
+// token (unique across instances), so that a take whose answer was lost
+// can be given back by it (see redisstore's concurrency.lua).
 
 import (
 	"slices"

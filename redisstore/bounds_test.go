@@ -70,6 +70,7 @@ func TestBoundsLargestValues(t *testing.T) {
 				rng := rand.New(rand.NewSource(int64(ci)))
 				costs := []int64{1, 2, 3, M / 3, M / 2, M - 1, M, M + 1, 2 * M, 3 * M, math.MaxInt64}
 				var decs []algorithms.Decision
+				var toks []uint64 // the Redis store's tokens of decs
 				var costOf []int64
 				at := time.Duration(0)
 				for i := 0; i < 80; i++ {
@@ -93,7 +94,7 @@ func TestBoundsLargestValues(t *testing.T) {
 						j := rng.Intn(len(decs))
 						if decs[j].Allowed {
 							ref.Undo(now, costOf[j], decs[j])
-							if err := rs.Undo(ctx, "k", now, costOf[j], decs[j]); err != nil {
+							if err := rs.Undo(ctx, "k", now, costOf[j], withToken(decs[j], toks[j])); err != nil {
 								t.Fatalf("step %d: Undo: %v", i, err)
 							}
 							decs[j].Allowed = false // undone once
@@ -117,7 +118,7 @@ func TestBoundsLargestValues(t *testing.T) {
 					} else {
 						denied++
 					}
-					decs, costOf = append(decs, want), append(costOf, cost)
+					decs, toks, costOf = append(decs, want), append(toks, got.Token), append(costOf, cost)
 				}
 			})
 		}

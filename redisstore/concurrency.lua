@@ -3,9 +3,21 @@
 -- request holding a lease that expires after `window` on its own (a crashed
 -- instance never blocks a key for longer than that).
 --
--- KEYS[1]  hash: t = latest instant seen (µs), k = last token, h = units held
--- KEYS[2]  sorted set of leases: member "<token>:<cost>", score = expiry (µs)
--- ARGV[5]  (undo) the token of the lease to release
+-- The caller makes a lease's token (unique across instances, below 2^53),
+-- not the script: a take whose answer was lost (a Redis slower than the
+-- caller's timeout) may still run here later, and its caller can then give
+-- back, by that token, a lease it never saw. That give-back (a forget)
+-- leaves a tombstone when it comes first, which the late take consumes
+-- instead of taking a slot.
+--
+-- KEYS[1]  hash: t = latest instant seen (µs), k = last token drawn here
+--          (by versions that drew them; kept for them), h = units held,
+--          x = expiry of the newest tombstone (µs; absent: none)
+-- KEYS[2]  sorted set: a lease is member "<token>:<cost>" scored by its
+--          expiry (µs); a tombstone "f<token>" scored by its own (cost 0)
+-- ARGV[1]  "0" take, "1" undo (a release), "2" peek, "3" forget (a release
+--          of a take whose answer was lost: a tombstone if it has not run)
+-- ARGV[5]  the lease's token: the take's new one, or the one to give back
 -- ARGV[8], ARGV[9]  events, window_us (exactly one tier)
 local refused = blocked()
 if refused then return refused end
@@ -18,18 +30,21 @@ local function lease_cost(member)
   return tonumber(c) or 0
 end
 
-local st = redis.call('HMGET', hkey, 't', 'k', 'h')
+local st = redis.call('HMGET', hkey, 't', 'k', 'h', 'x')
 local exists = st[1] ~= false
-local last, last_token, held = 0, 0, 0
+local last, last_token, held, tomb = 0, 0, 0, 0
 if exists then
   last, last_token, held = tonumber(st[1]), tonumber(st[2]) or 0, tonumber(st[3]) or 0
+  tomb = tonumber(st[4]) or 0
 elseif redis.call('EXISTS', zkey) == 1 then
   -- The hash is gone but leases remain (evicted): rebuild it from them.
   local all = redis.call('ZRANGE', zkey, 0, -1)
   for _, m in ipairs(all) do
     held = held + lease_cost(m)
     local tok = tonumber(string.match(m, '^(%d+):'))
-    if tok and tok > last_token then last_token = tok end
+    -- k only for the versions that drew tokens here (time-like, below 2^52)
+    if tok and tok > last_token and tok < 4503599627370496 then last_token = tok end
+    if string.sub(m, 1, 1) == 'f' then tomb = NOW + window end -- at most that late
   end
   exists = true
 end
@@ -49,7 +64,11 @@ local function save()
   local newest = redis.call('ZRANGE', zkey, -1, -1, 'WITHSCORES')
   if #newest == 2 then horizon = math.max(tonumber(newest[2]) - t, 0) end
   if PEEK then return horizon end
-  redis.call('HSET', hkey, 't', str(last), 'k', str(last_token), 'h', str(held))
+  if tomb > t then
+    redis.call('HSET', hkey, 't', str(last), 'k', str(last_token), 'h', str(held), 'x', str(tomb))
+  else
+    redis.call('HSET', hkey, 't', str(last), 'k', str(last_token), 'h', str(held))
+  end
   local ttl = ttl_ms(horizon)
   redis.call('PEXPIRE', hkey, ttl)
   redis.call('PEXPIRE', zkey, ttl)
@@ -76,14 +95,33 @@ if MODE == '1' then
   return 0
 end
 
+if MODE == '3' then
+  -- The take's own cost: its lease is exactly this member if it ran.
+  if redis.call('ZREM', zkey, ARGV[5] .. ':' .. ARGV[3]) == 1 then
+    held = held - COST
+  else
+    -- The take has not run (or never will): a tombstone it consumes,
+    -- living as long as its lease would.
+    local ends = t + window
+    redis.call('ZADD', zkey, str(ends), 'f' .. ARGV[5])
+    if ends > tomb then tomb = ends end
+  end
+  save()
+  return 0
+end
+
 local allowed, token, retry = 0, 0, 0
+if COST > 0 and tomb > t and redis.call('ZREM', zkey, 'f' .. ARGV[5]) == 1 then
+  -- Forgotten before it ran: its caller has had its answer (an error)
+  -- and nobody reads this one. Nothing is taken.
+  save()
+  return {0, 0, events, 0, 0, 0, 0, 0, 0}
+end
 if COST <= events and held + COST <= events then
   allowed = 1
   if COST > 0 then
-    token = last_token + 1
-    if t > token then token = t end
-    last_token = token
-    redis.call('ZADD', zkey, str(t + window), str(token) .. ':' .. str(COST))
+    token = ARGV[5] + 0
+    redis.call('ZADD', zkey, str(t + window), ARGV[5] .. ':' .. str(COST))
     held = held + COST
   end
 elseif COST > events then

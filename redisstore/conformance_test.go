@@ -143,7 +143,8 @@ func timeline(rng *rand.Rand, alg string, cfg algorithms.Config, n int) []op {
 }
 
 // diffDecision describes how got differs from want ("" when they agree):
-// Allowed, Tier, Limit, Remaining and Token exactly, the durations
+// Allowed, Tier, Limit and Remaining exactly, whether a lease was made
+// (Token not 0: the Store makes its own tokens, see newTokens), the durations
 // (ResetAfter, MoreAfter, RetryAfter, Delay) within a millisecond (inexact)
 // or exactly (exact).
 func diffDecision(want, got algorithms.Decision, exact bool) string {
@@ -156,7 +157,7 @@ func diffDecision(want, got algorithms.Decision, exact bool) string {
 		return d > tol || d < -tol
 	}
 	if want.Allowed != got.Allowed || want.Tier != got.Tier || want.Limit != got.Limit ||
-		want.Remaining != got.Remaining || want.Token != got.Token ||
+		want.Remaining != got.Remaining || (want.Token == 0) != (got.Token == 0) ||
 		far(want.ResetAfter, got.ResetAfter) || far(want.MoreAfter, got.MoreAfter) ||
 		far(want.RetryAfter, got.RetryAfter) || far(want.Delay, got.Delay) {
 		return fmt.Sprintf("\n\tgo:    %+v\n\tredis: %+v", want, got)
@@ -245,8 +246,9 @@ const (
 
 // playStep plays step i of ops on the memory store ref and the Redis store
 // rs: an undo of an earlier admitted step (once), or a Take, whose two
-// decisions it returns (and records ref's in decs).
-func playStep(ctx context.Context, ref, rs store.Store, ops []op, decs []algorithms.Decision, undone []bool, i int) (want, got algorithms.Decision, s stepped, err error) {
+// decisions it returns (and records ref's in decs, the token of rs's in
+// toks: an undo gives each store its own).
+func playStep(ctx context.Context, ref, rs store.Store, ops []op, decs []algorithms.Decision, toks []uint64, undone []bool, i int) (want, got algorithms.Decision, s stepped, err error) {
 	o := ops[i]
 	now := t0.Add(o.at)
 	if o.undo > 0 {
@@ -258,7 +260,7 @@ func playStep(ctx context.Context, ref, rs store.Store, ops []op, decs []algorit
 		if err := ref.Undo(ctx, o.key, now, o.cost, decs[j]); err != nil {
 			return want, got, stepUndone, err
 		}
-		if err := rs.Undo(ctx, o.key, now, o.cost, decs[j]); err != nil {
+		if err := rs.Undo(ctx, o.key, now, o.cost, withToken(decs[j], toks[j])); err != nil {
 			return want, got, stepUndone, fmt.Errorf("Undo: %w", err)
 		}
 		return want, got, stepUndone, nil
@@ -270,7 +272,14 @@ func playStep(ctx context.Context, ref, rs store.Store, ops []op, decs []algorit
 	if got, err = rs.Take(ctx, o.key, now, o.cost); err != nil {
 		return want, got, stepTaken, fmt.Errorf("Take: %w", err)
 	}
+	toks[i] = got.Token
 	return want, got, stepTaken, nil
+}
+
+// withToken returns d with token: the Redis store's own for d's lease.
+func withToken(d algorithms.Decision, token uint64) algorithms.Decision {
+	d.Token = token
+	return d
 }
 
 // player plays a timeline of ops step by step (playStep) and counts what
@@ -279,18 +288,19 @@ func playStep(ctx context.Context, ref, rs store.Store, ops []op, decs []algorit
 type player struct {
 	ops                    []op
 	decs                   []algorithms.Decision
+	toks                   []uint64
 	undone                 []bool
 	allowed, denied, undos int
 }
 
 func newPlayer(ops []op) *player {
-	return &player{ops: ops, decs: make([]algorithms.Decision, len(ops)), undone: make([]bool, len(ops))}
+	return &player{ops: ops, decs: make([]algorithms.Decision, len(ops)), toks: make([]uint64, len(ops)), undone: make([]bool, len(ops))}
 }
 
 // play plays step i on the memory store ref and the Redis store rs, and
 // returns their decisions and whether the step was a Take.
 func (p *player) play(ctx context.Context, ref, rs store.Store, i int) (want, got algorithms.Decision, taken bool, err error) {
-	want, got, step, err := playStep(ctx, ref, rs, p.ops, p.decs, p.undone, i)
+	want, got, step, err := playStep(ctx, ref, rs, p.ops, p.decs, p.toks, p.undone, i)
 	if err != nil {
 		return want, got, false, err
 	}
@@ -429,6 +439,7 @@ func TestConformanceHandwritten(t *testing.T) {
 				rs.setMargin(time.Hour)
 				st := l.NewState()
 				decs := make([]algorithms.Decision, len(ops))
+				toks := make([]uint64, len(ops))
 				for i, o := range ops {
 					now := t0.Add(o.at)
 					if o.undo > 0 {
@@ -437,7 +448,7 @@ func TestConformanceHandwritten(t *testing.T) {
 							continue
 						}
 						st.Undo(now, o.cost, d)
-						if err := rs.Undo(ctx, o.key, now, o.cost, d); err != nil {
+						if err := rs.Undo(ctx, o.key, now, o.cost, withToken(d, toks[o.undo-1])); err != nil {
 							t.Fatal(err)
 						}
 						continue
@@ -447,7 +458,7 @@ func TestConformanceHandwritten(t *testing.T) {
 					if err != nil {
 						t.Fatal(err)
 					}
-					decs[i] = want
+					decs[i], toks[i] = want, got.Token
 					if d := diffDecision(want, got, false); d != "" {
 						t.Errorf("%s cfg %d timeline %d step %d: decisions differ:%s\n%s", alg, ci, ti, i, d, history(ops[:i+1], decs))
 						break

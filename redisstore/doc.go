@@ -58,8 +58,10 @@
 //	leaky_bucket    <...>:lb:<d>        string: the same as token_bucket
 //	gcra            <...>:gcra:<d>      string: last instant, per tier the TAT
 //	                                    and the interval and tau it was saved under
-//	concurrency     <...>:cc:<d>        hash: last instant, last token, held
-//	                <...>:cc:<d>:l      sorted set of leases scored by expiry
+//	concurrency     <...>:cc:<d>        hash: last instant, last token, held,
+//	                                    newest tombstone's expiry
+//	                <...>:cc:<d>:l      sorted set of leases (and tombstones)
+//	                                    scored by expiry
 //
 // A string state is decimal integers separated by spaces, read with the
 // key's block by one MGET and written with its TTL by one SET PX
@@ -91,7 +93,9 @@
 // per-process id, a per-process store number and a per-store atomic
 // counter, in base 36, passed in by the Store; see sliding_log.lua for the
 // score); a
-// concurrency lease is "<token>:<cost>", where the token is drawn inside
-// the script exactly as the Go twin draws it (max(last token + 1, now µs)),
-// so Decision.Token maps to its lease deterministically.
+// concurrency lease is "<token>:<cost>", where the token is made by the
+// Store (a random per-Store start in [2^52, 2^52+2^51) plus a counter:
+// unique across instances and exact in Lua's doubles), not drawn in the
+// script as the Go twin draws it: a Take whose answer was lost can then be
+// forgotten by its token (see concurrency.lua).
 package redisstore

@@ -8,6 +8,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"net"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -31,6 +32,35 @@ var instanceID = func() string {
 	}
 	return strconv.FormatUint(binary.LittleEndian.Uint64(b[:]), 36)
 }()
+
+// newTokens returns a Store's first concurrency lease token less one:
+// random in [2^52, 2^52+2^51), so that its tokens stay below 2^53 (exact
+// in the script's doubles), above the time-like tokens that versions
+// drawing them in the script made (µs since 1970: below 2^52 until 2112),
+// and apart from other Stores' and instances'.
+func newTokens() uint64 {
+	var b [8]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		panic(err)
+	}
+	return 1<<52 + binary.LittleEndian.Uint64(b[:])&(1<<51-1)
+}
+
+// mayRunLater reports whether a call that failed with err may still run in
+// Redis: unless Redis answered it (an error reply), or it never left (a
+// closed client, a connection that could not be made or taken).
+func mayRunLater(err error) bool {
+	var re redis.Error
+	var op *net.OpError
+	switch {
+	case errors.As(err, &re), errors.Is(err, redis.ErrClosed),
+		errors.Is(err, redis.ErrPoolTimeout), errors.Is(err, redis.ErrPoolExhausted):
+		return false
+	case errors.As(err, &op) && op.Op == "dial":
+		return false
+	}
+	return true
+}
 
 // Options names a Store's keys.
 type Options struct {
@@ -66,7 +96,11 @@ type Store struct {
 	maxCost int64    // costs above it decide as it does (see Take)
 	counter atomic.Uint64
 	idHead  string // "<instance id>-<store id>-"
-	pipe    *Pipeliner
+	// tokens + counter is a concurrency lease's token: unique across
+	// Stores and instances (see newTokens), made here rather than in the
+	// script so that a take whose answer was lost can be forgotten.
+	tokens uint64
+	pipe   *Pipeliner
 	// blockLimit is the Limit of a blocked decision (store.BlockLimit).
 	blockLimit int64
 	blockFor   string // block_for in µs, the last ARGV
@@ -107,6 +141,7 @@ func NewStore(c redis.UniversalClient, l algorithms.Limiter, o Options) (*Store,
 		script:   sc,
 		head:     head,
 		idHead:   instanceID + "-" + strconv.FormatUint(storeSeq.Add(1), 36) + "-",
+		tokens:   newTokens(),
 		pipe:     o.Pipeliner,
 		blockFor: strconv.FormatInt(blockUS, 10),
 	}
@@ -184,6 +219,7 @@ func (s *Store) Under(l algorithms.Limiter) (store.Store, error) {
 		script:   s.script,
 		head:     s.head,
 		idHead:   instanceID + "-" + strconv.FormatUint(storeSeq.Add(1), 36) + "-",
+		tokens:   newTokens(),
 		pipe:     s.pipe,
 		blockFor: s.blockFor,
 	}
@@ -254,9 +290,10 @@ func (s *Store) scriptKeys(key string) []string {
 
 // Modes of a script call (ARGV[1]), boxed once.
 var (
-	modeTake any = "0"
-	modeUndo any = "1"
-	noNow    any = ""
+	modeTake   any = "0"
+	modeUndo   any = "1"
+	modeForget any = "3"
+	noNow      any = ""
 )
 
 // args returns ARGV: the common arguments (see lib.lua), then the
@@ -276,13 +313,22 @@ func (s *Store) args(mode any, now time.Time, cost int64, extra string) []any {
 // now is zero) with one EVALSHA.
 func (s *Store) Take(ctx context.Context, key string, now time.Time, cost int64) (algorithms.Decision, error) {
 	c := storeCall{s: s, key: key, now: now, cost: min(cost, s.maxCost)}
-	if s.script.member {
+	switch {
+	case s.script.member:
 		c.n = s.counter.Add(1)
+	case s.script.byToken:
+		c.n = s.tokens + s.counter.Add(1)
 	}
 	var r reply
 	s.call(ctx, &c, &r)
 	if r.err != nil {
-		return algorithms.Decision{}, fmt.Errorf("redis store: %s: %w", s.l.Name(), r.err)
+		err := fmt.Errorf("redis store: %s: %w", s.l.Name(), r.err)
+		if s.script.byToken && c.cost > 0 && mayRunLater(r.err) {
+			return algorithms.Decision{}, &store.Unsettled{Err: err, Forget: func(ctx context.Context) error {
+				return s.forget(ctx, key, c.cost, c.n)
+			}}
+		}
+		return algorithms.Decision{}, err
 	}
 	res := r.ints()
 	if len(res) < 9 {
@@ -316,6 +362,19 @@ func (s *Store) Undo(ctx context.Context, key string, now time.Time, cost int64,
 	s.call(ctx, &c, &r)
 	if err := r.err; err != nil && !errors.Is(err, redis.Nil) {
 		return fmt.Errorf("redis store: %s undo: %w", s.l.Name(), err)
+	}
+	return nil
+}
+
+// forget gives back the lease of token, taken by a Take of cost whose
+// answer was lost, or, when that Take has not run yet, leaves a tombstone
+// that keeps it from taking anything (see concurrency.lua).
+func (s *Store) forget(ctx context.Context, key string, cost int64, token uint64) error {
+	c := storeCall{s: s, key: key, undo: true, forget: true, cost: cost, n: token}
+	var r reply
+	s.call(ctx, &c, &r)
+	if err := r.err; err != nil && !errors.Is(err, redis.Nil) {
+		return fmt.Errorf("redis store: %s forget: %w", s.l.Name(), err)
 	}
 	return nil
 }

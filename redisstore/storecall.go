@@ -15,26 +15,31 @@ type storeCall struct {
 	s    *Store // nil: not a Store's call
 	key  string
 	undo bool
-	now  time.Time // zero: Redis TIME
-	cost int64
+	// forget: an undo of a Take whose answer was lost (concurrency).
+	forget bool
+	now    time.Time // zero: Redis TIME
+	cost   int64
 	// n is the Take's sorted-set member number (when the script takes a
-	// member) or the Undo's token.
+	// member), its lease token (concurrency), or the Undo's token.
 	n uint64
 }
 
 // mode returns ARGV[1] of c: a take's or an undo's.
 func (c *storeCall) mode() any {
-	if c.undo {
+	switch {
+	case c.forget:
+		return modeForget
+	case c.undo:
 		return modeUndo
 	}
 	return modeTake
 }
 
 // extra returns ARGV[5] of c (see Store.args): the Take's sorted-set
-// member, or the Undo's token.
+// member or lease token, or the Undo's token.
 func (c *storeCall) extra() string {
 	switch {
-	case c.undo:
+	case c.undo, c.s.script.byToken:
 		return strconv.FormatUint(c.n, 10)
 	case c.s.script.member:
 		return c.s.idHead + strconv.FormatUint(c.n, 36)
@@ -59,10 +64,10 @@ type encoded struct {
 	head []byte
 	// tails are the key tails (Store.tails), each with its CRLF.
 	tails [][]byte
-	// take and undo are ARGV[1] of a take and of an undo (mode), cr the
-	// ARGV[4] of every call; takeNow is take with ARGV[2] for Redis TIME.
-	take, takeNow, undo, cr []byte
-	static                  []byte // the ARGV after the common arguments (Store.static)
+	// take, undo and forget are ARGV[1] of each (mode), cr the ARGV[4] of
+	// every call; takeNow is take with ARGV[2] for Redis TIME.
+	take, takeNow, undo, forget, cr []byte
+	static                          []byte // the ARGV after the common arguments (Store.static)
 	// plain is cr, ARGV[5] of a take without a member and static: how
 	// most calls end.
 	plain []byte
@@ -83,6 +88,7 @@ func (s *Store) encode() {
 	e.take = appendArg(e.take[:0], modeTake)
 	e.takeNow = appendArg(append(e.takeNow[:0], e.take...), noNow)
 	e.undo = appendArg(e.undo[:0], modeUndo)
+	e.forget = appendArg(e.forget[:0], modeForget)
 	e.cr = appendArg(e.cr[:0], s.cr)
 	e.static = e.static[:0]
 	for _, a := range s.static {
@@ -106,6 +112,8 @@ func (s *Store) appendCall(b []byte, c *storeCall) []byte {
 		b = append(b, t...)
 	}
 	switch {
+	case c.forget:
+		b = appendNow(append(b, s.enc.forget...), c.now)
 	case c.undo:
 		b = appendNow(append(b, s.enc.undo...), c.now)
 	case c.now.IsZero():
@@ -116,7 +124,7 @@ func (s *Store) appendCall(b []byte, c *storeCall) []byte {
 	b = appendInt(b, c.cost)
 	var n [24]byte
 	switch {
-	case c.undo:
+	case c.undo, s.script.byToken:
 		b = append(b, s.enc.cr...)
 		b = appendBulkBytes(b, strconv.AppendUint(n[:0], c.n, 10))
 	case s.script.member:

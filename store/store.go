@@ -32,3 +32,18 @@ type Relimitable interface {
 	// Limiter counts under the other (see algorithms.Relimiter).
 	Under(l algorithms.Limiter) (Store, error)
 }
+
+// Unsettled is the error of a Take that failed after it may have reached
+// the store: a Redis that answered later than the caller waited may still
+// apply it. A concurrency lease taken so would hold its slot, known to
+// nobody, until its window ends; Forget gives it back, or keeps the Take
+// from taking anything if it has not run yet. Calling Forget again, after
+// an error or not, is harmless.
+type Unsettled struct {
+	Err    error
+	Forget func(ctx context.Context) error
+}
+
+func (u *Unsettled) Error() string { return u.Err.Error() }
+
+func (u *Unsettled) Unwrap() error { return u.Err }
