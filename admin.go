@@ -1,6 +1,7 @@
 package ratelimit
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -325,7 +326,7 @@ func (a *AdminAPI) key(w http.ResponseWriter, r *http.Request, z *zone, key stri
 	}
 	ctx := r.Context()
 	if r.Method == http.MethodDelete {
-		if err := ins.Reset(ctx, key); err != nil {
+		if err := untilMoved(ctx, func() error { return ins.Reset(ctx, key) }); err != nil {
 			return storeFailed(z, "resetting key", err)
 		}
 		// The on_error local fallback counts the same keys while Redis
@@ -337,7 +338,11 @@ func (a *AdminAPI) key(w http.ResponseWriter, r *http.Request, z *zone, key stri
 		}
 		return writeJSON(w, adminKey{Zone: z.name, Key: key})
 	}
-	ks, err := ins.Inspect(ctx, key, time.Time{})
+	var ks store.KeyState
+	err := untilMoved(ctx, func() (err error) {
+		ks, err = ins.Inspect(ctx, key, time.Time{})
+		return err
+	})
 	if err != nil {
 		return storeFailed(z, "inspecting key", err)
 	}
@@ -349,7 +354,11 @@ func (a *AdminAPI) key(w http.ResponseWriter, r *http.Request, z *zone, key stri
 		})
 	}
 	if b, ok := z.store.(store.Blocker); ok && ks.BlockedUntil.IsZero() {
-		if ks.BlockedUntil, err = b.BlockedUntil(ctx, key, time.Time{}); err != nil {
+		err := untilMoved(ctx, func() (err error) {
+			ks.BlockedUntil, err = b.BlockedUntil(ctx, key, time.Time{})
+			return err
+		})
+		if err != nil {
 			return storeFailed(z, "reading the key's block", err)
 		}
 	}
@@ -369,18 +378,54 @@ func (a *AdminAPI) block(w http.ResponseWriter, r *http.Request, z *zone, key st
 		return apiError(http.StatusNotImplemented, fmt.Sprintf("zone %q: its store cannot block keys", z.name))
 	}
 	out := adminKey{Zone: z.name, Key: key}
+	ctx := r.Context()
 	if r.Method == http.MethodDelete {
-		if err := b.Unblock(r.Context(), key); err != nil {
+		if err := untilMoved(ctx, func() error { return b.Unblock(ctx, key) }); err != nil {
 			return storeFailed(z, "unblocking key", err)
 		}
 		return writeJSON(w, out)
 	}
-	until, err := b.Block(r.Context(), key, time.Time{}, d)
+	var until time.Time
+	err := untilMoved(ctx, func() (err error) {
+		until, err = b.Block(ctx, key, time.Time{}, d)
+		return err
+	})
 	if err != nil {
 		return storeFailed(z, "blocking key", err)
 	}
 	out.BlockedUntil = &until
 	return writeJSON(w, out)
+}
+
+// While a Redis Cluster moves a key's slot between masters, a command on
+// several of its keys (a reset's DEL, a script) is answered TRYAGAIN when
+// some have moved and some not. An operator's call is tried again for a
+// moment rather than failed: first after moveRetryFirst, then twice as
+// late each time, for moveRetryFor at most.
+const (
+	moveRetryFirst = 50 * time.Millisecond
+	moveRetryFor   = 5 * time.Second
+)
+
+// untilMoved runs op, and again while it fails with TRYAGAIN (see
+// moveRetryFor) and ctx lasts.
+func untilMoved(ctx context.Context, op func() error) error {
+	deadline := time.Now().Add(moveRetryFor)
+	wait := moveRetryFirst
+	for {
+		err := op()
+		if !redisstore.SlotRefused(err) || time.Now().Add(wait).After(deadline) {
+			return err
+		}
+		t := time.NewTimer(wait)
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+			return err
+		}
+		wait *= 2
+	}
 }
 
 // maxBlockBody bounds the body of POST .../block, {"duration": "1h"}.

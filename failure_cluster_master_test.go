@@ -291,3 +291,49 @@ func TestHandlerClusterMigratingSlotAlone(t *testing.T) {
 		return decidedByRedis(serve(h, newReq(hostMoving+":1")))
 	})
 }
+
+// An operator's look at, or reset of, a key whose slot is being moved
+// waits for the move rather than failing: Redis answers TRYAGAIN while
+// the key's state is split between the two masters, and the admin API
+// tries again until the move is done.
+func TestAdminClusterMigratingSlot(t *testing.T) {
+	cl := redistest.StartCluster(t, 3, 0)
+	ctx := testContext(t)
+	hs := provisionLoad(t, ctx, nil, fmt.Sprintf(`{"store":"redis","redis":{"addresses":["%s"],"key_prefix":"rladm:"},
+		"zones":[{"name":"api","key":"{http.request.remote.host}","limits":[{"events":%d,"window":"1h"}]}]}`,
+		strings.Join(cl.Addrs, `","`), clusterLimit))
+	a := new(AdminAPI)
+	if err := a.Provision(ctx); err != nil {
+		t.Fatal(err)
+	}
+	refused := new(tryAgains)
+	hs[0].rt.redis.AddHook(refused)
+	host, slot := clusterHost(t, cl.Addrs[0], cl.Addrs[0], -1, map[string]bool{})
+	if res := serve(hs[0], newReq(host+":1")); !decidedByRedis(res) {
+		t.Fatalf("%s: not decided by Redis (%v)", host, res.err)
+	}
+	path := "/rate_limit/zones/api/keys/" + host
+	for _, method := range []string{"GET", "DELETE"} {
+		m := cl.BeginMigration(t, slot, cl.OtherMaster(t, slot))
+		if m.Move(1) != 1 { // one of the key's two sliding_log keys
+			t.Fatal("no key to move")
+		}
+		before := refused.n.Load()
+		type answer struct {
+			code int
+			body string
+		}
+		done := make(chan answer, 1)
+		go func() {
+			code, body := adminCall(t, a, method, path, "")
+			done <- answer{code, body}
+		}()
+		storetest.WaitFor(t, method+" refused with TRYAGAIN", func() bool { return refused.n.Load() > before })
+		m.Finish()
+		if got := <-done; got.code != 200 {
+			t.Fatalf("%s %s while its slot moved: %d %s, want 200", method, path, got.code, got.body)
+		} else if method == "GET" && !strings.Contains(got.body, `"used":1`) {
+			t.Errorf("GET %s: %s, want the one request counted", path, got.body)
+		}
+	}
+}
