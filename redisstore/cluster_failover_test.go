@@ -113,7 +113,8 @@ func (h *downHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Pro
 // TestSyncOnRecover: OnRecover is called at the first sync that succeeds
 // after failed ones, with their number; a recovery within RecoverEvery of
 // the last one reported is reported at the first successful sync after
-// it, with the failures since; successful syncs alone report nothing.
+// it, with the failures since, even one with nothing to push (the keys
+// went idle meanwhile); successful syncs alone report nothing.
 func TestSyncOnRecover(t *testing.T) {
 	_, c := newClient(t)
 	hook := &downHook{}
@@ -168,7 +169,13 @@ func TestSyncOnRecover(t *testing.T) {
 	step(7*time.Second, true)
 	step(8*time.Second, false)
 	expect(2)
-	step(3*time.Second+RecoverEvery, false)
+	// syncs without Takes: the key's last call, then none (it went idle)
+	for _, at := range []time.Duration{9 * time.Second, 3*time.Second + RecoverEvery} {
+		clk.Set(base.Add(at))
+		if err := s.Sync(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
 	expect(2, 2)
 	step(20*time.Second, false)
 	expect(2, 2)

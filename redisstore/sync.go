@@ -49,9 +49,9 @@ type SyncOptions struct {
 	// after syncs that failed, with how many failed, from the goroutine
 	// that ran the sync: once per recovery, and at most once per
 	// RecoverEvery on the Now clock (a recovery within it is reported at
-	// the first successful sync after it, with the failures since the
-	// last report), so that a Redis failing every other sync does not log
-	// a line per interval.
+	// the first sync after it, with the failures since the last report,
+	// even when that sync has nothing to push), so that a Redis failing
+	// every other sync does not log a line per interval.
 	OnRecover func(failed int)
 }
 
@@ -89,9 +89,11 @@ type SyncStore struct {
 
 	// Held with syncMu: the syncs that failed since OnRecover was last
 	// called, and when that was (µs on the Now clock; 0: never).
+	// pushedOK: the last sync that had keys to push pushed them all.
 	onRecover   func(failed int)
 	failedSyncs int
 	recoveredAt int64
+	pushedOK    bool
 
 	ctx       context.Context // cancelled by Close: stops a running sync
 	cancel    context.CancelFunc

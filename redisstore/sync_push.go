@@ -37,6 +37,9 @@ func (s *SyncStore) Sync(ctx context.Context) error {
 	s.nextSync.Store(now + s.intervalUS)
 	calls := s.snapshot(now)
 	if len(calls) == 0 {
+		if s.pushedOK {
+			s.recovered(now) // one held back by RecoverEvery, if any
+		}
 		return nil
 	}
 	for lo := 0; lo < len(calls); lo += syncBatch {
@@ -58,6 +61,7 @@ func (s *SyncStore) Sync(ctx context.Context) error {
 		}
 		s.apply(c)
 	}
+	s.pushedOK = failed == 0
 	if failed == 0 {
 		s.recovered(now)
 		return nil
