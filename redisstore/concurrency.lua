@@ -7,8 +7,8 @@
 -- not the script: a take whose answer was lost (a Redis slower than the
 -- caller's timeout) may still run here later, and its caller can then give
 -- back, by that token, a lease it never saw. That give-back (a forget)
--- leaves a tombstone when it comes first, which the late take consumes
--- instead of taking a slot.
+-- leaves a tombstone when it comes first (for 5 minutes at most), which
+-- the late take consumes instead of taking a slot.
 --
 -- KEYS[1]  hash: t = latest instant seen (µs), k = last token drawn here
 --          (by versions that drew them; kept for them), h = units held,
@@ -100,9 +100,11 @@ if MODE == '3' then
   if redis.call('ZREM', zkey, ARGV[5] .. ':' .. ARGV[3]) == 1 then
     held = held - COST
   else
-    -- The take has not run (or never will): a tombstone it consumes,
-    -- living as long as its lease would.
-    local ends = t + window
+    -- The take has not run (or never will: most often it was never
+    -- sent): a tombstone it consumes. A take still on its way comes soon
+    -- after the forget (both wait on the same Redis, or network), so the
+    -- tombstone lives as long as its lease would, but 5 minutes at most.
+    local ends = t + math.min(window, 300000000)
     redis.call('ZADD', zkey, str(ends), 'f' .. ARGV[5])
     if ends > tomb then tomb = ends end
   end

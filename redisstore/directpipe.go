@@ -158,7 +158,7 @@ func (p *Pipeliner) lead(mine *scriptCall) {
 	clear(batch)
 	if !keep {
 		for _, c := range next {
-			c.reply.err = failed
+			c.reply.err = unsentError{failed}
 		}
 		answer(next, nil)
 		clear(next)
@@ -180,6 +180,15 @@ func (p *Pipeliner) lead(mine *scriptCall) {
 	// Every caller of next watches a deadline.
 	go p.lead(nil)
 }
+
+// unsentError is the error of a call that failed unsent, queued behind a
+// batch that failed (err, its error): Redis never saw it, so nothing of
+// it can run later (see mayRunLater).
+type unsentError struct{ err error }
+
+func (e unsentError) Error() string { return e.err.Error() }
+
+func (e unsentError) Unwrap() error { return e.err }
 
 // errLeaderPanicked fails the calls of a batch whose leader panicked
 // while it sent the batch or read its replies (a go-redis hook, say).
@@ -207,7 +216,7 @@ func (p *Pipeliner) dropLead(batch []*scriptCall, mine *scriptCall) {
 	}
 	x.mu.Unlock()
 	for _, c := range queued {
-		c.reply.err = errLeaderPanicked
+		c.reply.err = unsentError{errLeaderPanicked}
 	}
 	answer(queued, nil)
 }

@@ -48,12 +48,14 @@ func newTokens() uint64 {
 
 // mayRunLater reports whether a call that failed with err may still run in
 // Redis: unless Redis answered it (an error reply), or it never left (a
-// closed client, a connection that could not be made or taken).
+// closed client, a connection that could not be made or taken, a call
+// queued behind a batch that failed).
 func mayRunLater(err error) bool {
 	var re redis.Error
 	var op *net.OpError
+	var unsent unsentError
 	switch {
-	case errors.As(err, &re), errors.Is(err, redis.ErrClosed),
+	case errors.As(err, &re), errors.As(err, &unsent), errors.Is(err, redis.ErrClosed),
 		errors.Is(err, redis.ErrPoolTimeout), errors.Is(err, redis.ErrPoolExhausted):
 		return false
 	case errors.As(err, &op) && op.Op == "dial":

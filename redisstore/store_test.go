@@ -656,6 +656,9 @@ func TestForgetLease(t *testing.T) {
 		t.Fatal(err)
 	}
 	expect("after a forget that came first", 0, 1)
+	if ttl := c.PTTL(ctx, s.Keys("k")[1]).Val(); ttl > 5*time.Minute+Margin || ttl < 4*time.Minute {
+		t.Errorf("the tombstone's key lives %v, want 5 minutes (not the hour of the window)", ttl)
+	}
 	if d := takeWith(t, s, "k", tok(2)); d.Allowed {
 		t.Fatalf("the forgotten take: %+v, want nothing taken", d)
 	}
