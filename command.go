@@ -285,6 +285,9 @@ func shortDuration(s string) string {
 	if d >= time.Second {
 		d = d.Round(time.Second)
 	}
+	if d >= 24*time.Hour && d%(24*time.Hour) == 0 {
+		return windowName(d) // "1d", as the window it is printed beside
+	}
 	out := d.String()
 	if strings.HasSuffix(out, "m0s") {
 		out = strings.TrimSuffix(out, "0s")

@@ -23,3 +23,25 @@ func TestCommandNotAdminAPI(t *testing.T) {
 		t.Fatalf("err %v, want one that says the address is not the admin API", err)
 	}
 }
+
+// shortDuration writes what `caddy rate-limit get` prints after "whole
+// again in": no zero units, whole seconds from a second up, whole days as
+// days (as the window beside it), anything else as it came.
+func TestShortDuration(t *testing.T) {
+	for in, want := range map[string]string{
+		"500ms":        "500ms",
+		"1.4s":         "1s",
+		"1m0s":         "1m",
+		"1h0m0s":       "1h",
+		"1h30m0s":      "1h30m",
+		"23h59m59.6s":  "1d",
+		"24h0m0s":      "1d",
+		"48h0m0s":      "2d",
+		"25h0m0s":      "25h",
+		"not a length": "not a length",
+	} {
+		if got := shortDuration(in); got != want {
+			t.Errorf("shortDuration(%q) = %q, want %q", in, got, want)
+		}
+	}
+}
