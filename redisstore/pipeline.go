@@ -252,7 +252,7 @@ func (p *Pipeliner) runCall(ctx context.Context, e evalCall) reply {
 // runTo is runCall answering into r.
 func (p *Pipeliner) runTo(ctx context.Context, e *evalCall, r *reply) {
 	if err := ctx.Err(); err != nil {
-		*r = reply{err: err}
+		*r = reply{err: unsentError{err}}
 		return
 	}
 	c := callPool.Get().(*scriptCall)
@@ -317,9 +317,9 @@ func (p *Pipeliner) enqueue(ctx context.Context, c *scriptCall, expired <-chan t
 	case p.calls <- c:
 		return nil
 	case <-ctx.Done():
-		return ctx.Err()
+		return unsentError{ctx.Err()}
 	case <-expired:
-		return errQueueTimeout
+		return unsentError{errQueueTimeout} // never queued
 	}
 }
 
