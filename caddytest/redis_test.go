@@ -874,8 +874,11 @@ http:// {
 		t.Fatalf("master %s is not one of the cluster's servers %v", master, cl.Addrs)
 	}
 	// The replica must have the key before the master goes, or the
-	// failover would start the count afresh (asynchronous replication).
-	deadline = time.Now().Add(5 * time.Second)
+	// failover would start the count afresh (asynchronous replication). It
+	// syncs first a few seconds after the cluster starts, later on a busy
+	// machine: wait for its link, then for the key.
+	cl.WaitSynced(t)
+	deadline = time.Now().Add(10 * time.Second)
 	for len(redisKeysNoFail(replica, "rl:"+zone+":{k}*")) == 0 {
 		if time.Now().After(deadline) {
 			t.Fatalf("replica %s never got the key", replica)
