@@ -192,18 +192,17 @@ func (d *directConn) send(calls []*scriptCall, idle bool) error {
 	}
 	if d.nc == nil {
 		if err := d.dial(); err != nil {
-			return err
+			return unsentError{err} // none of the calls was written
 		}
 	}
-	err := d.deadline(false)
-	if err == nil {
-		d.out = d.out[:0]
-		for _, sc := range calls {
-			d.out = appendEvalSha(d.out, &sc.evalCall)
-		}
-		err = d.flush()
+	if err := d.deadline(false); err != nil {
+		return unsentError{err}
 	}
-	return err
+	d.out = d.out[:0]
+	for _, sc := range calls {
+		d.out = appendEvalSha(d.out, &sc.evalCall)
+	}
+	return d.flush()
 }
 
 // receive reads the replies of the calls that send wrote (with error

@@ -746,6 +746,25 @@ func TestTimedOutTakeUnsettled(t *testing.T) {
 		if _, ok := errors.AsType[*store.Unsettled](err); ok {
 			t.Fatalf("gcra Take: %v is unsettled: only a lease needs forgetting", err)
 		}
+		// A connection dialed to a hung Redis (the kernel accepts it) whose
+		// opening PING times out: the take was never written.
+		fresh := redis.NewClient(&redis.Options{Addr: srv.Addr, ReadTimeout: 100 * time.Millisecond, MaxRetries: -1})
+		t.Cleanup(func() { fresh.Close() })
+		p := NewDirectPipeliner(fresh, 0)
+		t.Cleanup(func() { p.Close() })
+		cold, err := NewStore(fresh, mustLimiter(t, algorithms.Concurrency, oneTier(1, time.Hour)), Options{KeyPrefix: "rltest:", Zone: "settled-dial", Pipeliner: p})
+		if err != nil {
+			t.Fatal(err)
+		}
+		srv.Pause()
+		_, err = cold.Take(context.Background(), "k", time.Time{}, 1)
+		srv.Resume()
+		if err == nil {
+			t.Fatal("Take on a new connection to a hung Redis: no error")
+		}
+		if _, ok := errors.AsType[*store.Unsettled](err); ok {
+			t.Fatalf("Take whose connection's PING timed out: %v is unsettled", err)
+		}
 		down := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1", MaxRetries: -1})
 		t.Cleanup(func() { down.Close() })
 		cc := mustStore(t, down, mustLimiter(t, algorithms.Concurrency, oneTier(1, time.Hour)), "settled-cc")
