@@ -354,11 +354,7 @@ func (a *AdminAPI) key(w http.ResponseWriter, r *http.Request, z *zone, key stri
 		})
 	}
 	if b, ok := z.store.(store.Blocker); ok && ks.BlockedUntil.IsZero() {
-		err := untilMoved(ctx, func() (err error) {
-			ks.BlockedUntil, err = b.BlockedUntil(ctx, key, time.Time{})
-			return err
-		})
-		if err != nil {
+		if ks.BlockedUntil, err = b.BlockedUntil(ctx, key, time.Time{}); err != nil {
 			return storeFailed(z, "reading the key's block", err)
 		}
 	}
@@ -378,18 +374,13 @@ func (a *AdminAPI) block(w http.ResponseWriter, r *http.Request, z *zone, key st
 		return apiError(http.StatusNotImplemented, fmt.Sprintf("zone %q: its store cannot block keys", z.name))
 	}
 	out := adminKey{Zone: z.name, Key: key}
-	ctx := r.Context()
 	if r.Method == http.MethodDelete {
-		if err := untilMoved(ctx, func() error { return b.Unblock(ctx, key) }); err != nil {
+		if err := b.Unblock(r.Context(), key); err != nil {
 			return storeFailed(z, "unblocking key", err)
 		}
 		return writeJSON(w, out)
 	}
-	var until time.Time
-	err := untilMoved(ctx, func() (err error) {
-		until, err = b.Block(ctx, key, time.Time{}, d)
-		return err
-	})
+	until, err := b.Block(r.Context(), key, time.Time{}, d)
 	if err != nil {
 		return storeFailed(z, "blocking key", err)
 	}
@@ -398,10 +389,11 @@ func (a *AdminAPI) block(w http.ResponseWriter, r *http.Request, z *zone, key st
 }
 
 // While a Redis Cluster moves a key's slot between masters, a command on
-// several of its keys (a reset's DEL, a script) is answered TRYAGAIN when
-// some have moved and some not. An operator's call is tried again for a
-// moment rather than failed: first after moveRetryFirst, then twice as
-// late each time, for moveRetryFor at most.
+// several of its keys (a reset's DEL, a peek's script) is answered
+// TRYAGAIN when some have moved and some not; one on its block key alone
+// is redirected (ASK), which go-redis follows. An operator's reset or look
+// is tried again for a moment rather than failed: first after
+// moveRetryFirst, then twice as late each time, for moveRetryFor at most.
 const (
 	moveRetryFirst = 50 * time.Millisecond
 	moveRetryFor   = 5 * time.Second

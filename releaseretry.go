@@ -157,25 +157,17 @@ func (h *Handler) releaseFailed(t *taken, err error) {
 	h.releaseLater(t)
 }
 
-// releaseLater queues t's release for a retry, until its window ends.
+// releaseLater queues t's release for a retry, until its window ends (a
+// concurrency zone has one tier: maxWindow is how long a lease lives).
 func (h *Handler) releaseLater(t *taken) {
-	h.queueRelease(pendingRelease{t: *t}, t.z.firstWindow())
+	h.queueRelease(pendingRelease{t: *t}, t.z.maxWindow)
 }
 
 // forgetLater queues the forget of a take of key in zone z that failed
 // unsettled (see store.Unsettled): once Redis answers, the lease that take
 // may have made is given back, or kept from being made.
 func (h *Handler) forgetLater(z *zone, key string, u *store.Unsettled) {
-	h.queueRelease(pendingRelease{t: taken{z: z, key: key}, forget: u.Forget}, max(z.firstWindow(), forgetAtLeast))
-}
-
-// firstWindow is the window of z's first tier (a concurrency zone has one:
-// how long a lease lives).
-func (z *zone) firstWindow() time.Duration {
-	if len(z.tiers) == 0 {
-		return 0
-	}
-	return z.tiers[0].Window
+	h.queueRelease(pendingRelease{t: taken{z: z, key: key}, forget: u.Forget}, max(z.maxWindow, forgetAtLeast))
 }
 
 // queueRelease queues it for a retry, for keep at most.

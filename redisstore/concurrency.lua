@@ -75,14 +75,21 @@ local function save()
   return horizon
 end
 
+-- release removes the lease of ARGV[5] taken at cost ARGV[3] and reports
+-- whether there was one.
+local function release()
+  if redis.call('ZREM', zkey, ARGV[5] .. ':' .. ARGV[3]) == 1 then
+    held = held - COST
+    return true
+  end
+  return false
+end
+
 if MODE == '1' then
   if not exists then return 0 end
-  local token = ARGV[5]
-  if redis.call('ZREM', zkey, token .. ':' .. ARGV[3]) == 1 then
-    held = held - COST
-  else
+  if not release() then
     -- Released with another cost than taken: find the lease by its token.
-    local prefix = token .. ':'
+    local prefix = ARGV[5] .. ':'
     for _, m in ipairs(redis.call('ZRANGE', zkey, 0, -1)) do
       if string.sub(m, 1, #prefix) == prefix then
         redis.call('ZREM', zkey, m)
@@ -97,9 +104,7 @@ end
 
 if MODE == '3' then
   -- The take's own cost: its lease is exactly this member if it ran.
-  if redis.call('ZREM', zkey, ARGV[5] .. ':' .. ARGV[3]) == 1 then
-    held = held - COST
-  else
+  if not release() then
     -- The take has not run (or never will: most often it was never
     -- sent): a tombstone it consumes. A take still on its way comes soon
     -- after the forget (both wait on the same Redis, or network), so the
