@@ -9,6 +9,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"go.uber.org/zap"
 
+	"github.com/zonelimit/caddy-ratelimit/redisstore"
 	"github.com/zonelimit/caddy-ratelimit/store"
 )
 
@@ -207,11 +208,16 @@ func (h *Handler) retryReleases(p *pendingReleases) {
 	}
 }
 
-// tryRelease sends it once, unless its breaker is open.
+// tryRelease sends it once, unless its breaker is open. Its outcome
+// feeds the breaker as a request's call does: with Redis hung and no
+// traffic nothing else would find Redis down, and every item of a pass
+// would wait its own read_timeout; once the breaker is open the rest wait
+// for its probe instead.
 func (h *Handler) tryRelease(it *pendingRelease) tried {
 	t := &it.t
 	ctx := context.Background()
-	if !h.breakerFor(ctx, t.z, t.key).Allow() {
+	b := h.breakerFor(ctx, t.z, t.key)
+	if !b.Allow() {
 		return triedBlocked
 	}
 	var err error
@@ -222,10 +228,16 @@ func (h *Handler) tryRelease(it *pendingRelease) tried {
 	}
 	switch {
 	case err == nil:
+		b.Record(nil)
 		h.rt.logger.Debug("released a concurrency lease on a retry", zap.String("zone", t.z.name))
 		return triedDone
 	case errors.Is(err, redis.ErrClosed):
 		return triedDone // the config was unloaded: nothing can send it
 	}
+	if !redisstore.SlotRefused(err) { // see take
+		b.Record(err)
+	}
+	t.z.m.storeErrors.Inc()
+	h.rt.logger.Debug("giving back a concurrency lease failed again: retried later", zap.String("zone", t.z.name), zap.Error(err))
 	return triedFailed
 }

@@ -1,9 +1,15 @@
 package ratelimit
 
 import (
+	"context"
+	"errors"
 	"slices"
 	"testing"
 	"time"
+
+	"github.com/zonelimit/caddy-ratelimit/algorithms"
+	"github.com/zonelimit/caddy-ratelimit/breaker"
+	"github.com/zonelimit/caddy-ratelimit/store"
 )
 
 // Each pending release has its own backoff, on synthetic instants: tried
@@ -115,5 +121,60 @@ func TestPendingReleasesBound(t *testing.T) {
 	}
 	if _, first, _ := p.add(now, pendingRelease{}, time.Hour); !first {
 		t.Fatal("a drop after the queue had room again was not reported")
+	}
+}
+
+// undoStore answers its Undos with errs in turn (nil once they run out),
+// and counts them.
+type undoStore struct {
+	store.Store
+	errs  []error
+	undos int
+}
+
+func (s *undoStore) Undo(context.Context, string, time.Time, int64, algorithms.Decision) error {
+	s.undos++
+	if len(s.errs) == 0 {
+		return nil
+	}
+	err := s.errs[0]
+	s.errs = s.errs[1:]
+	return err
+}
+
+// A retry's outcome feeds the breaker of the lease's Redis, as a request's
+// call does: with Redis hung and no traffic, a pass sends Failures
+// releases, each waiting out its timeout, and the rest wait for the
+// breaker to close instead of a timeout each; a retry that succeeds
+// resets the breaker's count.
+func TestPendingReleasesFeedBreaker(t *testing.T) {
+	h := provision(t, `{"zones":[{"name":"z","key":"k","limits":[{"events":5,"window":"1m"}]}]}`, newClock())
+	z := h.rt.zones[0]
+	b := breaker.New(breaker.Options{Failures: 3, Probe: func(context.Context) error { return errors.New("still down") }})
+	defer b.Close()
+	z.breaker = b
+	timeout := errors.New("i/o timeout")
+	now := time.Unix(1_000_000_000, 0)
+	run := func(st *undoStore, n int) *pendingReleases {
+		t.Helper()
+		p := new(pendingReleases)
+		for range n {
+			p.add(now, pendingRelease{t: taken{z: z, st: st, key: "k", cost: 1}}, time.Hour)
+		}
+		p.pass(now.Add(releaseRetryFirst), h.tryRelease)
+		return p
+	}
+
+	// Two failures, a success, two failures: never three in a row.
+	st := &undoStore{errs: []error{timeout, timeout, nil, timeout, timeout}}
+	if p := run(st, 5); st.undos != 5 || p.pending() != 4 || b.State() != breaker.Closed {
+		t.Fatalf("%d undos, %d pending, breaker %v; want 5, 4 and closed", st.undos, p.pending(), b.State())
+	}
+	b.Record(nil)
+
+	// Redis hung: the third failure opens the breaker, the other 7 are not sent.
+	st = &undoStore{errs: slices.Repeat([]error{timeout}, 10)}
+	if p := run(st, 10); st.undos != 3 || p.pending() != 10 || b.State() != breaker.Open {
+		t.Fatalf("%d undos, %d pending, breaker %v; want 3, 10 and open", st.undos, p.pending(), b.State())
 	}
 }
