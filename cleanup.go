@@ -11,7 +11,9 @@ import (
 // Cleanup releases the zones' state: a store no other config load uses is
 // destroyed.
 func (h *Handler) Cleanup() error {
+	var pending *pendingCollector // reports the releases until they drain
 	if h.rt.metrics != nil {
+		pending = h.rt.metrics.pending
 		for _, z := range h.rt.zones {
 			h.rt.metrics.zones.remove(z)
 			h.rt.metrics.dropZone(z.name)
@@ -37,6 +39,7 @@ func (h *Handler) Cleanup() error {
 		}
 		go func() {
 			h.releaseWhenIdle(keys)
+			pending.remove(h.rt.releases)
 			if d != nil {
 				d.remove(h)
 				h.dropDrainingSet()
@@ -44,6 +47,7 @@ func (h *Handler) Cleanup() error {
 		}()
 		return nil
 	}
+	pending.remove(h.rt.releases)
 	return releasePoolKeys(keys)
 }
 

@@ -18,6 +18,7 @@ import (
 //	caddy_http_rate_limit_store_errors_total{zone}      failed Redis calls (errors and timeouts)
 //	caddy_http_rate_limit_breaker_open{zone}            1 while the Redis circuit breaker is open
 //	caddy_http_rate_limit_keys{zone}                    keys held in memory (memory store, on_error local fallback, lease, sync_interval)
+//	caddy_http_rate_limit_pending_releases{zone}        concurrency leases waiting for Redis to take them back
 const (
 	metricsNamespace = "caddy"
 	metricsSubsystem = "http_rate_limit"
@@ -57,6 +58,7 @@ type counters struct {
 	requests    *prometheus.CounterVec
 	decision    *prometheus.HistogramVec
 	storeErrors *prometheus.CounterVec
+	pending     *pendingCollector
 
 	// zones counts, by zone name, the provisioned zones of every loaded
 	// config that have series here: a zone's series are deleted when the
@@ -77,7 +79,8 @@ var decisionBuckets = []float64{.000005, .00001, .000025, .00005, .0001, .00025,
 
 func newCounters() *counters {
 	return &counters{
-		zones: make(map[string]int),
+		zones:   make(map[string]int),
+		pending: newPendingCollector(),
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: metricsNamespace, Subsystem: metricsSubsystem,
 			Name: "requests_total",
@@ -100,7 +103,7 @@ func newCounters() *counters {
 // newMetrics registers c and a new zone collector in reg.
 func newMetrics(reg *prometheus.Registry, c *counters) (*metrics, error) {
 	m := &metrics{counters: c, zones: newZoneCollector()}
-	for _, c := range []prometheus.Collector{m.requests, m.decision, m.storeErrors, m.zones} {
+	for _, c := range []prometheus.Collector{m.requests, m.decision, m.storeErrors, m.pending, m.zones} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}
@@ -267,8 +270,67 @@ func (z *zone) keysHeld(seen map[any]struct{}) (int, bool) {
 	return n, ok
 }
 
+// pendingCollector reports the releases that wait for a retry (see
+// pendingReleases), by zone, from the queues of the handlers that have
+// one: those of a config a reload unloaded too, as long as they drain, so
+// one collector serves every load, as the counters do. A zone that can
+// queue releases (a concurrency zone on Redis) reports 0 when none waits.
+type pendingCollector struct {
+	desc *prometheus.Desc
+
+	mu     sync.Mutex
+	queues map[*pendingReleases][]string // the names of the queue's zones
+}
+
+func newPendingCollector() *pendingCollector {
+	return &pendingCollector{
+		desc: prometheus.NewDesc(prometheus.BuildFQName(metricsNamespace, metricsSubsystem, "pending_releases"),
+			"Concurrency leases waiting to be given back to Redis: their release (or the forget of a take that timed out) failed and is retried until Redis answers or the lease expires.", []string{"zone"}, nil),
+		queues: make(map[*pendingReleases][]string),
+	}
+}
+
+// add reports p's releases, for zones (reported at 0 when none waits).
+func (c *pendingCollector) add(p *pendingReleases, zones []string) {
+	c.mu.Lock()
+	c.queues[p] = zones
+	c.mu.Unlock()
+}
+
+// remove stops reporting p's releases. A nil c does nothing.
+func (c *pendingCollector) remove(p *pendingReleases) {
+	if c == nil {
+		return
+	}
+	c.mu.Lock()
+	delete(c.queues, p)
+	c.mu.Unlock()
+}
+
+// Describe implements prometheus.Collector.
+func (c *pendingCollector) Describe(ch chan<- *prometheus.Desc) { ch <- c.desc }
+
+// Collect implements prometheus.Collector.
+func (c *pendingCollector) Collect(ch chan<- prometheus.Metric) {
+	n := make(map[string]float64)
+	c.mu.Lock()
+	for p, zones := range c.queues {
+		for _, z := range zones {
+			n[z] += 0
+		}
+		p.countByZone(n)
+	}
+	c.mu.Unlock()
+	for name, v := range n {
+		ch <- prometheus.MustNewConstMetric(c.desc, prometheus.GaugeValue, v, name)
+	}
+}
+
 // Interface guards.
-var _ prometheus.Collector = (*zoneCollector)(nil)
+var (
+	_ prometheus.Collector = (*zoneCollector)(nil)
+	_ prometheus.Collector = (*pendingCollector)(nil)
+)
 
 // storeLabel is the "store" label of the handler's decisions.
 func (h *Handler) storeLabel() string {

@@ -270,6 +270,7 @@ func (h *Handler) provision(ctx caddy.Context, opts provisionOptions) error {
 	if static {
 		h.rt.policyAll = []string{strings.Join(policies, ", ")}
 	}
+	h.reportPendingReleases()
 	return nil
 }
 

@@ -430,6 +430,41 @@ func TestRedisCleanupKeepsPendingReleases(t *testing.T) {
 	storetest.WaitFor(t, "the lease released on a retry after the reload", func() bool { return leasesHeld(t, srv.Addr, "cc_pend") == 0 })
 }
 
+// pending_releases reports a concurrency zone's releases that wait for a
+// retry: 0 while none does, 1 while Redis does not answer, still 1 while a
+// reload (Cleanup) lets it drain, and the series goes once it has.
+func TestRedisMetricsPendingReleases(t *testing.T) {
+	srv := redistest.Start(t)
+	hs, reg := provisionCtx(t, `{"store":"redis","on_error":"closed","redis":{"addresses":["`+srv.Addr+`"],"read_timeout":"200ms"},
+		"zones":[{"name":"cc_m","key":"k","algorithm":"concurrency","limits":[{"events":1,"window":"1h"}]}]}`)
+	h := hs[0]
+	pending := func(when string, want float64) {
+		t.Helper()
+		if v, ok := metricValue(t, reg, "caddy_http_rate_limit_pending_releases", "zone=cc_m"); !ok || v != want {
+			t.Fatalf("%s: pending_releases = %v (reported %v), want %v", when, v, ok, want)
+		}
+	}
+	pending("before any request", 0)
+	release := serveHeld(h, newReq("192.0.2.1:1"))
+	mustDo(t, srv.Addr, "CLIENT", "PAUSE", "30000", "WRITE")
+	if res := release(); res.code != 200 {
+		t.Fatalf("request: %d", res.code)
+	}
+	pending("its release failed", 1)
+	if err := h.Cleanup(); err != nil {
+		t.Fatal(err)
+	}
+	pending("after Cleanup, draining", 1)
+	mustDo(t, srv.Addr, "CLIENT", "UNPAUSE")
+	storetest.WaitFor(t, "the release drained and its series gone", func() bool {
+		_, ok := metricValue(t, reg, "caddy_http_rate_limit_pending_releases", "zone=cc_m")
+		return !ok
+	})
+	if n := leasesHeld(t, srv.Addr, "cc_m"); n != 0 {
+		t.Fatalf("%d leases held after the drain", n)
+	}
+}
+
 // A stop gives back the concurrency leases of the requests still in
 // flight: they end with the process, and their slots would otherwise stay
 // taken in Redis for the window. Those of a config a reload unloaded

@@ -30,9 +30,10 @@ import (
 type pendingReleases struct {
 	mu      sync.Mutex
 	items   []pendingRelease
-	running bool          // a goroutine retries items
-	kick    chan struct{} // wakes it for an item queued (made with running)
-	full    bool          // an item was dropped since the queue last had room
+	trying  []pendingRelease // the items of the pass under way, out of items
+	running bool             // a goroutine retries items
+	kick    chan struct{}    // wakes it for an item queued (made with running)
+	full    bool             // an item was dropped since the queue last had room
 }
 
 type pendingRelease struct {
@@ -79,6 +80,17 @@ func (p *pendingReleases) pending() int {
 	return len(p.items)
 }
 
+// countByZone adds to n the number of items of each zone.
+func (p *pendingReleases) countByZone(n map[string]float64) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, items := range [][]pendingRelease{p.items, p.trying} {
+		for i := range items {
+			n[items[i].t.z.name]++
+		}
+	}
+}
+
 // add queues it at now, with keep its lifetime, and reports whether it
 // was queued (not beyond maxPendingReleases), whether it is the first
 // item dropped since the queue last had room, and whether a goroutine
@@ -110,7 +122,7 @@ func (p *pendingReleases) add(now time.Time, it pendingRelease, keep time.Durati
 func (p *pendingReleases) pass(now time.Time, try func(*pendingRelease) tried) (time.Time, bool) {
 	p.mu.Lock()
 	items := p.items
-	p.items = nil
+	p.items, p.trying = nil, items
 	p.mu.Unlock()
 	var left []pendingRelease
 	for _, it := range items {
@@ -133,7 +145,7 @@ func (p *pendingReleases) pass(now time.Time, try func(*pendingRelease) tried) (
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	p.items = append(left, p.items...)
+	p.items, p.trying = append(left, p.items...), nil
 	if len(p.items) < maxPendingReleases {
 		p.full = false
 	}
@@ -148,6 +160,24 @@ func (p *pendingReleases) pass(now time.Time, try func(*pendingRelease) tried) (
 		}
 	}
 	return next, true
+}
+
+// reportPendingReleases has the metrics report the handler's pending
+// releases, for its concurrency zones on Redis (Cleanup stops it once they
+// have drained).
+func (h *Handler) reportPendingReleases() {
+	if h.rt.releases == nil {
+		return
+	}
+	var names []string
+	for _, z := range h.rt.zones {
+		if z.lease {
+			names = append(names, z.name)
+		}
+	}
+	if names != nil {
+		h.rt.metrics.pending.add(h.rt.releases, names)
+	}
 }
 
 // releaseFailed logs and counts the failure err of t's release, and

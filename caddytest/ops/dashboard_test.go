@@ -32,7 +32,7 @@ const dashboardFile = "../../dashboards/caddy-rate-limit.json"
 // variable, not a data source of the Grafana it was made on.
 func TestDashboardQueries(t *testing.T) {
 	srv := redistest.Start(t)
-	const memZone, redisZone = "ops_dashboard_mem", "ops_dashboard_redis"
+	const memZone, redisZone, leaseZone = "ops_dashboard_mem", "ops_dashboard_redis", "ops_dashboard_lease"
 	live.Load(t, live.Globals("")+fmt.Sprintf(`
 http://:%d {
 	rate_limit /mem {
@@ -46,12 +46,16 @@ http://:%d {
 			key static
 			limit 2 1h
 		}
+		zone %s {
+			key static
+			max_concurrent 10
+		}
 		store redis
 %s		on_error open
 	}
 	respond "ok"
 }
-`, live.HTTPPort, memZone, redisZone, caddytesting.RedisBlock(srv.Addr)))
+`, live.HTTPPort, memZone, redisZone, leaseZone, caddytesting.RedisBlock(srv.Addr)))
 
 	for _, path := range []string{"/mem", "/redis"} {
 		for i, want := range []int{200, 200, 429} {
@@ -64,6 +68,7 @@ http://:%d {
 		expectValue(t, fams, 1, mRequests, "zone", zone, "result", "denied")
 	}
 	expectValue(t, fams, 0, mBreaker, "zone", redisZone)
+	expectValue(t, fams, 0, mPending, "zone", leaseZone)
 	expectValue(t, fams, 1, mKeys, "zone", memZone)
 	for _, store := range []string{"memory", "redis"} {
 		if histogramCount(fams, mDecision, "store", store) <= 0 {

@@ -17,6 +17,7 @@ const (
 	mStoreErrs = "caddy_http_rate_limit_store_errors_total"
 	mBreaker   = "caddy_http_rate_limit_breaker_open"
 	mKeys      = "caddy_http_rate_limit_keys"
+	mPending   = "caddy_http_rate_limit_pending_releases"
 )
 
 // histogramCount is the sample count of a histogram series (-1 if absent).
