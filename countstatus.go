@@ -95,9 +95,10 @@ func errorStatus(err error) int {
 }
 
 // settle ends the admissions of a finished request whose response had
-// status: leases are released, and the admissions of count_status zones
-// whose statuses it does not match are undone. Not to a Redis whose
-// breaker is open: the call would only wait for its timeout.
+// status: leases are released (see releaseLease), and the admissions of
+// count_status zones whose statuses it does not match are undone, but not
+// to a Redis whose breaker is open: the call would only wait for its
+// timeout.
 func (h *Handler) settle(ctx context.Context, held []taken, status int) {
 	var undoCtx context.Context // made only when something is given back
 	for i := len(held) - 1; i >= 0; i-- {
@@ -105,11 +106,15 @@ func (h *Handler) settle(ctx context.Context, held []taken, status int) {
 		if !t.z.lease && t.z.countsStatus(status) {
 			continue
 		}
-		if t.st == t.z.store && !h.breakerFor(ctx, t.z, t.key).Allow() {
-			continue
-		}
 		if undoCtx == nil {
 			undoCtx = context.WithoutCancel(ctx)
+		}
+		if t.z.lease {
+			h.releaseLease(undoCtx, t)
+			continue
+		}
+		if t.st == t.z.store && !h.breakerFor(ctx, t.z, t.key).Allow() {
+			continue
 		}
 		if err := t.st.Undo(undoCtx, t.key, time.Time{}, t.cost, t.d); err != nil {
 			h.rt.logger.Debug("giving back a rate limit admission after the response", zap.String("zone", t.z.name), zap.Error(err))

@@ -280,20 +280,6 @@ func (h *Handler) undoAll(ctx context.Context, takes []taken, down bool) {
 	}
 }
 
-// release ends the concurrency leases of a request that has finished.
-func (h *Handler) release(ctx context.Context, takes []taken) {
-	ctx = context.WithoutCancel(ctx)
-	for i := len(takes) - 1; i >= 0; i-- {
-		t := &takes[i]
-		if !t.z.lease {
-			continue
-		}
-		if err := t.st.Undo(ctx, t.key, time.Time{}, t.cost, t.d); err != nil {
-			h.releaseFailed(t, err)
-		}
-	}
-}
-
 // now reads the handler's clock (see provisionOptions).
 func (h *Handler) now() time.Time {
 	if h.rt.opts.now != nil {

@@ -178,7 +178,7 @@ func (h *Handler) storeIdentity(zc *Zone) (identity, storeID string, err error) 
 		},
 		Store: h.Store, MaxKeys: h.MaxKeys, SweepInterval: h.SweepInterval,
 	}
-	if rc := h.rt.redisConf; h.Store == "redis" && rc != nil {
+	if rc := h.rt.redisConf; h.onRedis() && rc != nil {
 		// Another Redis, key prefix or mode is another count.
 		id.Redis = &redisLocation{
 			Addresses: rc.Addresses, URL: rc.URL,

@@ -334,7 +334,7 @@ var (
 
 // storeLabel is the "store" label of the handler's decisions.
 func (h *Handler) storeLabel() string {
-	if h.Store == "redis" && h.SyncInterval > 0 {
+	if h.onRedis() && h.SyncInterval > 0 {
 		return "redis_sync"
 	}
 	return h.Store

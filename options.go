@@ -64,6 +64,17 @@ func (e *enum[M]) mode(v string) M {
 	return m
 }
 
+// storeKind is where a handler's limit state lives.
+type storeKind uint8
+
+const (
+	storeMemory storeKind = iota // this instance's own counts
+	storeRedis                   // one count shared by every instance
+)
+
+// onRedis reports whether the handler's store is Redis.
+func (h *Handler) onRedis() bool { return storeEnum.mode(h.Store) == storeRedis }
+
 // usage is the values as a Caddyfile syntax line shows them: "a | b".
 func (e *enum[M]) usage() string { return e.join(" | ") }
 
@@ -77,8 +88,8 @@ func (e *enum[M]) join(sep string) string {
 
 // The enumerated options. Their tables are never modified.
 var (
-	storeEnum = &enum[struct{}]{option: "store", noun: "store", def: "memory",
-		values: []enumValue[struct{}]{{name: "memory"}, {name: "redis"}}}
+	storeEnum = &enum[storeKind]{option: "store", noun: "store", def: "memory",
+		values: []enumValue[storeKind]{{"memory", storeMemory}, {"redis", storeRedis}}}
 
 	onErrorEnum = &enum[onErrorMode]{option: "on_error", def: "open",
 		values: []enumValue[onErrorMode]{{"open", onErrorOpen}, {"closed", onErrorClosed}, {"local", onErrorLocal}}}

@@ -241,7 +241,7 @@ func (h *Handler) provision(ctx caddy.Context, opts provisionOptions) error {
 	if err := h.provisionEvents(ctx); err != nil {
 		return err
 	}
-	if h.Store == "redis" {
+	if h.onRedis() {
 		if err := h.provisionRedis(); err != nil {
 			return err
 		}

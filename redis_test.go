@@ -430,6 +430,27 @@ func TestRedisCleanupKeepsPendingReleases(t *testing.T) {
 	storetest.WaitFor(t, "the lease released on a retry after the reload", func() bool { return leasesHeld(t, srv.Addr, "cc_pend") == 0 })
 }
 
+// A request that holds a concurrency lease and a count_status admission
+// ends through settle: a lease release that fails there is queued for a
+// retry as release's is, not dropped (its slot would stay taken for the
+// window).
+func TestRedisSettleQueuesFailedLeaseRelease(t *testing.T) {
+	srv := redistest.Start(t)
+	h := provisionIn(t, `{"store":"redis","on_error":"closed","redis":{"addresses":["`+srv.Addr+`"],"read_timeout":"200ms"},
+		"zones":[{"name":"cs_settle","key":"k","count_status":[500],"limits":[{"events":10,"window":"1h"}]},
+			{"name":"cc_settle","key":"k","algorithm":"concurrency","limits":[{"events":1,"window":"1h"}]}]}`, nil)
+	release := serveHeld(h, newReq("192.0.2.1:1"))
+	mustDo(t, srv.Addr, "CLIENT", "PAUSE", "30000", "WRITE")
+	if res := release(); res.code != 200 {
+		t.Fatalf("request: %d", res.code)
+	}
+	if n := h.rt.releases.pending(); n != 1 {
+		t.Fatalf("%d releases pending, want 1", n)
+	}
+	mustDo(t, srv.Addr, "CLIENT", "UNPAUSE")
+	storetest.WaitFor(t, "the lease released on a retry", func() bool { return leasesHeld(t, srv.Addr, "cc_settle") == 0 })
+}
+
 // pending_releases reports a concurrency zone's releases that wait for a
 // retry: 0 while none does, 1 while Redis does not answer, still 1 while a
 // reload (Cleanup) lets it drain, and the series goes once it has.

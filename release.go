@@ -6,7 +6,42 @@ import (
 	"time"
 
 	"github.com/caddyserver/caddy/v2"
+
+	"github.com/zonelimit/caddy-ratelimit/breaker"
+	"github.com/zonelimit/caddy-ratelimit/redisstore"
 )
+
+// release ends the concurrency leases of a request that has finished.
+func (h *Handler) release(ctx context.Context, takes []taken) {
+	ctx = context.WithoutCancel(ctx)
+	for i := len(takes) - 1; i >= 0; i-- {
+		if t := &takes[i]; t.z.lease {
+			h.releaseLease(ctx, t)
+		}
+	}
+}
+
+// releaseLease gives back the concurrency lease t of a request that has
+// finished. While its Redis's breaker is open the lease is queued for a
+// retry without a call (which would only wait for its timeout, and hold
+// the response's end that long); a release that fails is queued too, and
+// counts toward the breaker as a take's failure does.
+func (h *Handler) releaseLease(ctx context.Context, t *taken) {
+	var b *breaker.Breaker // nil: the fallback's memory store
+	if t.st == t.z.store {
+		if b = h.breakerFor(ctx, t.z, t.key); !b.Allow() {
+			h.releaseLater(t)
+			return
+		}
+	}
+	err := t.st.Undo(ctx, t.key, time.Time{}, t.cost, t.d)
+	if err != nil && !redisstore.SlotRefused(err) {
+		b.Record(err)
+	}
+	if err != nil {
+		h.releaseFailed(t, err)
+	}
+}
 
 // leasesInFlight are the admissions held by the requests in flight (store
 // redis only), for a stop to give their concurrency leases back: Caddy

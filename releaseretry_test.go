@@ -178,3 +178,29 @@ func TestPendingReleasesFeedBreaker(t *testing.T) {
 		t.Fatalf("%d undos, %d pending, breaker %v; want 3, 10 and open", st.undos, p.pending(), b.State())
 	}
 }
+
+// A lease released while its Redis's breaker is open is queued without a
+// call (which would only wait for its timeout); a release that fails is
+// queued too, and counts toward the breaker.
+func TestReleaseLeaseBreaker(t *testing.T) {
+	h := provision(t, `{"zones":[{"name":"z","key":"k","limits":[{"events":5,"window":"1m"}]}]}`, newClock())
+	z := h.rt.zones[0]
+	z.lease = true
+	b := breaker.New(breaker.Options{Failures: 2, Probe: func(context.Context) error { return errors.New("still down") }})
+	defer b.Close()
+	z.breaker = b
+	// running: no goroutine retries the queue while the test looks at it.
+	h.rt.releases = &pendingReleases{running: true, kick: make(chan struct{}, 1)}
+	st := &undoStore{errs: []error{errors.New("i/o timeout"), errors.New("i/o timeout")}}
+	z.store = st
+	for i, want := range []struct {
+		undos, pending int
+		state          breaker.State
+	}{{1, 1, breaker.Closed}, {2, 2, breaker.Open}, {2, 3, breaker.Open}} {
+		h.releaseLease(context.Background(), &taken{z: z, st: st, key: "k", cost: 1})
+		if st.undos != want.undos || h.rt.releases.pending() != want.pending || b.State() != want.state {
+			t.Fatalf("release %d: %d undos, %d pending, breaker %v; want %d, %d and %v",
+				i+1, st.undos, h.rt.releases.pending(), b.State(), want.undos, want.pending, want.state)
+		}
+	}
+}

@@ -92,7 +92,7 @@ func (h *Handler) validateOptions() error {
 // store redis, and sync_interval needs counter algorithms. With store redis
 // it also refuses the options that would be ignored there.
 func (h *Handler) validateRedisOptions() error {
-	redisStore := h.Store == "redis"
+	redisStore := h.onRedis()
 	if !redisStore {
 		switch {
 		case h.Redis != nil:
@@ -179,12 +179,13 @@ func (h *Handler) validateLease() error {
 // would ignore. The values Provision fills in pass: Validate runs again
 // after Provision.
 func (h *Handler) checkRedisIgnored() error {
-	if h.SyncInterval > 0 && (h.OnError == "closed" || h.OnError == "local") {
+	onError := onErrorEnum.mode(h.OnError)
+	if h.SyncInterval > 0 && onError != onErrorOpen {
 		return zoneErrf("on_error", "on_error %s does not apply with sync_interval: decisions are made on local counts and never wait on Redis (a failed push is retried at the next interval)", h.OnError)
 	}
 	// With store redis the memory store is the on_error local fallback,
 	// and (max_keys only) the local counts of sync_interval.
-	local := h.OnError == "local"
+	local := onError == onErrorLocal
 	if h.SweepInterval != 0 && time.Duration(h.SweepInterval) != defaultSweepInterval && !local {
 		return zoneErrf("sweep_interval", "sweep_interval applies to keys held in memory: with store redis only with on_error local")
 	}

@@ -2,7 +2,6 @@ package ratelimit
 
 import (
 	"encoding/json"
-	"fmt"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -111,19 +110,8 @@ func (bl *breakerLog) fields(master string, err error) []zap.Field {
 // provisionRedis sets up the handler's Redis client: the pooled one of
 // equal settings, or a new one.
 func (h *Handler) provisionRedis() error {
-	switch h.OnError {
-	case "", "open":
-		h.rt.onError = onErrorOpen
-	case "closed":
-		h.rt.onError = onErrorClosed
-	case "local":
-		h.rt.onError = onErrorLocal
-	default:
-		return fmt.Errorf("unknown on_error value %q", h.OnError)
-	}
-	if h.OnError == "" {
-		h.OnError = "open"
-	}
+	h.rt.onError = onErrorEnum.mode(h.OnError)
+	h.OnError = onErrorEnum.orDefault(h.OnError)
 	rc := h.Redis
 	if rc == nil {
 		rc = new(RedisConfig)
@@ -161,8 +149,7 @@ func (h *Handler) provisionRedis() error {
 // unchanged (see storeKey); for store redis the Lua store on the shared
 // client, or with sync_interval the zone's two-layer store.
 func (h *Handler) zoneStores(z *zone, lim algorithms.Limiter, key storeKey) error {
-	switch h.Store {
-	case "memory":
+	if !h.onRedis() {
 		m, err := h.memoryStore(lim, z, key)
 		if err != nil {
 			return err
@@ -170,9 +157,6 @@ func (h *Handler) zoneStores(z *zone, lim algorithms.Limiter, key storeKey) erro
 		z.store = m
 		z.sharesClock = h.rt.opts.now == nil
 		return nil
-	case "redis":
-	default:
-		return fmt.Errorf("unknown store %q", h.Store)
 	}
 
 	if h.rt.onError == onErrorLocal {
