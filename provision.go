@@ -24,10 +24,10 @@ import (
 const (
 	defaultStatus        = 429
 	defaultCost          = "1"
-	defaultSweepInterval = time.Minute
+	defaultSweepInterval = store.DefaultSweepInterval
 	defaultMaxKeys       = store.DefaultMaxKeys // a flood of keys costs a zone tens of MB
-	defaultIPv4Prefix    = 32
-	defaultIPv6Prefix    = 128
+	defaultIPv4Prefix    = keyresolver.IPv4Bits // each address alone
+	defaultIPv6Prefix    = keyresolver.IPv6Bits
 )
 
 // handlerRuntime is what Provision builds from the configuration: all that

@@ -14,8 +14,8 @@ import (
 
 // Bounds of the options with a range.
 const (
-	maxIPv4Prefix = 32
-	maxIPv6Prefix = 128
+	maxIPv4Prefix = keyresolver.IPv4Bits
+	maxIPv6Prefix = keyresolver.IPv6Bits
 	minStatus     = 400
 	maxStatus     = 599
 	maxZoneName   = 128

@@ -204,22 +204,18 @@ func TestWindow(t *testing.T) {
 }
 
 func TestNowOption(t *testing.T) {
-	var mu sync.Mutex
-	now := t0
-	clock := func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
-	advance := func(d time.Duration) { mu.Lock(); now = now.Add(d); mu.Unlock() }
-
-	b := New(Options{Failures: 3, Window: time.Second, Probe: blockProbe, Now: clock})
+	clock := storetest.NewClock(t0)
+	b := New(Options{Failures: 3, Window: time.Second, Probe: blockProbe, Now: clock.Now})
 	defer b.Close()
 	for range 6 {
 		b.Record(errDown)
-		advance(time.Second)
+		clock.Add(time.Second)
 	}
 	expectState(t, b, Closed, "failures 1s apart with a 1s window of 3")
 	b.Record(errDown)
-	advance(time.Millisecond)
+	clock.Add(time.Millisecond)
 	b.Record(errDown)
-	advance(time.Millisecond)
+	clock.Add(time.Millisecond)
 	b.Record(errDown)
 	expectState(t, b, Open, "last 3 failures within 1s")
 }

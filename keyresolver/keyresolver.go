@@ -63,6 +63,13 @@ const (
 	clientIPAlias       = "{http.request.client_ip}"
 )
 
+// The lengths of IPv4 and IPv6 addresses in bits: the largest prefixes,
+// and the ones that keep each address alone.
+const (
+	IPv4Bits = 32
+	IPv6Bits = 128
+)
+
 // NewTemplate returns the template resolver for tmpl, grouping IPv4
 // addresses by ipv4Prefix bits (1..32; 0 means 32) and IPv6 addresses by
 // ipv6Prefix bits (1..128; 0 means 128). A template whose braces are not
@@ -73,16 +80,16 @@ func NewTemplate(tmpl string, ipv4Prefix, ipv6Prefix int) (*Template, error) {
 		return nil, fmt.Errorf("key: %v", err)
 	}
 	if ipv4Prefix == 0 {
-		ipv4Prefix = 32
+		ipv4Prefix = IPv4Bits
 	}
 	if ipv6Prefix == 0 {
-		ipv6Prefix = 128
+		ipv6Prefix = IPv6Bits
 	}
-	if ipv4Prefix < 1 || ipv4Prefix > 32 {
-		return nil, fmt.Errorf("ipv4_prefix must be between 1 and 32, got %d", ipv4Prefix)
+	if ipv4Prefix < 1 || ipv4Prefix > IPv4Bits {
+		return nil, fmt.Errorf("ipv4_prefix must be between 1 and %d, got %d", IPv4Bits, ipv4Prefix)
 	}
-	if ipv6Prefix < 1 || ipv6Prefix > 128 {
-		return nil, fmt.Errorf("ipv6_prefix must be between 1 and 128, got %d", ipv6Prefix)
+	if ipv6Prefix < 1 || ipv6Prefix > IPv6Bits {
+		return nil, fmt.Errorf("ipv6_prefix must be between 1 and %d, got %d", IPv6Bits, ipv6Prefix)
 	}
 	// {http.request.client_ip} is what users guess for Caddy's client
 	// address; Caddy names it {http.vars.client_ip} ({client_ip} in a

@@ -239,7 +239,7 @@ func TestDenyCacheBlocks(t *testing.T) {
 }
 
 // blockSync is a two-layer store of zone with block_for, on clk.
-func blockSync(t testing.TB, c redis.UniversalClient, clk *syncClock, zone string, blockFor time.Duration) *SyncStore {
+func blockSync(t testing.TB, c redis.UniversalClient, clk *storetest.Clock, zone string, blockFor time.Duration) *SyncStore {
 	t.Helper()
 	l := mustLimiter(t, algorithms.FixedWindow, oneTier(2, time.Second))
 	s, err := newSyncStore(c, l, Options{KeyPrefix: "rltest:", Zone: zone, BlockFor: blockFor}, SyncOptions{Interval: time.Second, Now: clk.Now})
@@ -257,7 +257,7 @@ func blockSync(t testing.TB, c redis.UniversalClient, clk *syncClock, zone strin
 func TestSyncBlockFor(t *testing.T) {
 	_, c := newClient(t)
 	ctx := context.Background()
-	clk := &syncClock{t: t0}
+	clk := storetest.NewClock(t0)
 	a := blockSync(t, c, clk, "sync-block", time.Minute)
 	b := blockSync(t, c, clk, "sync-block", time.Minute)
 	lua := blockStore(t, c, algorithms.FixedWindow, oneTier(2, time.Second), "sync-block", time.Minute)
@@ -331,7 +331,7 @@ func TestSyncBlockFor(t *testing.T) {
 func TestSyncBlockKeptWhileBlocked(t *testing.T) {
 	_, c := newClient(t)
 	ctx := context.Background()
-	clk := &syncClock{t: t0}
+	clk := storetest.NewClock(t0)
 	s := blockSync(t, c, clk, "sync-kept", time.Hour)
 	for range 3 {
 		s.Take(ctx, "k", time.Time{}, 1)

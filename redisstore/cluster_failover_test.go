@@ -30,7 +30,7 @@ func TestSyncClusterMasterKilled(t *testing.T) {
 	cl.WaitSynced(t)
 	c := clusterOpsClient(t, cl)
 	ctx := context.Background()
-	clk := &syncClock{}
+	clk := new(storetest.Clock)
 	base := alignedAfter(t0, time.Minute)
 	clk.Set(base)
 	l := mustLimiter(t, algorithms.SlidingWindow, oneTier(3000, time.Minute))
@@ -120,7 +120,7 @@ func TestSyncOnRecover(t *testing.T) {
 	hook := &downHook{}
 	c.AddHook(hook)
 	ctx := context.Background()
-	clk := &syncClock{}
+	clk := new(storetest.Clock)
 	base := alignedAfter(t0, time.Hour)
 	clk.Set(base)
 	l := mustLimiter(t, algorithms.FixedWindow, oneTier(1000, time.Hour))

@@ -253,7 +253,7 @@ func TestClusterOpsLease(t *testing.T) {
 	cl := redistest.StartCluster(t, 3, 1)
 	c := clusterOpsClient(t, cl)
 	cfg := algorithms.Config{Tiers: []algorithms.Tier{{Events: opsLimit, Window: time.Hour}}}
-	clk := newSynthClock(t0)
+	clk := storetest.NewClock(t0)
 	for _, alg := range []string{algorithms.GCRA, algorithms.SlidingLog, algorithms.FixedWindow} {
 		var stores []*LeaseStore
 		for range 3 {
@@ -282,7 +282,7 @@ func TestClusterOpsSync(t *testing.T) {
 	cl := redistest.StartCluster(t, 3, 1)
 	c := clusterOpsClient(t, cl)
 	ctx := context.Background()
-	clk := &syncClock{}
+	clk := new(storetest.Clock)
 	base := alignedAfter(t0, time.Hour)
 	clk.Set(base)
 	cfg := algorithms.Config{Tiers: []algorithms.Tier{{Events: 1_000_000, Window: time.Hour}}}

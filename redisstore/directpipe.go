@@ -251,13 +251,3 @@ func (p *Pipeliner) closeDirect() {
 		x.d.close()
 	}
 }
-
-// queued is how many calls wait for a batch.
-func (p *Pipeliner) queued() int {
-	if x := p.direct; x != nil {
-		x.mu.Lock()
-		defer x.mu.Unlock()
-		return len(x.queue)
-	}
-	return len(p.calls)
-}

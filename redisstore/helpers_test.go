@@ -16,6 +16,7 @@ import (
 
 	"github.com/zonelimit/caddy-ratelimit/algorithms"
 	"github.com/zonelimit/caddy-ratelimit/internal/redistest"
+	"github.com/zonelimit/caddy-ratelimit/internal/storetest"
 )
 
 // t0 is the start of every timeline: an odd instant, not aligned to any
@@ -158,24 +159,6 @@ func newBenchServer(b *testing.B) string {
 	return c.Options().Addr
 }
 
-// syncClock is a fake clock shared by the instances of a test.
-type syncClock struct {
-	mu sync.Mutex
-	t  time.Time
-}
-
-func (c *syncClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.t
-}
-
-func (c *syncClock) Set(t time.Time) {
-	c.mu.Lock()
-	c.t = t
-	c.mu.Unlock()
-}
-
 // alignedAfter returns the first multiple of w (since the Unix epoch) after
 // t.
 func alignedAfter(t time.Time, w time.Duration) time.Time {
@@ -185,7 +168,7 @@ func alignedAfter(t time.Time, w time.Duration) time.Time {
 
 // newTestSync returns a SyncStore without its goroutine (the test calls
 // Sync), closed when the test ends.
-func newTestSync(t testing.TB, c redis.UniversalClient, name string, cfg algorithms.Config, interval time.Duration, clk *syncClock, zone string) *SyncStore {
+func newTestSync(t testing.TB, c redis.UniversalClient, name string, cfg algorithms.Config, interval time.Duration, clk *storetest.Clock, zone string) *SyncStore {
 	t.Helper()
 	l, err := algorithms.New(name, cfg)
 	if err != nil {
@@ -287,4 +270,21 @@ func (h *countHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Pr
 		h.trips.Add(1)
 		return next(ctx, cmds)
 	}
+}
+
+// setMargin changes the TTL margin of the keys s writes: a long one keeps
+// real time from expiring the keys of a replayed timeline.
+func (s *Store) setMargin(d time.Duration) {
+	s.static[0] = strconv.FormatInt(d.Milliseconds(), 10)
+	s.encode()
+}
+
+// queued is how many calls wait for a batch.
+func (p *Pipeliner) queued() int {
+	if x := p.direct; x != nil {
+		x.mu.Lock()
+		defer x.mu.Unlock()
+		return len(x.queue)
+	}
+	return len(p.calls)
 }

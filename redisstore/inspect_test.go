@@ -8,6 +8,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/zonelimit/caddy-ratelimit/algorithms"
+	"github.com/zonelimit/caddy-ratelimit/internal/storetest"
 	"github.com/zonelimit/caddy-ratelimit/store"
 )
 
@@ -176,7 +177,7 @@ func TestSyncStoreInspectReset(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			cfg := algorithms.Config{Tiers: []algorithms.Tier{{Events: 4, Window: time.Minute}, {Events: 10, Window: time.Hour}}}
 			start := alignedAfter(t0, time.Hour)
-			clk := &syncClock{t: start}
+			clk := storetest.NewClock(start)
 			// An interval long enough for a budget of more than 3.
 			a := newTestSync(t, c, name, cfg, time.Hour, clk, "inspect-"+name)
 			b := newTestSync(t, c, name, cfg, time.Hour, clk, "inspect-"+name)

@@ -10,6 +10,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/zonelimit/caddy-ratelimit/algorithms"
+	"github.com/zonelimit/caddy-ratelimit/internal/storetest"
 	"github.com/zonelimit/caddy-ratelimit/store"
 )
 
@@ -83,7 +84,7 @@ func TestLeaseInspectConformance(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			clk := newSynthClock(t0)
+			clk := storetest.NewClock(t0)
 			ls := leaseStores(t, c, l, "conf-lease-"+zone, 2, 50*time.Millisecond, clk)
 			inspect := func(now time.Time) (lease, want store.KeyState) {
 				t.Helper()
@@ -124,7 +125,7 @@ func TestLeaseInspectConformance(t *testing.T) {
 			now := t0
 			for i := range 40 {
 				now = now.Add(60 * time.Millisecond)
-				clk.us.Store(now.UnixMicro())
+				clk.Set(now)
 				cost := int64(1 + i%3)
 				d, err := ls[i%2].Take(ctx, key, now, cost)
 				if err != nil {
@@ -148,7 +149,7 @@ func TestLeaseInspectConformance(t *testing.T) {
 			admitted := 0
 			for i := range 10 {
 				now = now.Add(100 * time.Microsecond)
-				clk.us.Store(now.UnixMicro())
+				clk.Set(now)
 				d, err := ls[i%2].Take(ctx, key, now, 1)
 				if err != nil {
 					t.Fatal(err)
@@ -222,7 +223,7 @@ func TestLeaseReset(t *testing.T) {
 	for alg, cfg := range leaseConfigs(events, time.Second) {
 		t.Run(alg, func(t *testing.T) {
 			l := mustLimiter(t, alg, cfg)
-			clk := newSynthClock(t0)
+			clk := storetest.NewClock(t0)
 			ls := leaseStores(t, c, l, "reset-"+alg, 2, 100*time.Millisecond, clk)
 			a, b := ls[0], ls[1]
 			// Every step is 10µs: the whole run lasts less than a bucket
@@ -231,7 +232,7 @@ func TestLeaseReset(t *testing.T) {
 			take := func(s *LeaseStore) algorithms.Decision {
 				t.Helper()
 				now = now.Add(10 * time.Microsecond)
-				clk.us.Store(now.UnixMicro())
+				clk.Set(now)
 				d, err := s.Take(ctx, key, now, 1)
 				if err != nil {
 					t.Fatal(err)
@@ -282,7 +283,7 @@ func TestLeaseReset(t *testing.T) {
 				fromOld++
 			}
 			now = now.Add(10 * time.Microsecond)
-			clk.us.Store(now.UnixMicro())
+			clk.Set(now)
 			before, err := a.Inspect(ctx, key, now)
 			if err != nil {
 				t.Fatal(err)

@@ -8,6 +8,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/zonelimit/caddy-ratelimit/algorithms"
+	"github.com/zonelimit/caddy-ratelimit/internal/storetest"
 )
 
 // heldLeaseStore is a leasing store whose key "k" holds a lease that
@@ -17,7 +18,7 @@ func heldLeaseStore(b *testing.B) *LeaseStore {
 	c := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"})
 	b.Cleanup(func() { c.Close() })
 	l := mustLimiter(b, algorithms.GCRA, oneTier(1_000_000, 3600e9))
-	clk := newSynthClock(t0)
+	clk := storetest.NewClock(t0)
 	s, err := newLeaseStore(c, l, Options{KeyPrefix: "rlbench:", Zone: "held"}, LeaseOptions{Duration: 3600e9, Now: clk.Now})
 	if err != nil {
 		b.Fatal(err)

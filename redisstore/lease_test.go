@@ -6,7 +6,6 @@ import (
 	"math/rand"
 	"sort"
 	"strings"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -14,6 +13,7 @@ import (
 
 	"github.com/zonelimit/caddy-ratelimit/algorithms"
 	"github.com/zonelimit/caddy-ratelimit/internal/redistest"
+	"github.com/zonelimit/caddy-ratelimit/internal/storetest"
 )
 
 // leaseConfigs: one config of every algorithm a lease takes, of e events
@@ -28,21 +28,9 @@ func leaseConfigs(e int64, w time.Duration) map[string]algorithms.Config {
 	}
 }
 
-// synthClock is a clock the test moves: the leasing stores' Now (pinned
-// instants, passed to the scripts too).
-type synthClock struct{ us atomic.Int64 }
-
-func newSynthClock(at time.Time) *synthClock {
-	c := new(synthClock)
-	c.us.Store(at.UnixMicro())
-	return c
-}
-
-func (c *synthClock) Now() time.Time { return time.UnixMicro(c.us.Load()) }
-
 // leaseStores returns n leasing stores of l on c, as n Caddy instances
 // would have, without their goroutines (the test reaps), closed at the end.
-func leaseStores(t testing.TB, c redis.UniversalClient, l algorithms.Limiter, zone string, n int, dur time.Duration, clk *synthClock) []*LeaseStore {
+func leaseStores(t testing.TB, c redis.UniversalClient, l algorithms.Limiter, zone string, n int, dur time.Duration, clk *storetest.Clock) []*LeaseStore {
 	t.Helper()
 	var out []*LeaseStore
 	for range n {
@@ -73,7 +61,7 @@ func TestLeaseNeverOver(t *testing.T) {
 		alg, _, _ := strings.Cut(name, " ")
 		t.Run(name, func(t *testing.T) {
 			l := mustLimiter(t, alg, cfg)
-			clk := newSynthClock(t0)
+			clk := storetest.NewClock(t0)
 			stores := leaseStores(t, c, l, "never-"+strings.ReplaceAll(name, " ", "-"), 3, 100*time.Millisecond, clk)
 			rng := rand.New(rand.NewSource(1))
 			type use struct {
@@ -94,7 +82,7 @@ func TestLeaseNeverOver(t *testing.T) {
 				if rng.Intn(200) == 0 {
 					step = time.Duration(rng.Intn(400)) * time.Millisecond
 				}
-				clk.us.Add(step.Microseconds())
+				clk.Add(step)
 				now := clk.Now()
 				s := stores[rng.Intn(len(stores))]
 				cost := int64(1 + rng.Intn(2))
@@ -155,7 +143,7 @@ func TestLeaseConcurrent(t *testing.T) {
 			loadLease(t, c)
 			c.AddHook(&calls)
 			l := mustLimiter(t, name, cfg)
-			clk := newSynthClock(t0)
+			clk := storetest.NewClock(t0)
 			stores := leaseStores(t, c, l, "conc-"+name, 3, time.Second, clk)
 			// Request i*64+g of goroutine g at t0 + that many steps.
 			got := takeConcurrently(t, 64, requests/64, func(g, i int) (algorithms.Decision, error) {
@@ -211,12 +199,12 @@ func TestLeaseCold(t *testing.T) {
 			loadLease(t, c)
 			c.AddHook(&calls)
 			l := mustLimiter(t, name, cfg)
-			clk := newSynthClock(t0)
+			clk := storetest.NewClock(t0)
 			s := leaseStores(t, c, l, "cold-"+name, 1, 100*time.Millisecond, clk)[0]
 			st := l.NewState()
 			for i := 0; i < 12; i++ {
 				now := t0.Add(time.Duration(i) * 700 * time.Millisecond)
-				clk.us.Store(now.UnixMicro())
+				clk.Set(now)
 				want := st.Take(now, 1)
 				got, err := s.Take(ctx, "k", now, 1)
 				if err != nil {
@@ -243,7 +231,7 @@ func TestLeaseGiveBack(t *testing.T) {
 		for _, how := range []string{"close", "idle"} {
 			t.Run(name+"/"+how, func(t *testing.T) {
 				l := mustLimiter(t, name, cfg)
-				clk := newSynthClock(t0)
+				clk := storetest.NewClock(t0)
 				st := leaseStores(t, c, l, "back-"+how+"-"+name, 2, time.Second, clk)
 				a, b := st[0], st[1]
 				for i := 0; i < 21; i++ {
@@ -260,7 +248,7 @@ func TestLeaseGiveBack(t *testing.T) {
 						t.Fatal(err)
 					}
 				case "idle":
-					clk.us.Add(600 * time.Millisecond.Microseconds()) // idle for half a lease
+					clk.Add(600 * time.Millisecond) // idle for half a lease
 					if err := a.Reap(ctx, false); err != nil {
 						t.Fatal(err)
 					}
@@ -308,7 +296,7 @@ func TestLeaseRedisDown(t *testing.T) {
 	defer c.Close()
 	ctx := context.Background()
 	l := mustLimiter(t, algorithms.FixedWindow, oneTier(1000, time.Hour))
-	clk := newSynthClock(t0)
+	clk := storetest.NewClock(t0)
 	s := leaseStores(t, c, l, "down", 1, time.Second, clk)[0]
 	for i := 0; i < 10; i++ {
 		if _, err := s.Take(ctx, "hot", t0, 1); err != nil {
@@ -409,10 +397,10 @@ func TestLeaseKeysHaveTTL(t *testing.T) {
 	ctx := context.Background()
 	const w, dur = time.Minute, time.Second
 	for name, cfg := range leaseConfigs(50, w) {
-		clk := newSynthClock(t0)
+		clk := storetest.NewClock(t0)
 		stores := leaseStores(t, c, mustLimiter(t, name, cfg), "ttl-"+name, 3, dur, clk)
 		for i := 0; i < 600; i++ {
-			clk.us.Add(int64(7 * time.Millisecond / time.Microsecond))
+			clk.Add(7 * time.Millisecond)
 			s := stores[i%3]
 			if _, err := s.Take(ctx, fmt.Sprintf("k%d", i%4), clk.Now(), 1); err != nil {
 				t.Fatal(err)
@@ -441,7 +429,7 @@ func TestLeaseCluster(t *testing.T) {
 	_, c := newClusterClient(t, 1)
 	ctx := context.Background()
 	cfg := algorithms.Config{Tiers: []algorithms.Tier{{Events: 30, Window: time.Hour}, {Events: 100, Window: 2 * time.Hour}}}
-	clk := newSynthClock(t0)
+	clk := storetest.NewClock(t0)
 	stores := leaseStores(t, c, mustLimiter(t, algorithms.SlidingLog, cfg), "cluster", 3, time.Second, clk)
 	const keys = 20
 	admitted := make([]int, keys)
@@ -473,7 +461,7 @@ func TestLeaseStranded(t *testing.T) {
 	const events = 1000
 	for name, cfg := range leaseConfigs(events, time.Hour) {
 		t.Run(name, func(t *testing.T) {
-			clk := newSynthClock(t0)
+			clk := storetest.NewClock(t0)
 			st := leaseStores(t, c, mustLimiter(t, name, cfg), "stranded-"+name, 3, time.Second, clk)
 			takeAll := func(s *LeaseStore, n int) int {
 				got := 0
@@ -504,7 +492,7 @@ func TestLeaseStranded(t *testing.T) {
 			}
 			// After a lease duration the quiet leases are given back
 			// (idle), and the third instance's denial has run out.
-			clk.us.Add(1100 * time.Millisecond.Microseconds())
+			clk.Add(1100 * time.Millisecond)
 			for _, s := range st[:2] {
 				if err := s.Reap(ctx, false); err != nil {
 					t.Fatal(err)
@@ -539,11 +527,11 @@ func TestLeaseTakeHeld(t *testing.T) {
 	const dur = time.Second
 	type store struct {
 		s   *LeaseStore
-		clk *synthClock
+		clk *storetest.Clock
 	}
 	stores := map[string]store{}
 	for name, cfg := range leaseConfigs(100, time.Hour) {
-		clk := newSynthClock(t0)
+		clk := storetest.NewClock(t0)
 		s := leaseStores(t, c, mustLimiter(t, name, cfg), "held-"+name, 1, dur, clk)[0]
 		for i := 0; i < 10; i++ {
 			if d, err := s.Take(ctx, "hot", t0, 1); err != nil || !d.Allowed {
@@ -594,7 +582,7 @@ func TestLeaseTakeHeld(t *testing.T) {
 			// Idle for more than two leases, the key is kept while its
 			// denial holds.
 			idle := t0.Add(5 * dur)
-			st.clk.us.Store(idle.UnixMicro())
+			st.clk.Set(idle)
 			if err := s.Reap(ctx, false); err != nil {
 				t.Fatal(err)
 			}

@@ -11,6 +11,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/zonelimit/caddy-ratelimit/algorithms"
+	"github.com/zonelimit/caddy-ratelimit/internal/storetest"
 )
 
 // leaseOp is one Take of a played history: cost units at an offset (µs)
@@ -31,9 +32,9 @@ type leaseWaitRun struct {
 
 // play makes a fresh leasing store, plays ops on key "k" and returns the
 // store, its clock and the last op's decision.
-func (r *leaseWaitRun) play(ops []leaseOp) (*LeaseStore, *synthClock, algorithms.Decision) {
+func (r *leaseWaitRun) play(ops []leaseOp) (*LeaseStore, *storetest.Clock, algorithms.Decision) {
 	r.plays++
-	clk := newSynthClock(r.start)
+	clk := storetest.NewClock(r.start)
 	s := leaseStores(r.t, r.c, r.l, fmt.Sprintf("wait-%s-%d", r.name, r.plays), 1, r.dur, clk)[0]
 	var d algorithms.Decision
 	for _, op := range ops {
@@ -43,9 +44,9 @@ func (r *leaseWaitRun) play(ops []leaseOp) (*LeaseStore, *synthClock, algorithms
 }
 
 // take makes a Take of cost at offset at on s, its clock moved there.
-func (r *leaseWaitRun) take(s *LeaseStore, clk *synthClock, at, cost int64) algorithms.Decision {
+func (r *leaseWaitRun) take(s *LeaseStore, clk *storetest.Clock, at, cost int64) algorithms.Decision {
 	r.t.Helper()
-	clk.us.Store(r.start.UnixMicro() + at)
+	clk.Set(r.start.Add(time.Duration(at) * time.Microsecond))
 	d, err := s.Take(context.Background(), "k", clk.Now(), cost)
 	if err != nil {
 		r.t.Fatal(err)
@@ -54,7 +55,7 @@ func (r *leaseWaitRun) take(s *LeaseStore, clk *synthClock, at, cost int64) algo
 }
 
 // admitted is how many of n Takes of one unit s admits at offset at.
-func (r *leaseWaitRun) admitted(s *LeaseStore, clk *synthClock, at, n int64) int64 {
+func (r *leaseWaitRun) admitted(s *LeaseStore, clk *storetest.Clock, at, n int64) int64 {
 	var got int64
 	for range n {
 		if r.take(s, clk, at, 1).Allowed {

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/zonelimit/caddy-ratelimit/algorithms"
+	"github.com/zonelimit/caddy-ratelimit/internal/storetest"
 	"github.com/zonelimit/caddy-ratelimit/store"
 )
 
@@ -117,7 +118,7 @@ func TestSyncKeepsCountsAcrossLimits(t *testing.T) {
 	_, c := newClient(t)
 	ctx := context.Background()
 	const W = time.Minute
-	clk := &syncClock{}
+	clk := new(storetest.Clock)
 	base := alignedAfter(t0, W)
 	clk.Set(base)
 	cfg := func(e int64) algorithms.Config {

@@ -251,13 +251,6 @@ func configDigest(kind string) string {
 	return hex.EncodeToString(sum[:])[:8]
 }
 
-// setMargin changes the TTL margin of the keys s writes (tests: a long one
-// keeps real time from expiring the keys of a replayed timeline).
-func (s *Store) setMargin(d time.Duration) {
-	s.static[0] = strconv.FormatInt(d.Milliseconds(), 10)
-	s.encode()
-}
-
 // Keys returns the Redis keys of key's state, in the order the script
 // takes them (the key's block, BlockKey, comes after them).
 func (s *Store) Keys(key string) []string {

@@ -11,12 +11,13 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/zonelimit/caddy-ratelimit/algorithms"
+	"github.com/zonelimit/caddy-ratelimit/internal/storetest"
 	"github.com/zonelimit/caddy-ratelimit/store"
 )
 
 // newEvictSync returns a SyncStore of E per W, synced every I, holding
 // MaxKeys 256 (64 shards of 4 keys), without its goroutine.
-func newEvictSync(t *testing.T, c redis.UniversalClient, name, zone string, E int64, W, I time.Duration, clk *syncClock) *SyncStore {
+func newEvictSync(t *testing.T, c redis.UniversalClient, name, zone string, E int64, W, I time.Duration, clk *storetest.Clock) *SyncStore {
 	t.Helper()
 	l := mustLimiter(t, name, oneTier(E, W))
 	s, err := newSyncStore(c, l, Options{KeyPrefix: "rlsync:", Zone: zone}, SyncOptions{Interval: I, Now: clk.Now, MaxKeys: 256})
@@ -57,7 +58,7 @@ func floodShard(t *testing.T, s *SyncStore, key string, n int, at time.Time, cos
 func minuteSync(t *testing.T, name, zone string, I time.Duration) (redis.UniversalClient, *SyncStore, time.Time) {
 	t.Helper()
 	_, c := newClient(t)
-	clk := &syncClock{}
+	clk := new(storetest.Clock)
 	base := alignedAfter(t0, time.Minute)
 	clk.Set(base)
 	return c, newEvictSync(t, c, name, zone, 10, time.Minute, I, clk), base
@@ -91,7 +92,7 @@ func TestSyncEvictionKeepsUnsentCounts(t *testing.T) {
 	const E, W = 10, 10 * time.Second
 	for _, name := range []string{algorithms.FixedWindow, algorithms.SlidingWindow} {
 		t.Run(name, func(t *testing.T) {
-			clk := &syncClock{}
+			clk := new(storetest.Clock)
 			base := alignedAfter(t0, W)
 			clk.Set(base)
 			zone := "evict-" + name

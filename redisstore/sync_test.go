@@ -12,6 +12,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/zonelimit/caddy-ratelimit/algorithms"
+	"github.com/zonelimit/caddy-ratelimit/internal/storetest"
 )
 
 // TestSyncSingleInstance: one instance admits exactly Events per window,
@@ -22,7 +23,7 @@ func TestSyncSingleInstance(t *testing.T) {
 	_, c := newClient(t)
 	ctx := context.Background()
 	const E, W, I = 20, 10 * time.Second, time.Second
-	clk := &syncClock{}
+	clk := new(storetest.Clock)
 	base := alignedAfter(t0, W)
 	clk.Set(base)
 	s := newTestSync(t, c, algorithms.FixedWindow, algorithms.Config{Tiers: []algorithms.Tier{{Events: E, Window: W}}}, I, clk, "single")
@@ -159,7 +160,7 @@ func TestSyncMatchesMemory(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				clk := &syncClock{}
+				clk := new(storetest.Clock)
 				clk.Set(t0)
 				s := newTestSync(t, c, name, cfg, 1000*time.Second, clk, fmt.Sprintf("conf-%s-%v", name, cr))
 				rng := rand.New(rand.NewPCG(7, uint64(len(name))))
@@ -244,7 +245,7 @@ func TestSyncThreeInstances(t *testing.T) {
 	for _, name := range []string{algorithms.FixedWindow, algorithms.SlidingWindow} {
 		for _, greedy := range []bool{true, false} {
 			t.Run(fmt.Sprintf("%s/greedy=%v", name, greedy), func(t *testing.T) {
-				clk := &syncClock{}
+				clk := new(storetest.Clock)
 				base := alignedAfter(t0, W)
 				clk.Set(base)
 				stores := make([]*SyncStore, N)
@@ -379,7 +380,7 @@ func TestSyncRedisCalls(t *testing.T) {
 	defer sc.Close()
 	hook := &countHook{}
 	sc.AddHook(hook)
-	clk := &syncClock{}
+	clk := new(storetest.Clock)
 	clk.Set(t0)
 	cfg := algorithms.Config{Tiers: []algorithms.Tier{{Events: 1000, Window: time.Minute}, {Events: 100, Window: time.Second}}}
 	for _, name := range []string{algorithms.FixedWindow, algorithms.SlidingWindow} {
@@ -436,7 +437,7 @@ func TestSyncRedisCalls(t *testing.T) {
 func TestSyncRedisDown(t *testing.T) {
 	srv, c := newDownableClient(t)
 	ctx := context.Background()
-	clk := &syncClock{}
+	clk := new(storetest.Clock)
 	base := alignedAfter(t0, time.Hour)
 	clk.Set(base)
 	var reports atomic.Int64
@@ -519,7 +520,7 @@ func TestSyncRedisDown(t *testing.T) {
 func TestSyncOutageDropsEndedWindows(t *testing.T) {
 	srv, c := newDownableClient(t)
 	ctx := context.Background()
-	clk := &syncClock{}
+	clk := new(storetest.Clock)
 	base := alignedAfter(t0, time.Hour)
 	clk.Set(base)
 	for _, alg := range []string{algorithms.SlidingWindow, algorithms.FixedWindow} {
@@ -593,7 +594,7 @@ func TestSyncKeysHaveTTL(t *testing.T) {
 	ctx := context.Background()
 	cfg := algorithms.Config{Tiers: []algorithms.Tier{{Events: 3, Window: 2 * time.Second}, {Events: 10, Window: time.Minute}}, CountRejected: true}
 	for _, name := range []string{algorithms.FixedWindow, algorithms.SlidingWindow} {
-		clk := &syncClock{}
+		clk := new(storetest.Clock)
 		clk.Set(t0)
 		s := newTestSync(t, c, name, cfg, time.Second, clk, "ttl-"+name)
 		now := t0
@@ -739,7 +740,7 @@ func TestSyncMaxKeysAndIdle(t *testing.T) {
 	ctx := context.Background()
 	cfg := algorithms.Config{Tiers: []algorithms.Tier{{Events: 5, Window: 10 * time.Second}}}
 	for _, name := range []string{algorithms.FixedWindow, algorithms.SlidingWindow} {
-		clk := &syncClock{}
+		clk := new(storetest.Clock)
 		base := alignedAfter(t0, 10*time.Second)
 		clk.Set(base)
 		l, _ := algorithms.New(name, cfg)
@@ -788,7 +789,7 @@ func TestSyncMaxKeysAndIdle(t *testing.T) {
 func TestSyncCluster(t *testing.T) {
 	_, c := newClusterClient(t, 0)
 	ctx := context.Background()
-	clk := &syncClock{}
+	clk := new(storetest.Clock)
 	base := alignedAfter(t0, time.Minute)
 	clk.Set(base)
 	cfg := algorithms.Config{Tiers: []algorithms.Tier{{Events: 100, Window: time.Minute}, {Events: 10, Window: time.Second}}}
