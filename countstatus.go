@@ -193,8 +193,8 @@ func (z *Zone) validateCountStatus() error {
 			return zoneErrf("count_status", "count_status: %d is not a status code (%d to %d) or class (1 to %d, as in 4xx)", c, minStatusCode, maxStatusCode, maxStatusClass)
 		}
 	}
-	if len(z.CountStatus) > 0 && z.Algorithm == algorithms.Concurrency {
-		return zoneErrf("count_status", "count_status does not apply to algorithm concurrency: a lease is given back when its request ends, whatever the status")
+	if alg, err := algorithms.Lookup(z.Algorithm); err == nil && alg.Lease && len(z.CountStatus) > 0 {
+		return zoneErrf("count_status", "count_status does not apply to algorithm %s: a lease is given back when its request ends, whatever the status", z.Algorithm)
 	}
 	return nil
 }

@@ -178,7 +178,7 @@ func (s *LeaseStore) call(ctx context.Context, keys []string, args []any) reply 
 // reapEvery is how often the goroutine gives back idle leases: a quarter
 // of the lease duration, so a lease idle for half of it goes back.
 func (s *LeaseStore) reapEvery() time.Duration {
-	return max(time.Duration(s.dur)*time.Microsecond/4, 10*time.Millisecond)
+	return max(algorithms.Micros(s.dur)/4, 10*time.Millisecond)
 }
 
 func (s *LeaseStore) run() {

@@ -55,7 +55,7 @@ func (e *leaseEntry) clamp(now time.Time) int64 { return clampMicros(&e.last, no
 // aged by the time since.
 func (e *leaseEntry) local(t int64, allowed bool) algorithms.Decision {
 	d := e.base
-	age := time.Duration(t-e.baseAt) * time.Microsecond
+	age := algorithms.Micros(t - e.baseAt) // 0 if the clock went back
 	since := func(v time.Duration) time.Duration { return max(v-age, 0) }
 	d.ResetAfter, d.MoreAfter = since(d.ResetAfter), since(d.MoreAfter)
 	if allowed {
