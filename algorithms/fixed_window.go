@@ -45,17 +45,41 @@ import "time"
 // FixedWindow is the name of fixed_window.
 const FixedWindow = "fixed_window"
 
-type fwTier struct {
-	events, window int64 // E, W (µs)
-	start, count   int64
+// FixedCounts is one tier of fixed_window: Events per Window (µs), and
+// Count units counted in the window that starts at Start. Its methods are
+// the model's arithmetic above, for an instant t in that window; the
+// two-layer store (package redisstore) applies them to the counts of a
+// fleet.
+type FixedCounts struct {
+	Events, Window int64 // E, W (µs)
+	Start, Count   int64
 }
 
 // current reports whether the tier's window is the one that holds t.
-func (tr *fwTier) current(t int64) bool { return tr.start == winStart(t, tr.window) }
+func (c *FixedCounts) current(t int64) bool { return c.Start == winStart(t, c.Window) }
+
+// Fits reports whether a request of cost fits the window's count.
+func (c *FixedCounts) Fits(cost int64) bool { return cost <= c.Events && c.Count <= c.Events-cost }
+
+// Report is what a decision on cost at t (allowed: ok) says of the tier,
+// its count updated: the units remaining, when the window's count resets
+// (0 while it is empty; nothing comes back before then), and for a denial
+// how long until cost could fit.
+func (c *FixedCounts) Report(t, cost int64, ok bool) (remaining, reset, wait int64) {
+	if c.Count > 0 {
+		reset = c.Start + c.Window - t
+	}
+	if !ok && cost > c.Events {
+		wait = c.Window
+	} else if !ok && c.Count > c.Events-cost {
+		wait = reset
+	}
+	return c.Events - c.Count, reset, wait
+}
 
 type fixedWindowState struct {
 	winState
-	tiers []fwTier
+	tiers []FixedCounts
 }
 
 func init() {
@@ -66,13 +90,13 @@ func newFixedWindowState(l *winLimiter) State {
 	return &fixedWindowState{newWinState(l), winTiers(l.cfg, newFWTier)}
 }
 
-func newFWTier(e, w int64) fwTier { return fwTier{events: e, window: w} }
+func newFWTier(e, w int64) FixedCounts { return FixedCounts{Events: e, Window: w} }
 
 // Relimit keeps each tier's count; a tier whose window start changes
 // with its window length starts afresh at its next Take.
 func (s *fixedWindowState) Relimit(_ time.Time, l Limiter) {
 	if cfg, ok := s.relimits(l); ok {
-		s.tiers = relimitTiers(s.tiers, cfg, newFWTier, func(tr *fwTier, e, w int64) { tr.events, tr.window = e, w })
+		s.tiers = relimitTiers(s.tiers, cfg, newFWTier, func(tr *FixedCounts, e, w int64) { tr.Events, tr.Window = e, w })
 	}
 }
 
@@ -81,25 +105,17 @@ func (s *fixedWindowState) Take(now time.Time, cost int64) (d Decision) {
 	ok := true
 	for i := range s.tiers {
 		tr := &s.tiers[i]
-		if ws := winStart(t, tr.window); ws != tr.start {
-			tr.start, tr.count = ws, 0
+		if ws := winStart(t, tr.Window); ws != tr.Start {
+			tr.Start, tr.Count = ws, 0
 		}
-		ok = ok && cost <= tr.events && tr.count <= tr.events-cost
+		ok = ok && tr.Fits(cost)
 	}
 	p := TierPick{Allowed: ok}
 	for i := range s.tiers {
 		tr := &s.tiers[i]
-		tr.count = winCount(tr.count, cost, tr.events, ok, s.countRejected)
-		var reset, wait int64
-		if tr.count > 0 {
-			reset = tr.start + tr.window - t
-		}
-		if !ok && cost > tr.events {
-			wait = tr.window
-		} else if !ok && tr.count > tr.events-cost {
-			wait = reset
-		}
-		p.Offer(i, tr.events, tr.events-tr.count, reset, wait, reset)
+		tr.Count = winCount(tr.Count, cost, tr.Events, ok, s.countRejected)
+		rem, reset, wait := tr.Report(t, cost, ok)
+		p.Offer(i, tr.Events, rem, reset, wait, reset)
 	}
 	p.fill(&d, p.reset) // nothing comes back before the window ends
 	return d
@@ -109,7 +125,7 @@ func (s *fixedWindowState) Undo(now time.Time, cost int64, d Decision) {
 	if t, ok := s.undoes(now, cost, d); ok {
 		for i := range s.tiers {
 			if tr := &s.tiers[i]; tr.current(t) {
-				tr.count -= min(tr.count, cost)
+				tr.Count -= min(tr.Count, cost)
 			}
 		}
 	}
@@ -118,7 +134,7 @@ func (s *fixedWindowState) Undo(now time.Time, cost int64, d Decision) {
 func (s *fixedWindowState) Idle(now time.Time) bool {
 	t := s.at(now)
 	for i := range s.tiers {
-		if tr := &s.tiers[i]; tr.count > 0 && tr.current(t) {
+		if tr := &s.tiers[i]; tr.Count > 0 && tr.current(t) {
 			return false
 		}
 	}

@@ -35,11 +35,11 @@ func (s *fixedWindowState) Peek(now time.Time) []TierStatus {
 	t := s.at(now)
 	out := make([]TierStatus, len(s.tiers))
 	for i, tr := range s.tiers {
-		var count, reset int64
-		if tr.current(t) && tr.count > 0 {
-			count, reset = tr.count, tr.start+tr.window-t
+		if !tr.current(t) {
+			tr.Count = 0 // a window that has ended (tr is a copy)
 		}
-		out[i] = status(tr.events, tr.events-count, reset)
+		rem, reset, _ := tr.Report(t, 0, true)
+		out[i] = status(tr.Events, rem, reset)
 	}
 	return out
 }

@@ -127,19 +127,9 @@ func (s *SyncStore) Take(_ context.Context, key string, now time.Time, cost int6
 			c := algorithms.SlidingCounts{Events: p.events, Window: p.window, Start: start, Prev: tr.prev.view(), Cur: C}
 			more = c.MoreAfter(t)
 		} else {
-			rem = p.events - C
-			if C > 0 {
-				reset = start + p.window - t
-			}
+			c := algorithms.FixedCounts{Events: p.events, Window: p.window, Start: start, Count: C}
+			rem, reset, wait = c.Report(t, cost, ok)
 			more = reset // fixed_window: nothing comes back before the window ends
-			if !ok {
-				switch {
-				case cost > p.events:
-					wait = p.window
-				case C > p.events-cost:
-					wait = start + p.window - t
-				}
-			}
 		}
 		if !ok && cost <= p.events && overBudget(p, e.used, cost) {
 			wait = max(wait, s.budgetWait(t))
@@ -175,8 +165,8 @@ func (s *SyncStore) Take(_ context.Context, key string, now time.Time, cost int6
 // rolled to t).
 func (s *SyncStore) fits(p *syncParams, tr *syncTier, t, cost int64) bool {
 	if !s.sliding {
-		C := tr.cur.view()
-		return C <= p.events-cost
+		c := algorithms.FixedCounts{Events: p.events, Window: p.window, Count: tr.cur.view()}
+		return c.Fits(cost)
 	}
 	fits, _, _, _ := slidingWindow(p.events, p.window, tr.cur.idx*p.window, tr.prev.view(), tr.cur.view(), t, cost, false)
 	return fits
