@@ -1,12 +1,10 @@
 package ratelimit
 
 import (
-	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"net/url"
 	"strings"
@@ -14,7 +12,6 @@ import (
 
 	"github.com/caddyserver/caddy/v2"
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/redis/go-redis/v9"
 
 	"github.com/zonelimit/caddy-ratelimit/keyresolver"
 	"github.com/zonelimit/caddy-ratelimit/redisstore"
@@ -225,7 +222,7 @@ func closedClient(err error) bool {
 	if errors.As(err, &ae) {
 		err = ae.Err
 	}
-	return errors.Is(err, redis.ErrClosed) || errors.Is(err, net.ErrClosed)
+	return redisstore.Closed(err)
 }
 
 // storeFailed is the API's error for a store that failed to do what (a
@@ -242,7 +239,7 @@ func (a *AdminAPI) key(w http.ResponseWriter, r *http.Request, z *zone, key stri
 	}
 	ctx := r.Context()
 	if r.Method == http.MethodDelete {
-		if err := untilMoved(ctx, func() error { return ins.Reset(ctx, key) }); err != nil {
+		if err := redisstore.RetryMoved(ctx, func() error { return ins.Reset(ctx, key) }); err != nil {
 			return storeFailed(z, "resetting key", err)
 		}
 		// The on_error local fallback counts the same keys while Redis
@@ -255,7 +252,7 @@ func (a *AdminAPI) key(w http.ResponseWriter, r *http.Request, z *zone, key stri
 		return writeJSON(w, adminKey{Zone: z.name, Key: key})
 	}
 	var ks store.KeyState
-	err := untilMoved(ctx, func() (err error) {
+	err := redisstore.RetryMoved(ctx, func() (err error) {
 		ks, err = ins.Inspect(ctx, key, time.Time{})
 		return err
 	})
@@ -302,38 +299,6 @@ func (a *AdminAPI) block(w http.ResponseWriter, r *http.Request, z *zone, key st
 	}
 	out.BlockedUntil = &until
 	return writeJSON(w, out)
-}
-
-// While a Redis Cluster moves a key's slot between masters, a command on
-// several of its keys (a reset's DEL, a peek's script) is answered
-// TRYAGAIN when some have moved and some not; one on its block key alone
-// is redirected (ASK), which go-redis follows. An operator's reset or look
-// is tried again for a moment rather than failed: first after
-// moveRetryFirst, then twice as late each time, for moveRetryFor at most.
-const (
-	moveRetryFirst = 50 * time.Millisecond
-	moveRetryFor   = 5 * time.Second
-)
-
-// untilMoved runs op, and again while it fails with TRYAGAIN (see
-// moveRetryFor) and ctx lasts.
-func untilMoved(ctx context.Context, op func() error) error {
-	deadline := time.Now().Add(moveRetryFor)
-	wait := moveRetryFirst
-	for {
-		err := op()
-		if !redisstore.SlotRefused(err) || time.Now().Add(wait).After(deadline) {
-			return err
-		}
-		t := time.NewTimer(wait)
-		select {
-		case <-t.C:
-		case <-ctx.Done():
-			t.Stop()
-			return err
-		}
-		wait *= 2
-	}
 }
 
 // maxBlockBody bounds the body of POST .../block, {"duration": "1h"}.

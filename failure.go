@@ -111,50 +111,11 @@ func useGoRedisLogger() {
 	redis.SetLogger(&goRedisLogger{logger: func() *zap.Logger { return caddy.Log().Named(name) }})
 }
 
-// redisHint says what to look at for the Redis errors that answer PING but
-// refuse every decision, or whose text does not say plainly what is wrong.
-// Empty for the others.
-func redisHint(err error) string {
-	if err == nil {
-		return ""
-	}
-	s := err.Error()
-	switch {
-	case hasCode(s, "WRONGPASS"), hasCode(s, "NOAUTH"), strings.Contains(s, "Protocol error: unauthenticated"):
-		return "authentication failed: check the redis username and password"
-	case hasCode(s, "NOPERM"):
-		return "the Redis user lacks a permission: it needs EVALSHA, EVAL and the keys under key_prefix"
-	case hasCode(s, "OOM"):
-		return "Redis is out of memory (maxmemory) and refuses writes"
-	case hasCode(s, "READONLY"):
-		return "this Redis is a read-only replica: address the master"
-	}
-	return ""
-}
-
-// hasCode reports whether the error text s holds the Redis error code code
-// as a word followed by a space ("OOM command not allowed ...", after the
-// store's own prefix).
-func hasCode(s, code string) bool {
-	for i := 0; ; {
-		j := strings.Index(s[i:], code)
-		if j < 0 {
-			return false
-		}
-		j += i
-		end := j + len(code)
-		if (j == 0 || s[j-1] == ' ') && end < len(s) && s[end] == ' ' {
-			return true
-		}
-		i = end
-	}
-}
-
 // logStoreError logs a failure of z's store.
 func (h *Handler) logStoreError(z *zone, key string, err error) {
 	if c := h.rt.logger.Check(z.storeErrLog.level(), "rate limit store failed"); c != nil {
 		fields := []zap.Field{zap.String("zone", z.name), zap.String("on_error", h.OnError), zap.Error(err)}
-		if hint := redisHint(err); hint != "" {
+		if hint := redisstore.Hint(err); hint != "" {
 			fields = append(fields, zap.String("hint", hint))
 		}
 		if h.LogKeys {

@@ -575,24 +575,6 @@ func TestGoRedisLoggerRoutine(t *testing.T) {
 	}
 }
 
-func TestRedisHint(t *testing.T) {
-	for _, tc := range []struct{ err, want string }{
-		{"redis store: gcra: WRONGPASS invalid username-password pair or user is disabled.", "authentication failed"},
-		{"redis store: gcra: NOAUTH Authentication required.", "authentication failed"},
-		{"redis store: gcra: ERR Protocol error: unauthenticated multibulk length", "authentication failed"},
-		{"redis store: gcra: NOPERM User rl has no permissions to run the 'evalsha' command", "permission"},
-		{"master 127.0.0.1:7000: OOM command not allowed when used memory > 'maxmemory'.", "out of memory"},
-		{"redis store: gcra: READONLY You can't write against a read only replica.", "replica"},
-		{"redis store: gcra: dial tcp 127.0.0.1:6379: connect: connection refused", ""},
-		{"redis store: gcra: ERR user_script:1: BOOM custom", ""},
-	} {
-		got := redisHint(errors.New(tc.err))
-		if (tc.want == "") != (got == "") || !strings.Contains(got, tc.want) {
-			t.Errorf("%s: hint %q, want one with %q", tc.err, got, tc.want)
-		}
-	}
-}
-
 // While the circuit breaker is open, a key the deny cache holds as denied
 // stays denied (429, its Retry-After counting down), in every on_error
 // mode; a key the instance knows nothing of is decided by on_error.

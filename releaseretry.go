@@ -2,11 +2,9 @@ package ratelimit
 
 import (
 	"context"
-	"errors"
 	"sync"
 	"time"
 
-	"github.com/redis/go-redis/v9"
 	"go.uber.org/zap"
 
 	"github.com/zonelimit/caddy-ratelimit/redisstore"
@@ -261,7 +259,7 @@ func (h *Handler) tryRelease(it *pendingRelease) tried {
 		b.Record(nil)
 		h.rt.logger.Debug("released a concurrency lease on a retry", zap.String("zone", t.z.name))
 		return triedDone
-	case errors.Is(err, redis.ErrClosed):
+	case redisstore.Closed(err):
 		return triedDone // the config was unloaded: nothing can send it
 	}
 	if !redisstore.SlotRefused(err) { // see take

@@ -62,7 +62,7 @@ func (bl *breakerLog) change(master string, open bool, err error) {
 		if bl.reason == nil {
 			bl.reason = make(map[string]string)
 		}
-		bl.reason[master] = redisHint(err)
+		bl.reason[master] = redisstore.Hint(err)
 	} else {
 		delete(bl.reason, master)
 	}
@@ -75,7 +75,7 @@ func (bl *breakerLog) change(master string, open bool, err error) {
 }
 
 func (bl *breakerLog) probeFailed(master string, err error) {
-	reason := redisHint(err)
+	reason := redisstore.Hint(err)
 	bl.mu.Lock()
 	now := time.Now()
 	last, open := bl.reason[master]
@@ -101,7 +101,7 @@ func (bl *breakerLog) where(master string) []zap.Field {
 
 func (bl *breakerLog) fields(master string, err error) []zap.Field {
 	fields := append(bl.where(master), zap.Error(err))
-	if hint := redisHint(err); hint != "" {
+	if hint := redisstore.Hint(err); hint != "" {
 		fields = append(fields, zap.String("hint", hint))
 	}
 	return fields

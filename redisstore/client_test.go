@@ -2,6 +2,7 @@ package redisstore
 
 import (
 	"context"
+	"errors"
 	"strings"
 	"testing"
 	"time"
@@ -91,5 +92,24 @@ func TestBreakerProbeOwnClusterMaster(t *testing.T) {
 	// master writes.
 	if err := c.probeMaster(ctx, "127.0.0.1:1", home[full]); err != nil {
 		t.Fatalf("probe of a former master's slot: %v", err)
+	}
+}
+
+// Hint names the cause of the Redis errors whose text does not say it.
+func TestHint(t *testing.T) {
+	for _, tc := range []struct{ err, want string }{
+		{"redis store: gcra: WRONGPASS invalid username-password pair or user is disabled.", "authentication failed"},
+		{"redis store: gcra: NOAUTH Authentication required.", "authentication failed"},
+		{"redis store: gcra: ERR Protocol error: unauthenticated multibulk length", "authentication failed"},
+		{"redis store: gcra: NOPERM User rl has no permissions to run the 'evalsha' command", "permission"},
+		{"master 127.0.0.1:7000: OOM command not allowed when used memory > 'maxmemory'.", "out of memory"},
+		{"redis store: gcra: READONLY You can't write against a read only replica.", "replica"},
+		{"redis store: gcra: dial tcp 127.0.0.1:6379: connect: connection refused", ""},
+		{"redis store: gcra: ERR user_script:1: BOOM custom", ""},
+	} {
+		got := Hint(errors.New(tc.err))
+		if (tc.want == "") != (got == "") || !strings.Contains(got, tc.want) {
+			t.Errorf("%s: hint %q, want one with %q", tc.err, got, tc.want)
+		}
 	}
 }

@@ -470,17 +470,6 @@ func answerAll(rc redis.UniversalClient, batch []*scriptCall, cmds []*redis.Cmd)
 	return failed
 }
 
-// SlotRefused reports whether err is, or wraps, Redis refusing a call
-// for its slot alone without running it: TRYAGAIN, while a Cluster slot
-// being moved holds part of the call's keys on each side (evalAll has sent
-// it again already). A circuit breaker should not count it: the master
-// answered, and a breaker it opened would send every key of that master
-// to on_error, then close at its next probe and open again, for as long as
-// the move lasts. Only the keys of the moving slot go to on_error.
-func SlotRefused(err error) bool {
-	return err != nil && redis.HasErrorPrefix(err, "TRYAGAIN")
-}
-
 // fail answers the calls queued with err, without sending them (Close).
 func (p *Pipeliner) fail(err error) {
 	for {
