@@ -27,16 +27,8 @@ func (z *zone) setCapacity(cfg algorithms.Config, algorithm string) {
 		return
 	}
 	for _, t := range cfg.Tiers {
-		z.maxCost = min(z.maxCost, tierCapacity(t, cfg.Burst, algorithm))
+		z.maxCost = min(z.maxCost, algorithms.Capacity(t.Events, cfg.Burst, algorithm))
 	}
-}
-
-// tierCapacity is the most units tier t admits at once.
-func tierCapacity(t algorithms.Tier, burst int64, algorithm string) int64 {
-	if burst > 0 && algorithms.UsesBurst(algorithm) {
-		return burst
-	}
-	return t.Events
 }
 
 // neverAdmitted returns the denial of a request of cost that z can never
@@ -56,7 +48,7 @@ func (z *zone) neverAdmitted(cost int64) (algorithms.Decision, bool) {
 func (z *zone) neverDenial(cost int64) algorithms.Decision {
 	d := algorithms.Decision{Tier: -1}
 	for i, t := range z.tiers {
-		c := tierCapacity(t, z.burst, z.algorithm)
+		c := algorithms.Capacity(t.Events, z.burst, z.algorithm)
 		if cost > c && (d.Tier < 0 || t.Window > d.RetryAfter) {
 			d = algorithms.Decision{Tier: i, Limit: c, ResetAfter: t.Window, RetryAfter: t.Window}
 		}

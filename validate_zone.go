@@ -91,9 +91,9 @@ func (z *Zone) validate() error {
 		}
 		if n, err := strconv.ParseInt(z.Cost, 10, 64); err == nil {
 			for i, l := range z.Limits {
-				capacity, what := l.Events, "events"
-				if z.Burst > 0 {
-					capacity, what = z.Burst, "burst"
+				capacity, what := algorithms.Capacity(l.Events, z.Burst, z.Algorithm), "events"
+				if capacity != l.Events {
+					what = "burst"
 				}
 				if n > capacity {
 					return zoneErrf("cost", "cost %d exceeds limit %d (%d %s): no request could ever pass", n, i+1, capacity, what)

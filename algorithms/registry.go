@@ -118,6 +118,16 @@ func UsesBurst(name string) bool {
 	return err == nil && a.Burst
 }
 
+// Capacity is the most units a tier of events admits at once under the
+// algorithm named: its burst when it has a bucket capacity and burst is
+// set, else events.
+func Capacity(events, burst int64, name string) int64 {
+	if burst > 0 && UsesBurst(name) {
+		return burst
+	}
+	return events
+}
+
 // Summable reports whether the counts of the algorithm named can be added
 // up across instances (sync_interval), and lists those that can, for
 // messages, in alphabetical order: "fixed_window or sliding_window".

@@ -166,10 +166,7 @@ func (s *Store) limit(l algorithms.Limiter) error {
 	// request and may be up to 2^63-1).
 	var maxCap int64
 	for _, t := range cfg.Tiers {
-		c := t.Events
-		if cfg.Burst > 0 && algorithms.UsesBurst(name) {
-			c = cfg.Burst
-		}
+		c := algorithms.Capacity(t.Events, cfg.Burst, name)
 		if t.Events > algorithms.MaxCount || c > algorithms.MaxCount || t.Window > algorithms.MaxWindow {
 			return fmt.Errorf("redis store: limit %d per %s (burst %d) is beyond the bounds the scripts compute exactly within (%d units, %s)",
 				t.Events, t.Window, cfg.Burst, algorithms.MaxCount, algorithms.MaxWindow)

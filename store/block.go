@@ -45,10 +45,7 @@ func BlockLimit(l algorithms.Limiter) int64 {
 	if len(cfg.Tiers) == 0 {
 		return 0
 	}
-	if cfg.Burst > 0 && algorithms.UsesBurst(l.Name()) {
-		return cfg.Burst
-	}
-	return cfg.Tiers[0].Events
+	return algorithms.Capacity(cfg.Tiers[0].Events, cfg.Burst, l.Name())
 }
 
 // CheckBlock returns the error of a Block for d, or nil when d is
