@@ -45,12 +45,25 @@ type script struct {
 	// (concurrency), not cost units.
 	byToken bool
 
+	// lease is how the leasing store (lease.lua) charges the algorithm's
+	// units: leaseNone (lease refuses it), leaseWindow or leaseBucket.
+	lease leaseCharge
+
 	// tier returns the script's constants of one tier (ARGV[8..], see the
 	// script's header), or why the tier cannot be computed exactly.
 	tier func(t algorithms.Tier, burst int64) ([]int64, error)
 
 	run *redis.Script
 }
+
+// leaseCharge is how a lease charges an algorithm's units in Redis.
+type leaseCharge uint8
+
+const (
+	leaseNone   leaseCharge = iota
+	leaseWindow             // units counted in the windows the lease spans
+	leaseBucket             // tokens lent within burst - rate x the lease's life
+)
 
 func onePart(int) []string { return []string{""} }
 
@@ -70,7 +83,7 @@ func burstOf(t algorithms.Tier, burst int64) int64 {
 
 // scripts is the Redis side of every algorithm, by name.
 var scripts = loadScripts([]*script{
-	{name: algorithms.SlidingLog, short: "sl", layout: "o", member: true, tier: eventsWindow,
+	{name: algorithms.SlidingLog, short: "sl", layout: "o", member: true, lease: leaseWindow, tier: eventsWindow,
 		parts: func(n int) []string {
 			p := []string{":m"} // the offsets; then each tier's runs
 			for i := range n {
@@ -78,11 +91,11 @@ var scripts = loadScripts([]*script{
 			}
 			return p
 		}},
-	{name: algorithms.SlidingWindow, short: "sw", layout: "s", parts: onePart, tier: eventsWindow},
-	{name: algorithms.FixedWindow, short: "fw", layout: "s", parts: onePart, tier: eventsWindow},
-	{name: algorithms.TokenBucket, short: "tb", layout: "p", parts: onePart, tier: bucketTier},
+	{name: algorithms.SlidingWindow, short: "sw", layout: "s", parts: onePart, lease: leaseWindow, tier: eventsWindow},
+	{name: algorithms.FixedWindow, short: "fw", layout: "s", parts: onePart, lease: leaseWindow, tier: eventsWindow},
+	{name: algorithms.TokenBucket, short: "tb", layout: "p", parts: onePart, lease: leaseBucket, tier: bucketTier},
 	{name: algorithms.LeakyBucket, short: "lb", layout: "p", parts: onePart, tier: bucketTier},
-	{name: algorithms.GCRA, short: "gcra", layout: "p", parts: onePart,
+	{name: algorithms.GCRA, short: "gcra", layout: "p", parts: onePart, lease: leaseBucket,
 		tier: func(t algorithms.Tier, burst int64) ([]int64, error) {
 			iv, tau, err := algorithms.GCRAParams(t, burst)
 			return []int64{iv, tau, burstOf(t, burst), t.Window.Microseconds()}, err

@@ -85,14 +85,12 @@ type LeaseStore struct {
 
 var _ store.Store = (*LeaseStore)(nil)
 
-// leaseAlgorithms are the algorithms a lease can charge exactly.
-var leaseAlgorithms = map[string]bool{
-	algorithms.FixedWindow: true, algorithms.SlidingWindow: true, algorithms.SlidingLog: true,
-	algorithms.TokenBucket: true, algorithms.GCRA: true,
+// Leasable reports whether the leasing store takes algorithm name (one it
+// can charge exactly: see script.lease).
+func Leasable(name string) bool {
+	s := scripts[name]
+	return s != nil && s.lease != leaseNone
 }
-
-// Leasable reports whether the leasing store takes algorithm name.
-func Leasable(name string) bool { return leaseAlgorithms[name] }
 
 // NewLeaseStore returns a LeaseStore for l on c (o names the keys and may
 // carry a Pipeliner) and starts its goroutine. Call Close when done.
@@ -127,7 +125,7 @@ func newLeaseStore(c redis.UniversalClient, l algorithms.Limiter, o Options, lo 
 	s := &LeaseStore{
 		base:    base,
 		alg:     name,
-		bucket:  name == algorithms.TokenBucket || name == algorithms.GCRA,
+		bucket:  scripts[name].lease == leaseBucket,
 		tail:    "}:ls:" + configDigest(leaseKind(name, cfg)),
 		id:      base.idHead[:len(base.idHead)-1],
 		dur:     max(lo.Duration.Microseconds(), 1),
