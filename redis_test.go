@@ -410,23 +410,32 @@ func leasesHeld(t *testing.T, addr, zone string) int64 {
 	return n
 }
 
-// A reload (Cleanup) while a lease's release waits for a retry keeps the
-// Redis client open until the retry gave it back.
-func TestRedisCleanupKeepsPendingReleases(t *testing.T) {
-	srv := redistest.Start(t)
-	h := provisionIn(t, `{"store":"redis","on_error":"closed","redis":{"addresses":["`+srv.Addr+`"],"read_timeout":"200ms"},
-		"zones":[{"name":"cc_pend","key":"k","algorithm":"concurrency","limits":[{"events":1,"window":"1h"}]}]}`, nil)
+// releaseWhilePaused serves a request through h that ends while the Redis
+// at addr takes no writes (the test unpauses it), and checks that its
+// lease's release waits for a retry.
+func releaseWhilePaused(t *testing.T, h *Handler, addr string) {
+	t.Helper()
 	release := serveHeld(h, newReq("192.0.2.1:1"))
-	mustDo(t, srv.Addr, "CLIENT", "PAUSE", "1500", "WRITE")
+	mustDo(t, addr, "CLIENT", "PAUSE", "30000", "WRITE")
 	if res := release(); res.code != 200 {
 		t.Fatalf("request: %d", res.code)
 	}
 	if n := h.rt.releases.pending(); n != 1 {
 		t.Fatalf("%d releases pending, want 1", n)
 	}
+}
+
+// A reload (Cleanup) while a lease's release waits for a retry keeps the
+// Redis client open until the retry gave it back.
+func TestRedisCleanupKeepsPendingReleases(t *testing.T) {
+	srv := redistest.Start(t)
+	h := provisionIn(t, `{"store":"redis","on_error":"closed","redis":{"addresses":["`+srv.Addr+`"],"read_timeout":"200ms"},
+		"zones":[{"name":"cc_pend","key":"k","algorithm":"concurrency","limits":[{"events":1,"window":"1h"}]}]}`, nil)
+	releaseWhilePaused(t, h, srv.Addr)
 	if err := h.Cleanup(); err != nil {
 		t.Fatal(err)
 	}
+	mustDo(t, srv.Addr, "CLIENT", "UNPAUSE")
 	storetest.WaitFor(t, "the lease released on a retry after the reload", func() bool { return leasesHeld(t, srv.Addr, "cc_pend") == 0 })
 }
 
@@ -439,14 +448,7 @@ func TestRedisSettleQueuesFailedLeaseRelease(t *testing.T) {
 	h := provisionIn(t, `{"store":"redis","on_error":"closed","redis":{"addresses":["`+srv.Addr+`"],"read_timeout":"200ms"},
 		"zones":[{"name":"cs_settle","key":"k","count_status":[500],"limits":[{"events":10,"window":"1h"}]},
 			{"name":"cc_settle","key":"k","algorithm":"concurrency","limits":[{"events":1,"window":"1h"}]}]}`, nil)
-	release := serveHeld(h, newReq("192.0.2.1:1"))
-	mustDo(t, srv.Addr, "CLIENT", "PAUSE", "30000", "WRITE")
-	if res := release(); res.code != 200 {
-		t.Fatalf("request: %d", res.code)
-	}
-	if n := h.rt.releases.pending(); n != 1 {
-		t.Fatalf("%d releases pending, want 1", n)
-	}
+	releaseWhilePaused(t, h, srv.Addr)
 	mustDo(t, srv.Addr, "CLIENT", "UNPAUSE")
 	storetest.WaitFor(t, "the lease released on a retry", func() bool { return leasesHeld(t, srv.Addr, "cc_settle") == 0 })
 }
@@ -466,11 +468,7 @@ func TestRedisMetricsPendingReleases(t *testing.T) {
 		}
 	}
 	pending("before any request", 0)
-	release := serveHeld(h, newReq("192.0.2.1:1"))
-	mustDo(t, srv.Addr, "CLIENT", "PAUSE", "30000", "WRITE")
-	if res := release(); res.code != 200 {
-		t.Fatalf("request: %d", res.code)
-	}
+	releaseWhilePaused(t, h, srv.Addr)
 	pending("its release failed", 1)
 	if err := h.Cleanup(); err != nil {
 		t.Fatal(err)
