@@ -173,8 +173,8 @@ func (s *concurrencyState) Take(now time.Time, cost int64) (d Decision) {
 // Relimit keeps the leases held, each until its own expiry: a lower limit
 // admits no more until enough of them end.
 func (s *concurrencyState) Relimit(_ time.Time, l Limiter) {
-	if nl, ok := l.(*concurrency); ok {
-		s.l = nl
+	if nl, ok := l.(*concurrency); ok && nl != s.l {
+		s.l = nl // written only on a change: every Take calls Relimit
 	}
 }
 
