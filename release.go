@@ -34,11 +34,10 @@ func (h *Handler) releaseLease(ctx context.Context, t *taken) {
 			return
 		}
 	}
-	err := t.st.Undo(ctx, t.key, time.Time{}, t.cost, t.d)
-	if err != nil && !redisstore.SlotRefused(err) {
-		b.Record(err)
-	}
-	if err != nil {
+	if err := t.st.Undo(ctx, t.key, time.Time{}, t.cost, t.d); err != nil {
+		if !redisstore.SlotRefused(err) { // see take
+			b.Record(err)
+		}
 		h.releaseFailed(t, err)
 	}
 }
