@@ -1,7 +1,6 @@
 package ratelimit
 
 import (
-	"context"
 	"crypto/tls"
 	"crypto/x509"
 	"encoding/json"
@@ -365,7 +364,8 @@ func (rc *RedisConfig) poolKey() (redisPoolKey, error) {
 // JSON.
 type redisPoolKey string
 
-// universalOptions translates rc (resolved) to go-redis options.
+// universalOptions translates rc (resolved) to go-redis options;
+// redisstore.NewClient adds the client policy the stores rely on.
 func (rc *RedisConfig) universalOptions() (*redis.UniversalOptions, error) {
 	o := &redis.UniversalOptions{
 		Addrs:            rc.Addresses,
@@ -379,21 +379,6 @@ func (rc *RedisConfig) universalOptions() (*redis.UniversalOptions, error) {
 		WriteTimeout:     time.Duration(rc.WriteTimeout),
 		PoolSize:         rc.PoolSize,
 		IsClusterMode:    rc.Cluster || len(rc.Addresses) > 1,
-		// One attempt per decision: a retry doubles the time a request
-		// waits on a failing Redis; on_error decides instead.
-		MaxRetries:    -1,
-		DialerRetries: 1,
-		// Pipelines (every decision) on the one pool: go-redis's own
-		// pipeline pool, when it cannot connect, tries again on the main
-		// pool, and a hung Redis then costs two timeouts (a connect and
-		// its HELLO on each) instead of one.
-		PipelinePoolSize: -1,
-		// The request's context bounds a decision too: a client that went
-		// away stops waiting on Redis. (On a single node or a Sentinel
-		// master, decisions skip go-redis and watch a context only when
-		// it has a deadline; the timeouts bound them: see
-		// redisstore.NewDirectPipeliner.)
-		ContextTimeoutEnabled: true,
 	}
 	if rc.SentinelMaster != "" {
 		o.Addrs = rc.SentinelAddresses
@@ -436,14 +421,6 @@ func (rc *RedisConfig) universalOptions() (*redis.UniversalOptions, error) {
 			tc.RootCAs = pool
 		}
 		o.TLSConfig = tc
-	}
-	if o.Password == "" {
-		// Without a password to send, go-redis ignores the NOAUTH with
-		// which a Redis that wants one answers HELLO; the first script
-		// call then fails as "Protocol error: unauthenticated multibulk
-		// length" and the connection is closed (EOF for the next call).
-		// A PING on each new connection fails it with the NOAUTH instead.
-		o.OnConnect = func(ctx context.Context, cn *redis.Conn) error { return cn.Ping(ctx).Err() }
 	}
 	return o, nil
 }

@@ -65,8 +65,11 @@ const (
 	breakerProbeInterval = 250 * time.Millisecond
 )
 
-// NewClient connects (lazily) with opts.
+// NewClient connects (lazily) with opts, after setting their retries,
+// pipeline pool and context handling to the policy the stores rely on (see
+// setPolicy).
 func NewClient(opts *redis.UniversalOptions, o ClientOptions) *Client {
+	setPolicy(opts)
 	c := &Client{
 		UniversalClient: redis.NewUniversalClient(opts),
 		probeTimeout:    opts.DialTimeout + opts.ReadTimeout,
@@ -186,4 +189,30 @@ func crc16(s string) uint16 {
 		}
 	}
 	return crc
+}
+
+// setPolicy sets what the stores expect of go-redis on o.
+func setPolicy(o *redis.UniversalOptions) {
+	// One attempt per decision: a retry doubles the time a request waits
+	// on a failing Redis; the caller's on_error decides instead.
+	o.MaxRetries = -1
+	o.DialerRetries = 1
+	// Pipelines (every decision) on the one pool: go-redis's own pipeline
+	// pool, when it cannot connect, tries again on the main pool, and a
+	// hung Redis then costs two timeouts (a connect and its HELLO on each)
+	// instead of one.
+	o.PipelinePoolSize = -1
+	// The caller's context bounds a call too: a client that went away
+	// stops waiting on Redis. (On a single node or a Sentinel master,
+	// decisions skip go-redis and watch a context only when it has a
+	// deadline; the timeouts bound them: see NewDirectPipeliner.)
+	o.ContextTimeoutEnabled = true
+	if o.Password == "" && o.OnConnect == nil {
+		// Without a password to send, go-redis ignores the NOAUTH with
+		// which a Redis that wants one answers HELLO; the first script
+		// call then fails as "Protocol error: unauthenticated multibulk
+		// length" and the connection is closed (EOF for the next call).
+		// A PING on each new connection fails it with the NOAUTH instead.
+		o.OnConnect = func(ctx context.Context, cn *redis.Conn) error { return cn.Ping(ctx).Err() }
+	}
 }

@@ -9,6 +9,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/zonelimit/caddy-ratelimit/algorithms"
 	"github.com/zonelimit/caddy-ratelimit/internal/redistest"
 	"github.com/zonelimit/caddy-ratelimit/internal/storetest"
 )
@@ -110,6 +111,50 @@ func TestHint(t *testing.T) {
 		got := Hint(errors.New(tc.err))
 		if (tc.want == "") != (got == "") || !strings.Contains(got, tc.want) {
 			t.Errorf("%s: hint %q, want one with %q", tc.err, got, tc.want)
+		}
+	}
+}
+
+// A Client without a password, of a Redis that wants one, fails every call
+// with Redis's NOAUTH, which Hint names.
+func TestClientNoPassword(t *testing.T) {
+	srv := redistest.StartArgs(t, "--requirepass", "s3cret")
+	c := NewClient(&redis.UniversalOptions{Addrs: []string{srv.Addr}, ReadTimeout: time.Second}, ClientOptions{})
+	defer c.Destruct()
+	ctx := context.Background()
+	l, err := algorithms.New(algorithms.GCRA, oneTier(10, time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := NewStore(c, l, Options{KeyPrefix: "rltest:", Zone: "z", Pipeliner: c.Pipeliner()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 3 {
+		_, err := s.Take(ctx, "k", t0, 1)
+		if err == nil || !strings.Contains(err.Error(), "NOAUTH") || Hint(err) == "" {
+			t.Fatalf("take %d: error %v, want Redis's NOAUTH", i, err)
+		}
+	}
+	if err := c.Eval(ctx, "return 1", nil).Err(); err == nil || !strings.Contains(err.Error(), "NOAUTH") {
+		t.Fatalf("eval: error %v, want Redis's NOAUTH", err)
+	}
+}
+
+// NewClient sets the policy the stores rely on, whatever its caller asked:
+// one attempt a call, pipelines on the main pool, the caller's context
+// heeded, and a PING on connecting when there is no password to send.
+func TestClientPolicy(t *testing.T) {
+	for _, pw := range []string{"", "pw"} {
+		o := &redis.UniversalOptions{Addrs: []string{"127.0.0.1:1"}, Password: pw, MaxRetries: 3, PipelinePoolSize: 8}
+		c := NewClient(o, ClientOptions{})
+		c.Destruct()
+		if o.MaxRetries != -1 || o.DialerRetries != 1 || o.PipelinePoolSize != -1 || !o.ContextTimeoutEnabled {
+			t.Errorf("password %q: MaxRetries %d, DialerRetries %d, PipelinePoolSize %d, ContextTimeoutEnabled %v",
+				pw, o.MaxRetries, o.DialerRetries, o.PipelinePoolSize, o.ContextTimeoutEnabled)
+		}
+		if (o.OnConnect != nil) != (pw == "") {
+			t.Errorf("password %q: OnConnect set %v", pw, o.OnConnect != nil)
 		}
 	}
 }
