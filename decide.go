@@ -39,7 +39,10 @@ type taken struct {
 }
 
 // maxKeyLen is the longest key kept as is; a longer one (a header a client
-// filled) is replaced by its hash, so that a key costs bounded memory.
+// filled) is replaced by its hash, so that a key costs bounded memory in
+// every store. The Redis store has a rule of its own for the key's escaped
+// form in a key name (redisstore.MaxEscapedKey, 128 bytes): one rule for
+// both would rename the Redis keys of every key of 129 to 256 bytes.
 const maxKeyLen = 256
 
 // decide decides the request in zone z: whether the zone applies (its

@@ -889,6 +889,17 @@ func TestLongKeysAreHashed(t *testing.T) {
 	if got := res.repl.ReplaceAll("{http.rate_limit.key}", ""); got != hashKey(key) {
 		t.Fatalf("key %q sent as a key became %q, want %q", key, got, hashKey(key))
 	}
+	// Byte for byte: a hashed key is a Redis key name's part, a running
+	// fleet's data. 256 bytes are kept as they are.
+	for in, want := range map[string]string{
+		strings.Repeat("a", maxKeyLen+1): "#e8d95cc2b4bc198c54b40bd214df958afb65f5e73d2c2eafe0593cf5c635c1f0",
+		strings.Repeat("a", maxKeyLen):   strings.Repeat("a", maxKeyLen),
+	} {
+		res := serve(h, newReq("192.0.2.1:1", header("X-Key", in)))
+		if got := res.repl.ReplaceAll("{http.rate_limit.key}", ""); got != want {
+			t.Errorf("a key of %d bytes became %q, want %q", len(in), got, want)
+		}
+	}
 }
 
 func TestWaitForConcurrencySlot(t *testing.T) {
