@@ -175,3 +175,24 @@ func storeUnder(st store.Store, lim algorithms.Limiter) (store.Store, error) {
 	}
 	return rs.Under(lim)
 }
+
+// shadowedLimit finds a limit that can never decide: one whose window
+// another limit of the zone has too, with no more events (or the same
+// limit written twice: the later one). Every algorithm then refuses at the
+// other limit first. Limits from placeholders vary per request and are
+// passed over. It returns the indexes of the shadowed limit and of the
+// one that shadows it.
+func shadowedLimit(ls []Limit) (shadowed, by int, ok bool) {
+	for i, l := range ls {
+		for j, m := range ls {
+			if i == j || l.EventsPlaceholder != "" || m.EventsPlaceholder != "" ||
+				l.WindowPlaceholder != "" || m.WindowPlaceholder != "" || l.Window != m.Window {
+				continue
+			}
+			if l.Events > m.Events || (l.Events == m.Events && i > j) {
+				return i, j, true
+			}
+		}
+	}
+	return 0, 0, false
+}

@@ -166,3 +166,29 @@ func TestWindowFromRequest(t *testing.T) {
 		}
 	}
 }
+
+// A limit another one shadows (same window, no more events) is found;
+// limits of different windows, or from placeholders, are not.
+func TestShadowedLimit(t *testing.T) {
+	lim := func(events int64, w time.Duration) Limit { return Limit{Events: events, Window: caddy.Duration(w)} }
+	fromReq := lim(5, time.Minute)
+	fromReq.EventsPlaceholder, fromReq.MaxEvents = "{http.vars.n}", 50
+	for _, tc := range []struct {
+		name       string
+		limits     []Limit
+		ok         bool
+		shadow, by int
+	}{
+		{"one", []Limit{lim(5, time.Minute)}, false, 0, 0},
+		{"windows differ", []Limit{lim(5, time.Minute), lim(100, time.Hour)}, false, 0, 0},
+		{"more events, same window", []Limit{lim(10, time.Minute), lim(5, time.Minute)}, true, 0, 1},
+		{"the smaller first", []Limit{lim(100, time.Hour), lim(5, time.Minute), lim(10, time.Minute)}, true, 2, 1},
+		{"written twice", []Limit{lim(5, time.Minute), lim(5, time.Minute)}, true, 1, 0},
+		{"from a placeholder", []Limit{fromReq, lim(10, time.Minute)}, false, 0, 0},
+	} {
+		i, j, ok := shadowedLimit(tc.limits)
+		if ok != tc.ok || (ok && (i != tc.shadow || j != tc.by)) {
+			t.Errorf("%s: shadowed %d by %d (%v), want %d by %d (%v)", tc.name, i, j, ok, tc.shadow, tc.by, tc.ok)
+		}
+	}
+}

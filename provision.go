@@ -360,6 +360,13 @@ func (h *Handler) provisionZone(ctx caddy.Context, zc *Zone, lz *loadZones, plac
 		}
 	}
 
+	if i, j, ok := shadowedLimit(zc.Limits); ok {
+		l, m := zc.Limits[i], zc.Limits[j]
+		h.rt.logger.Warn("a limit never decides: another limit of the zone has its window and no more events",
+			zap.String("zone", zc.Name),
+			zap.String("limit", fmt.Sprintf("%d per %s", l.Events, time.Duration(l.Window))),
+			zap.String("decided_by", fmt.Sprintf("%d per %s", m.Events, time.Duration(m.Window))))
+	}
 	cfg := algorithms.Config{Burst: zc.Burst, CountRejected: zc.CountRejected}
 	for _, l := range zc.Limits {
 		t := algorithms.Tier{Events: l.Events, Window: time.Duration(l.Window)}
