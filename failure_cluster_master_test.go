@@ -224,9 +224,10 @@ func TestHandlerClusterMasterDead(t *testing.T) {
 
 // tryAgains is a go-redis hook that counts the script calls Redis refused
 // with TRYAGAIN.
-type tryAgains struct{ n atomic.Int64 }
-
-func (h *tryAgains) DialHook(next redis.DialHook) redis.DialHook { return next }
+type tryAgains struct {
+	redistest.NopHook
+	n atomic.Int64
+}
 
 func (h *tryAgains) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {

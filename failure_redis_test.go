@@ -309,6 +309,7 @@ func TestRedisAuthFailureLogged(t *testing.T) {
 // timeoutCounter counts, through a go-redis hook, the connections dialed and
 // the reads that timed out on them: each is a wait a request pays.
 type timeoutCounter struct {
+	redistest.NopHook
 	dials, timeouts atomic.Int64
 }
 
@@ -321,10 +322,6 @@ func (c *timeoutCounter) DialHook(next redis.DialHook) redis.DialHook {
 		}
 		return &timeoutConn{Conn: conn, c: c}, nil
 	}
-}
-func (c *timeoutCounter) ProcessHook(next redis.ProcessHook) redis.ProcessHook { return next }
-func (c *timeoutCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return next
 }
 
 // timeoutConn counts its reads that timed out: once per deadline, as a
@@ -458,12 +455,11 @@ func TestRedisNoUndoAfterFailure(t *testing.T) {
 // callCounter counts pipelined script calls and fails those after the
 // failAfter-th with a network error, without sending them.
 type callCounter struct {
+	redistest.NopHook
 	n         atomic.Int64
 	failAfter atomic.Int64
 }
 
-func (c *callCounter) DialHook(next redis.DialHook) redis.DialHook          { return next }
-func (c *callCounter) ProcessHook(next redis.ProcessHook) redis.ProcessHook { return next }
 func (c *callCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
 	return func(ctx context.Context, cmds []redis.Cmder) error {
 		if n := c.n.Add(int64(len(cmds))); n > c.failAfter.Load() {

@@ -93,10 +93,10 @@ var errGate = errors.New("gate: no answer")
 
 // downHook is a go-redis hook that fails every pipeline without sending it
 // while down is set.
-type downHook struct{ down atomic.Bool }
-
-func (h *downHook) DialHook(next redis.DialHook) redis.DialHook          { return next }
-func (h *downHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook { return next }
+type downHook struct {
+	redistest.NopHook
+	down atomic.Bool
+}
 
 func (h *downHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
 	return func(ctx context.Context, cmds []redis.Cmder) error {
@@ -271,12 +271,12 @@ func TestLeaseClusterMasterKilled(t *testing.T) {
 
 // unansweredCalls is a go-redis hook that counts the script calls that
 // Redis did not answer (see noAnswer), as their pipelines return.
-type unansweredCalls struct{ n atomic.Int64 }
+type unansweredCalls struct {
+	redistest.NopHook
+	n atomic.Int64
+}
 
 func (h *unansweredCalls) Load() int64 { return h.n.Load() }
-
-func (h *unansweredCalls) DialHook(next redis.DialHook) redis.DialHook          { return next }
-func (h *unansweredCalls) ProcessHook(next redis.ProcessHook) redis.ProcessHook { return next }
 
 func (h *unansweredCalls) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
 	return func(ctx context.Context, cmds []redis.Cmder) error {

@@ -327,13 +327,10 @@ func TestClusterOpsSync(t *testing.T) {
 // pipeline gets its first TRYAGAIN: the call refused is sent again after
 // the slot moved.
 type finishOnTryAgain struct {
+	redistest.NopHook
 	m        *redistest.Migration
 	tryAgain atomic.Int64
 }
-
-func (h *finishOnTryAgain) DialHook(next redis.DialHook) redis.DialHook { return next }
-
-func (h *finishOnTryAgain) ProcessHook(next redis.ProcessHook) redis.ProcessHook { return next }
 
 func (h *finishOnTryAgain) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
 	return func(ctx context.Context, cmds []redis.Cmder) error {

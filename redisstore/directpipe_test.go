@@ -176,10 +176,11 @@ func TestDirectPipelinerBatchFailsOnce(t *testing.T) {
 }
 
 // panicHook panics in the first pipeline it sees.
-type panicHook struct{ done atomic.Bool }
+type panicHook struct {
+	redistest.NopHook
+	done atomic.Bool
+}
 
-func (h *panicHook) DialHook(next redis.DialHook) redis.DialHook          { return next }
-func (h *panicHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook { return next }
 func (h *panicHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
 	return func(ctx context.Context, cmds []redis.Cmder) error {
 		if h.done.CompareAndSwap(false, true) {

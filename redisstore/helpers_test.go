@@ -253,9 +253,11 @@ func scriptCalls(t testing.TB, c *redis.Client) (int64, map[string]int64) {
 
 // countHook counts what a client sends: commands, round trips (a command
 // or a pipeline), and commands sent in pipelines.
-type countHook struct{ cmds, trips, piped atomic.Int64 }
+type countHook struct {
+	redistest.NopHook
+	cmds, trips, piped atomic.Int64
+}
 
-func (h *countHook) DialHook(next redis.DialHook) redis.DialHook { return next }
 func (h *countHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
 		h.cmds.Add(1)
