@@ -2,28 +2,12 @@ package ops
 
 import (
 	"fmt"
-	"net/http"
 	"strings"
 	"testing"
 
 	"github.com/zonelimit/caddy-ratelimit/internal/caddytesting"
 	"github.com/zonelimit/caddy-ratelimit/internal/redistest"
 )
-
-// adminDo sends method path (with body, if any) to the admin endpoint and
-// returns the status and the body.
-func adminDo(t *testing.T, method, path, body string) (int, string) {
-	t.Helper()
-	req, err := http.NewRequest(method, live.AdminURL(path), strings.NewReader(body))
-	if err != nil {
-		t.Fatal(err)
-	}
-	r := caddytesting.Send(caddytesting.NoKeepAlive, req)
-	if r.Err != nil {
-		t.Fatalf("%s %s: %v", method, path, r.Err)
-	}
-	return r.Code, r.Body
-}
 
 // TestAdminAfterFailedReload: a reload whose config fails at provisioning
 // leaves the old config running, and the admin API (started anew for the

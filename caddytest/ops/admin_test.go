@@ -35,17 +35,28 @@ func rateLimitCLI(t *testing.T, args ...string) (string, error) {
 	return out.String(), err
 }
 
-// adminGet is the JSON answer of GET path on the admin endpoint.
-func adminGet(t *testing.T, path string) map[string]any {
+// adminDo sends method path (with body, if any) to the admin endpoint and
+// returns the status and the body.
+func adminDo(t *testing.T, method, path, body string) (int, string) {
 	t.Helper()
-	resp, err := http.Get(live.AdminURL(path))
+	req, err := http.NewRequest(method, live.AdminURL(path), strings.NewReader(body))
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer resp.Body.Close()
+	r := caddytesting.Send(caddytesting.NoKeepAlive, req)
+	if r.Err != nil {
+		t.Fatalf("%s %s: %v", method, path, r.Err)
+	}
+	return r.Code, r.Body
+}
+
+// adminGet is the JSON answer of GET path on the admin endpoint.
+func adminGet(t *testing.T, path string) map[string]any {
+	t.Helper()
+	code, body := adminDo(t, "GET", path, "")
 	var v map[string]any
-	if err := json.NewDecoder(resp.Body).Decode(&v); err != nil || resp.StatusCode != 200 {
-		t.Fatalf("GET %s: %d %v", path, resp.StatusCode, err)
+	if err := json.Unmarshal([]byte(body), &v); err != nil || code != 200 {
+		t.Fatalf("GET %s: %d %v", path, code, err)
 	}
 	return v
 }
