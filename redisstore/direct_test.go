@@ -209,10 +209,7 @@ func TestDirectPipelinerAuthAndDB(t *testing.T) {
 // Once a hook is added to the Client, its calls go through go-redis, so
 // that the hook sees them.
 func TestDirectPipelinerHooked(t *testing.T) {
-	srv := redistest.Start(t)
-	c := NewClient(&redis.UniversalOptions{Addrs: []string{srv.Addr}}, ClientOptions{})
-	defer c.Destruct()
-	s := pipelinedStore(t, c, c.Pipeliner(), algorithms.GCRA, oneTier(10, time.Hour), "hooked")
+	c, s := newClientStore(t, "hooked")
 	ctx := context.Background()
 	if _, err := s.Take(ctx, "k", time.Time{}, 1); err != nil {
 		t.Fatal(err)

@@ -194,10 +194,7 @@ func (h *panicHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Pr
 // gives the lead up: the panic reaches it, and the calls after it are
 // sent and answered.
 func TestDirectPipelinerLeaderPanics(t *testing.T) {
-	srv := redistest.Start(t)
-	c := NewClient(&redis.UniversalOptions{Addrs: []string{srv.Addr}}, ClientOptions{})
-	defer c.Destruct()
-	s := pipelinedStore(t, c, c.Pipeliner(), algorithms.GCRA, oneTier(10, time.Hour), "panic")
+	c, s := newClientStore(t, "panic")
 	ctx := context.Background()
 	if _, err := s.Take(ctx, "k", time.Time{}, 1); err != nil {
 		t.Fatal(err)

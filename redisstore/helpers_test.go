@@ -91,6 +91,18 @@ func mustStore(t testing.TB, c redis.UniversalClient, l algorithms.Limiter, zone
 	return s
 }
 
+// newClientStore starts a redis-server and returns a Client of it (with
+// the direct Pipeliner NewClient makes for a single node), destroyed when
+// the test ends, and a GCRA Store of zone, 10 per hour, through that
+// Pipeliner.
+func newClientStore(t *testing.T, zone string) (*Client, *Store) {
+	t.Helper()
+	srv := redistest.Start(t)
+	c := NewClient(&redis.UniversalOptions{Addrs: []string{srv.Addr}}, ClientOptions{})
+	t.Cleanup(func() { c.Destruct() })
+	return c, pipelinedStore(t, c, c.Pipeliner(), algorithms.GCRA, oneTier(10, time.Hour), zone)
+}
+
 // implemented reports whether the Go twin of name is implemented yet (the
 // algorithms are written in parallel; a stub answers "not implemented").
 func implemented(name string) bool {
