@@ -50,8 +50,9 @@ type script struct {
 	lease leaseCharge
 
 	// tier returns the script's constants of one tier (ARGV[8..], see the
-	// script's header), or why the tier cannot be computed exactly.
-	tier func(t algorithms.Tier, burst int64) ([]int64, error)
+	// script's header), or why the tier cannot be computed exactly: burst
+	// is the Config's, capacity the tier's algorithms.Capacity.
+	tier func(t algorithms.Tier, burst, capacity int64) ([]int64, error)
 
 	run *redis.Script
 }
@@ -68,17 +69,8 @@ const (
 func onePart(int) []string { return []string{""} }
 
 // eventsWindow: the constants of the window algorithms and concurrency.
-func eventsWindow(t algorithms.Tier, _ int64) ([]int64, error) {
+func eventsWindow(t algorithms.Tier, _, _ int64) ([]int64, error) {
 	return []int64{t.Events, t.Window.Microseconds()}, nil
-}
-
-// burstOf is the bucket capacity of a tier in units: Burst when set,
-// else the tier's events.
-func burstOf(t algorithms.Tier, burst int64) int64 {
-	if burst <= 0 {
-		return t.Events
-	}
-	return burst
 }
 
 // scripts is the Redis side of every algorithm, by name.
@@ -96,9 +88,9 @@ var scripts = loadScripts([]*script{
 	{name: algorithms.TokenBucket, short: "tb", layout: "p", parts: onePart, lease: leaseBucket, tier: bucketTier},
 	{name: algorithms.LeakyBucket, short: "lb", layout: "p", parts: onePart, tier: bucketTier},
 	{name: algorithms.GCRA, short: "gcra", layout: "p", parts: onePart, lease: leaseBucket,
-		tier: func(t algorithms.Tier, burst int64) ([]int64, error) {
+		tier: func(t algorithms.Tier, burst, capacity int64) ([]int64, error) {
 			iv, tau, err := algorithms.GCRAParams(t, burst)
-			return []int64{iv, tau, burstOf(t, burst), t.Window.Microseconds()}, err
+			return []int64{iv, tau, capacity, t.Window.Microseconds()}, err
 		}},
 	{name: algorithms.Concurrency, short: "cc", byToken: true, tier: eventsWindow,
 		parts: func(int) []string { return []string{"", ":l"} }}, // the hash, the leases
@@ -106,9 +98,9 @@ var scripts = loadScripts([]*script{
 
 // bucketTier: the constants of token_bucket and leaky_bucket, from
 // algorithms.BucketParams so that both twins use the same.
-func bucketTier(t algorithms.Tier, burst int64) ([]int64, error) {
-	rate, scale, capacity, err := algorithms.BucketParams(t, burst)
-	return []int64{rate, scale, capacity, burstOf(t, burst), t.Window.Microseconds()}, err
+func bucketTier(t algorithms.Tier, burst, capacity int64) ([]int64, error) {
+	rate, scale, subUnits, err := algorithms.BucketParams(t, burst)
+	return []int64{rate, scale, subUnits, capacity, t.Window.Microseconds()}, err
 }
 
 func loadScripts(all []*script) map[string]*script {

@@ -166,7 +166,7 @@ func (s *Store) limit(l algorithms.Limiter) error {
 	num := func(v int64) any { return strconv.FormatInt(v, 10) }
 	s.static = []any{num(Margin.Milliseconds()), num(int64(len(cfg.Tiers)))}
 	for i, t := range cfg.Tiers {
-		vs, err := sc.tier(t, cfg.Burst)
+		vs, err := sc.tier(t, cfg.Burst, algorithms.Capacity(t.Events, cfg.Burst, name))
 		if err != nil {
 			return fmt.Errorf("redis store: %s: limit %d: %v", name, i+1, err)
 		}
