@@ -159,8 +159,8 @@ func (h *Handler) validateLease() error {
 		if alg == "" {
 			alg = algorithms.Default
 		}
-		if !redisstore.Leasable(alg) {
-			return zoneErrf("lease", "zone %q: lease works with algorithm fixed_window, sliding_window, sliding_log, token_bucket or gcra, not %s", z.Name, alg)
+		if ok, leasable := redisstore.Leasable(alg); !ok {
+			return zoneErrf("lease", "zone %q: lease works with algorithm %s, not %s", z.Name, leasable, alg)
 		}
 		if z.CountRejected {
 			return zoneErrf("lease", "zone %q: lease does not apply with count_rejected: a denial decided locally is not counted in Redis", z.Name)

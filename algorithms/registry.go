@@ -104,7 +104,7 @@ func (a Algorithm) check(cfg Config) error {
 		return &ConfigError{Field: "tiers", Tier: min(len(cfg.Tiers)-1, 1), Err: fmt.Errorf("algorithm %s takes exactly one limit (%s), got %d", a.Name, a.OneTier, len(cfg.Tiers))}
 	}
 	if cfg.Burst != 0 && !a.Burst {
-		return &ConfigError{Field: "burst", Tier: -1, Err: fmt.Errorf("burst applies only to algorithms %s, not %s", namesWhere(func(b Algorithm) bool { return b.Burst }, " and ", false), a.Name)}
+		return &ConfigError{Field: "burst", Tier: -1, Err: fmt.Errorf("burst applies only to algorithms %s, not %s", NamesWhere(func(b Algorithm) bool { return b.Burst }, " and ", false), a.Name)}
 	}
 	if cfg.CountRejected && a.NoCountRejected != "" {
 		return &ConfigError{Field: "count_rejected", Tier: -1, Err: fmt.Errorf("count_rejected does not apply to algorithm %s (%s)", a.Name, a.NoCountRejected)}
@@ -133,12 +133,13 @@ func Capacity(events, burst int64, name string) int64 {
 // messages, in alphabetical order: "fixed_window or sliding_window".
 func Summable(name string) (ok bool, all string) {
 	a, err := Lookup(name)
-	return err == nil && a.Summable, namesWhere(func(b Algorithm) bool { return b.Summable }, " or ", true)
+	return err == nil && a.Summable, NamesWhere(func(b Algorithm) bool { return b.Summable }, " or ", true)
 }
 
-// namesWhere lists the algorithms for which keep holds, "a, b<last>c", in
-// the order of Names or, when sorted, in alphabetical order.
-func namesWhere(keep func(Algorithm) bool, last string, sorted bool) string {
+// NamesWhere lists the algorithms for which keep holds, for messages:
+// "a, b<last>c", in the order of Names or, when sorted, in alphabetical
+// order. A store lists the algorithms it takes with it, from its own facts.
+func NamesWhere(keep func(Algorithm) bool, last string, sorted bool) string {
 	var ns []string
 	for _, n := range Names {
 		if keep(registry[n]) {

@@ -19,6 +19,12 @@ func TestRegistry(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), strings.Join(want, ", ")) {
 		t.Errorf("unknown algorithm: %v", err)
 	}
+	if got := NamesWhere(func(a Algorithm) bool { return a.Name != SlidingLog && a.Name != Concurrency }, " or ", false); got != "sliding_window, fixed_window, token_bucket, leaky_bucket or gcra" {
+		t.Errorf("NamesWhere in the order of Names: %q", got)
+	}
+	if got := NamesWhere(func(a Algorithm) bool { return a.Lease }, " or ", true); got != Concurrency {
+		t.Errorf("NamesWhere of one: %q", got)
+	}
 	one := []Tier{{5, time.Second}}
 	for _, name := range Names {
 		a, _ := Lookup(name)

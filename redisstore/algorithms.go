@@ -49,6 +49,11 @@ type script struct {
 	// units: leaseNone (lease refuses it), leaseWindow or leaseBucket.
 	lease leaseCharge
 
+	// sync is how the two-layer store (sync_interval) counts the
+	// algorithm's units: syncNone for one it does not, which is every
+	// algorithm that is not algorithms.Summable (checkFacts, at init).
+	sync syncCount
+
 	// tier returns the script's constants of one tier (ARGV[8..], see the
 	// script's header), or why the tier cannot be computed exactly: burst
 	// is the Config's, capacity the tier's algorithms.Capacity.
@@ -64,6 +69,16 @@ const (
 	leaseNone   leaseCharge = iota
 	leaseWindow             // units counted in the windows the lease spans
 	leaseBucket             // tokens lent within burst - rate x the lease's life
+)
+
+// syncCount is how the two-layer store counts an algorithm's units: per
+// tier in windows aligned to the Unix epoch (sync_take.go).
+type syncCount uint8
+
+const (
+	syncNone    syncCount = iota
+	syncFixed             // the current window's count
+	syncSliding           // and the previous one's, weighted by its overlap
 )
 
 func onePart(int) []string { return []string{""} }
@@ -83,8 +98,8 @@ var scripts = loadScripts([]*script{
 			}
 			return p
 		}},
-	{name: algorithms.SlidingWindow, short: "sw", layout: "s", parts: onePart, lease: leaseWindow, tier: eventsWindow},
-	{name: algorithms.FixedWindow, short: "fw", layout: "s", parts: onePart, lease: leaseWindow, tier: eventsWindow},
+	{name: algorithms.SlidingWindow, short: "sw", layout: "s", parts: onePart, lease: leaseWindow, sync: syncSliding, tier: eventsWindow},
+	{name: algorithms.FixedWindow, short: "fw", layout: "s", parts: onePart, lease: leaseWindow, sync: syncFixed, tier: eventsWindow},
 	{name: algorithms.TokenBucket, short: "tb", layout: "p", parts: onePart, lease: leaseBucket, tier: bucketTier},
 	{name: algorithms.LeakyBucket, short: "lb", layout: "p", parts: onePart, tier: bucketTier},
 	{name: algorithms.GCRA, short: "gcra", layout: "p", parts: onePart, lease: leaseBucket,
@@ -106,10 +121,31 @@ func bucketTier(t algorithms.Tier, burst, capacity int64) ([]int64, error) {
 func loadScripts(all []*script) map[string]*script {
 	m := make(map[string]*script, len(all))
 	for _, s := range all {
+		if err := s.checkFacts(); err != nil {
+			panic("redisstore: " + err.Error())
+		}
 		s.run = newScript(s.name, true)
 		m[s.name] = s
 	}
 	return m
+}
+
+// checkFacts reports where s contradicts the registry's facts about its
+// algorithm. Validate refuses sync_interval by the Summable fact and the
+// two-layer store takes what s.sync says: an algorithm made Summable
+// without a way to count it would pass Validate and fail at provision.
+func (s *script) checkFacts() error {
+	a, err := algorithms.Lookup(s.name)
+	if err != nil {
+		return err
+	}
+	switch {
+	case a.Summable && s.sync == syncNone:
+		return fmt.Errorf("algorithm %s is Summable, but its entry in the table of algorithms has no sync: the two-layer store (sync_interval) would not know how to count it", s.name)
+	case !a.Summable && s.sync != syncNone:
+		return fmt.Errorf("algorithm %s is not Summable, but its entry in the table of algorithms sets sync: Validate refuses sync_interval for it", s.name)
+	}
+	return nil
 }
 
 // newScript is the embedded script name.lua (scriptText). A script that

@@ -86,8 +86,13 @@ type LeaseStore struct {
 var _ store.Store = (*LeaseStore)(nil)
 
 // Leasable reports whether the leasing store takes algorithm name (one it
-// can charge exactly: see script.lease).
-func Leasable(name string) bool {
+// can charge exactly: see script.lease), and lists those it takes, for
+// messages, in the order of algorithms.Names.
+func Leasable(name string) (ok bool, all string) {
+	return leases(name), algorithms.NamesWhere(func(a algorithms.Algorithm) bool { return leases(a.Name) }, " or ", false)
+}
+
+func leases(name string) bool {
 	s := scripts[name]
 	return s != nil && s.lease != leaseNone
 }
@@ -107,8 +112,10 @@ func NewLeaseStore(c redis.UniversalClient, l algorithms.Limiter, o Options, lo 
 // newLeaseStore builds a LeaseStore without its goroutine (tests give back
 // with Reap).
 func newLeaseStore(c redis.UniversalClient, l algorithms.Limiter, o Options, lo LeaseOptions) (*LeaseStore, error) {
-	if l != nil && !Leasable(l.Name()) {
-		return nil, fmt.Errorf("lease works with algorithm fixed_window, sliding_window, sliding_log, token_bucket or gcra, not %q", l.Name())
+	if l != nil {
+		if ok, all := Leasable(l.Name()); !ok {
+			return nil, fmt.Errorf("lease works with algorithm %s, not %q", all, l.Name())
+		}
 	}
 	if lo.Duration <= 0 {
 		return nil, fmt.Errorf("lease must be positive, got %s", lo.Duration)

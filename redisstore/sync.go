@@ -213,8 +213,8 @@ func clampMicros(last *int64, now time.Time) int64 {
 	return t
 }
 
-// NewSyncStore returns a SyncStore for l (fixed_window or sliding_window)
-// on c and starts its sync goroutine. Call Close when done with it.
+// NewSyncStore returns a SyncStore for l (an algorithm it counts: see
+// script.sync) on c and starts its sync goroutine. Call Close when done with it.
 func NewSyncStore(c redis.UniversalClient, l algorithms.Limiter, o Options, so SyncOptions) (*SyncStore, error) {
 	s, err := newSyncStore(c, l, o, so)
 	if err != nil {
@@ -234,8 +234,10 @@ func newSyncStore(c redis.UniversalClient, l algorithms.Limiter, o Options, so S
 		return nil, errors.New("redis sync store: no limiter")
 	}
 	name := l.Name()
-	if name != algorithms.FixedWindow && name != algorithms.SlidingWindow {
-		return nil, fmt.Errorf("sync_interval works with algorithm %s or %s, not %q", algorithms.FixedWindow, algorithms.SlidingWindow, name)
+	sc := scripts[name]
+	if sc == nil || sc.sync == syncNone {
+		_, summable := algorithms.Summable(name)
+		return nil, fmt.Errorf("sync_interval works with algorithm %s, not %q", summable, name)
 	}
 	if so.Interval <= 0 {
 		return nil, fmt.Errorf("sync_interval must be positive, got %s", so.Interval)
@@ -251,7 +253,7 @@ func newSyncStore(c redis.UniversalClient, l algorithms.Limiter, o Options, so S
 	s := &SyncStore{
 		c:          c,
 		name:       name,
-		sliding:    name == algorithms.SlidingWindow,
+		sliding:    sc.sync == syncSliding,
 		cr:         cfg.CountRejected,
 		interval:   so.Interval,
 		intervalUS: max(so.Interval.Microseconds(), 1),
