@@ -4,7 +4,10 @@ import (
 	"embed"
 	"fmt"
 	"io/fs"
+	"maps"
+	"slices"
 	"strconv"
+	"strings"
 
 	"github.com/redis/go-redis/v9"
 
@@ -54,6 +57,12 @@ type script struct {
 	// algorithm that is not algorithms.Summable (checkFacts, at init).
 	sync syncCount
 
+	// params names the constants of one tier, in the order tier returns
+	// them: the script reads tier i's as the fields of P[i], which
+	// "--@insert params" builds (paramsSnippet), and lease.lua reads them
+	// by the same names (leaseParamsSnippet).
+	params []string
+
 	// tier returns the script's constants of one tier (ARGV[8..], see the
 	// script's header), or why the tier cannot be computed exactly: burst
 	// is the Config's, capacity the tier's algorithms.Capacity.
@@ -83,14 +92,17 @@ const (
 
 func onePart(int) []string { return []string{""} }
 
-// eventsWindow: the constants of the window algorithms and concurrency.
+// eventsWindow: the constants of the window algorithms and concurrency,
+// named eventsWindowParams.
+var eventsWindowParams = []string{"E", "W"}
+
 func eventsWindow(t algorithms.Tier, _, _ int64) ([]int64, error) {
 	return []int64{t.Events, t.Window.Microseconds()}, nil
 }
 
 // scripts is the Redis side of every algorithm, by name.
 var scripts = loadScripts([]*script{
-	{name: algorithms.SlidingLog, short: "sl", layout: "o", member: true, lease: leaseWindow, tier: eventsWindow,
+	{name: algorithms.SlidingLog, short: "sl", layout: "o", member: true, lease: leaseWindow, params: eventsWindowParams, tier: eventsWindow,
 		parts: func(n int) []string {
 			p := []string{":m"} // the offsets; then each tier's runs
 			for i := range n {
@@ -98,21 +110,25 @@ var scripts = loadScripts([]*script{
 			}
 			return p
 		}},
-	{name: algorithms.SlidingWindow, short: "sw", layout: "s", parts: onePart, lease: leaseWindow, sync: syncSliding, tier: eventsWindow},
-	{name: algorithms.FixedWindow, short: "fw", layout: "s", parts: onePart, lease: leaseWindow, sync: syncFixed, tier: eventsWindow},
-	{name: algorithms.TokenBucket, short: "tb", layout: "p", parts: onePart, lease: leaseBucket, tier: bucketTier},
-	{name: algorithms.LeakyBucket, short: "lb", layout: "p", parts: onePart, tier: bucketTier},
+	{name: algorithms.SlidingWindow, short: "sw", layout: "s", parts: onePart, lease: leaseWindow, sync: syncSliding, params: eventsWindowParams, tier: eventsWindow},
+	{name: algorithms.FixedWindow, short: "fw", layout: "s", parts: onePart, lease: leaseWindow, sync: syncFixed, params: eventsWindowParams, tier: eventsWindow},
+	{name: algorithms.TokenBucket, short: "tb", layout: "p", parts: onePart, lease: leaseBucket, params: bucketTierParams, tier: bucketTier},
+	{name: algorithms.LeakyBucket, short: "lb", layout: "p", parts: onePart, params: bucketTierParams, tier: bucketTier},
 	{name: algorithms.GCRA, short: "gcra", layout: "p", parts: onePart, lease: leaseBucket,
+		params: []string{"iv", "tau", "burst", "window"},
 		tier: func(t algorithms.Tier, burst, capacity int64) ([]int64, error) {
 			iv, tau, err := algorithms.GCRAParams(t, burst)
 			return []int64{iv, tau, capacity, t.Window.Microseconds()}, err
 		}},
-	{name: algorithms.Concurrency, short: "cc", byToken: true, tier: eventsWindow,
+	{name: algorithms.Concurrency, short: "cc", byToken: true, params: eventsWindowParams, tier: eventsWindow,
 		parts: func(int) []string { return []string{"", ":l"} }}, // the hash, the leases
 })
 
-// bucketTier: the constants of token_bucket and leaky_bucket, from
-// algorithms.BucketParams so that both twins use the same.
+// bucketTier: the constants of token_bucket and leaky_bucket, named
+// bucketTierParams, from algorithms.BucketParams so that both twins use the
+// same.
+var bucketTierParams = []string{"rate", "scale", "cap", "burst", "window"}
+
 func bucketTier(t algorithms.Tier, burst, capacity int64) ([]int64, error) {
 	rate, scale, subUnits, err := algorithms.BucketParams(t, burst)
 	return []int64{rate, scale, subUnits, capacity, t.Window.Microseconds()}, err
@@ -124,10 +140,42 @@ func loadScripts(all []*script) map[string]*script {
 		if err := s.checkFacts(); err != nil {
 			panic("redisstore: " + err.Error())
 		}
-		s.run = newScript(s.name, true)
+		s.run = newScript(s.name, true, map[string]string{paramsSnippetName: paramsSnippet(s.params)})
 		m[s.name] = s
 	}
 	return m
+}
+
+// paramsSnippet is the snippet params of a script whose tiers have the
+// constants names: P[i] holds tier i's by name, read from ARGV[8..] (tier
+// after tier), each table built by one constructor: sized once, where a
+// table filled a field at a time grows as it goes.
+func paramsSnippet(names []string) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "local P = {}\nfor i = 1, N do\n  local o = %d + %d * i\n  P[i] = {", 7-len(names), len(names))
+	for j, n := range names {
+		if j > 0 {
+			b.WriteString(", ")
+		}
+		fmt.Fprintf(&b, "%s = ARGV[o + %d] + 0", n, j+1)
+	}
+	b.WriteString("}\nend\n")
+	return b.String()
+}
+
+// leaseParamsSnippet is the snippet lease_params of lease.lua: the names
+// of the tier constants of every algorithm a lease charges, by algorithm
+// (lease.lua reads a call's tiers with tier_params(names[ALG])).
+func leaseParamsSnippet(all map[string]*script) string {
+	var b strings.Builder
+	b.WriteString("local names = {")
+	for _, name := range slices.Sorted(maps.Keys(all)) {
+		if s := all[name]; s.lease != leaseNone {
+			fmt.Fprintf(&b, "\n  ['%s'] = {'%s'},", name, strings.Join(s.params, "', '"))
+		}
+	}
+	b.WriteString("\n}\n")
+	return b.String()
 }
 
 // checkFacts reports where s contradicts the registry's facts about its
@@ -148,10 +196,10 @@ func (s *script) checkFacts() error {
 	return nil
 }
 
-// newScript is the embedded script name.lua (scriptText). A script that
-// does not build is a broken build: it panics.
-func newScript(name string, withLibLua bool) *redis.Script {
-	src, err := scriptText(scriptFS, name, withLibLua)
+// newScript is the embedded script name.lua (scriptText) with the
+// snippets gen. A script that does not build is a broken build: it panics.
+func newScript(name string, withLibLua bool, gen map[string]string) *redis.Script {
+	src, err := scriptText(scriptFS, name, withLibLua, gen)
 	if err != nil {
 		panic(fmt.Sprintf("redisstore: script %s: %v", name, err))
 	}
@@ -159,9 +207,11 @@ func newScript(name string, withLibLua bool) *redis.Script {
 }
 
 // scriptText is the text Redis runs for the script name.lua of fsys: its
-// snippets inserted (expandSnippets), after the functions of lib.lua it uses
-// (withLib) when withLibLua is set.
-func scriptText(fsys fs.FS, name string, withLibLua bool) (string, error) {
+// snippets inserted (expandSnippets), those of snippets.lua and those gen
+// holds (written by the table of algorithms, each of which the script must
+// insert), after the functions of lib.lua it uses (withLib) when
+// withLibLua is set.
+func scriptText(fsys fs.FS, name string, withLibLua bool, gen map[string]string) (string, error) {
 	src, err := fs.ReadFile(fsys, name+".lua")
 	if err != nil {
 		return "", err
@@ -173,6 +223,16 @@ func scriptText(fsys fs.FS, name string, withLibLua bool) (string, error) {
 	m, err := parseSnippets(string(snips))
 	if err != nil {
 		return "", err
+	}
+	used := insertsOf(string(src))
+	for _, g := range slices.Sorted(maps.Keys(gen)) {
+		if _, dup := m[g]; dup {
+			return "", fmt.Errorf("%s: snippet %s is written by the table of algorithms", snippetsFile, g)
+		}
+		if !slices.Contains(used, g) {
+			return "", fmt.Errorf("%s.lua: no --@insert %s", name, g)
+		}
+		m[g] = gen[g]
 	}
 	text, err := expandSnippets(m, name+".lua", string(src))
 	if err != nil || !withLibLua {

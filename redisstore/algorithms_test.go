@@ -1,8 +1,11 @@
 package redisstore
 
 import (
+	"regexp"
+	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/zonelimit/caddy-ratelimit/algorithms"
 )
@@ -38,11 +41,8 @@ func TestLeaseRefusesByTable(t *testing.T) {
 		l := mustLimiter(t, name, oneTier(5, 1e9))
 		_, err := newLeaseStore(c, l, Options{Zone: "z"}, LeaseOptions{Duration: 1e9})
 		ok, all := Leasable(name)
-		if all != "sliding_log, sliding_window, fixed_window, token_bucket or gcra" {
-			t.Errorf("Leasable lists %q", all)
-		}
-		if ok != (scripts[name].lease != leaseNone) {
-			t.Errorf("%s: Leasable %v", name, ok)
+		if ok != (scripts[name].lease != leaseNone) || strings.Contains(all, name) != ok {
+			t.Errorf("%s: Leasable %v, listing %q", name, ok, all)
 		}
 		want := `lease works with algorithm ` + all + `, not "` + name + `"`
 		switch {
@@ -51,5 +51,93 @@ func TestLeaseRefusesByTable(t *testing.T) {
 		case !ok && (err == nil || err.Error() != want):
 			t.Errorf("%s: error %v, want %q", name, err, want)
 		}
+	}
+}
+
+// tierRead matches a read of a tier's constant by name: P[...].x, or p.x
+// and o.x (the scripts' names for P[i] and for the constants a tier was
+// saved under); tierSet, a field the script sets itself.
+var (
+	tierRead = regexp.MustCompile(`(?:\bP\[[^\]]*\]|\bp|\bo)\.([A-Za-z_][A-Za-z0-9_]*)`)
+	tierSet  = regexp.MustCompile(`\.([A-Za-z_][A-Za-z0-9_]*)\s*=[^=]`)
+	luaSaved = regexp.MustCompile(`local SAVED = \{([^}]*)\}`)
+)
+
+// unnamed returns the constants src reads from a tier that are not among
+// params nor set by src itself, once each.
+func unnamed(src string, params []string) []string {
+	code := luaComment.ReplaceAllString(src, "")
+	known := map[string]bool{}
+	for _, p := range params {
+		known[p] = true
+	}
+	for _, m := range tierSet.FindAllStringSubmatch(code, -1) {
+		known[m[1]] = true
+	}
+	var out []string
+	for _, m := range tierRead.FindAllStringSubmatch(code, -1) {
+		if !known[m[1]] {
+			known[m[1]] = true
+			out = append(out, m[1])
+		}
+	}
+	return out
+}
+
+// TestScriptParams: every script reads its tiers' constants by the names
+// its entry gives them (params, which builds P), and the entry's tier
+// function returns one constant a name. The constants a bucket's state
+// saves (SAVED, compared with ARGV by position in load_params) are the
+// first of them. lease.lua reads only the names of the algorithms it
+// charges (its branches are not told apart here: the lease tests run each).
+func TestScriptParams(t *testing.T) {
+	lua := regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
+	var leased []string
+	for _, name := range algorithms.Names {
+		s := scripts[name]
+		if s == nil {
+			t.Errorf("%s: no entry in the table of algorithms", name)
+			continue
+		}
+		seen := map[string]bool{}
+		for _, p := range s.params {
+			if !lua.MatchString(p) || seen[p] {
+				t.Errorf("%s: param %q: not a Lua name, or twice", name, p)
+			}
+			seen[p] = true
+		}
+		vs, err := s.tier(algorithms.Tier{Events: 5, Window: time.Second}, 0, 5)
+		if err != nil || len(vs) != len(s.params) || len(vs) == 0 {
+			t.Errorf("%s: tier returns %v (%v) for params %v", name, vs, err, s.params)
+		}
+		src, err := scriptText(scriptFS, name, false, generatedFor(name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if u := unnamed(src, s.params); len(u) > 0 {
+			t.Errorf("%s.lua reads %v of a tier, which its entry's params %v do not name", name, u, s.params)
+		}
+		if m := luaSaved.FindStringSubmatch(src); m != nil {
+			saved := strings.Fields(strings.NewReplacer("'", " ", ",", " ").Replace(m[1]))
+			if len(saved) > len(s.params) || !slices.Equal(saved, s.params[:len(saved)]) {
+				t.Errorf("%s.lua saves %v, not the first of its params %v", name, saved, s.params)
+			}
+		}
+		if s.lease != leaseNone {
+			leased = append(leased, s.params...)
+		}
+	}
+	src, err := scriptText(scriptFS, "lease", false, generatedFor("lease"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if u := unnamed(src, leased); len(u) > 0 {
+		t.Errorf("lease.lua reads %v of a tier, which no leasing algorithm's params name", u)
+	}
+
+	// A name the entry does not give is found.
+	fw := mustRead(t, "fixed_window.lua")
+	if u := unnamed(strings.Replace(fw, "p.E", "p.events", 1), eventsWindowParams); !slices.Equal(u, []string{"events"}) {
+		t.Errorf("a renamed constant: unnamed says %v", u)
 	}
 }

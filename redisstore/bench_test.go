@@ -142,7 +142,7 @@ func BenchmarkScriptLib(b *testing.B) {
 		}
 		s := mustStore(b, c, mustLimiter(b, name, cfg), "lib-"+name)
 		whole := *s.script
-		src, err := scriptText(scriptFS, name, false)
+		src, err := scriptText(scriptFS, name, false, generatedFor(name))
 		if err != nil {
 			b.Fatal(err)
 		}

@@ -18,7 +18,7 @@ import (
 const blockTail = "}:b"
 
 // blockScript is block.lua, sent on its own (EVALSHA, EVAL on NOSCRIPT).
-var blockScript = newScript("block", false)
+var blockScript = newScript("block", false, nil)
 
 // blockMicros is d in whole microseconds, rounded up (a block never ends
 // early), 0 when d <= 0; an error beyond algorithms.MaxWindow, where the

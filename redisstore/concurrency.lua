@@ -18,12 +18,12 @@
 -- ARGV[1]  "0" take, "1" undo (a release), "2" peek, "3" forget (a release
 --          of a take whose answer was lost: a tombstone if it has not run)
 -- ARGV[5]  the lease's token: the take's new one, or the one to give back
--- ARGV[8], ARGV[9]  events, window_us (exactly one tier)
+-- ARGV[8], ARGV[9]  events, window_us (exactly one tier): P[1].E, P[1].W
 local refused = blocked()
 if refused then return refused end
 local hkey, zkey = KEYS[1], KEYS[2]
-local events = tonumber(ARGV[8])
-local window = tonumber(ARGV[9])
+--@insert params
+local events, window = P[1].E, P[1].W
 
 local function lease_cost(member)
   local c = string.match(member, ':(%d+)$')

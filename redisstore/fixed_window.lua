@@ -5,9 +5,10 @@
 -- KEYS[1]  state: "<t> <s_1> <c_1> ... <s_n> <c_n>": the latest instant seen
 --          (µs), then per tier the window start (µs) and the count (see
 --          load_state)
--- ARGV[8..] per tier: events, window_us
+-- ARGV[8..] per tier: events, window_us (P[i].E, P[i].W)
 local WORDS = 2
 --@insert window_head
+--@insert params
 local start, cur = {}, {}
 for i = 1, N do
   start[i] = st[2 * i] or 0

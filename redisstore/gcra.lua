@@ -5,15 +5,11 @@
 --          seen (µs), then per tier the TAT and the interval and tolerance
 --          it was saved under (see load_params)
 -- ARGV[8..] per tier: interval_us (T), tolerance_us (tau), burst, window_us
---           (from algorithms.GCRAParams)
+--           (from algorithms.GCRAParams): P[i].iv, tau, burst, window
 local key = KEYS[1]
 local refused, s = load_blocked(key)
 if refused then return refused end
-local P = {}
-for i = 1, N do
-  local o = 3 + 4 * i
-  P[i] = {iv = ARGV[o + 1] + 0, tau = ARGV[o + 2] + 0, burst = ARGV[o + 3] + 0, window = ARGV[o + 4] + 0}
-end
+--@insert params
 local SAVED = {'iv', 'tau'}
 
 local last, tat, old, exists = load_params(s, P, SAVED, function() return 0 end)

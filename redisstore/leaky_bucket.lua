@@ -12,7 +12,7 @@
 local key = KEYS[1]
 local refused, s = load_blocked(key)
 if refused then return refused end
---@insert bucket_params
+--@insert params
 local SAVED = {'rate', 'scale', 'cap'}
 
 local last, level, old, exists = load_params(s, P, SAVED, function() return 0 end)

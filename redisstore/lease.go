@@ -21,8 +21,9 @@ import (
 // lease_take.go decides.
 
 // leaseScript is lease.lua after the functions of lib.lua it uses, like
-// the algorithms' scripts.
-var leaseScript = newScript("lease", true)
+// the algorithms' scripts, with the names of every leasing algorithm's
+// tier constants from the table of algorithms.
+var leaseScript = newScript("lease", true, map[string]string{leaseParamsSnippetName: leaseParamsSnippet(scripts)})
 
 // leaseKind is what the digest of a lease's keys names: the algorithm, the
 // burst and the tiers. A lease's state is not converted when the limits

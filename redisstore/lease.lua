@@ -32,11 +32,9 @@ local ALG, ID = ex[1], ex[2]
 local WANT, L = tonumber(ex[3]), tonumber(ex[4])
 local UNITS, STAMP, GRANTED = tonumber(ex[5]), tonumber(ex[6]), tonumber(ex[7])
 
-local names = {
-  fixed_window = {'E', 'W'}, sliding_window = {'E', 'W'}, sliding_log = {'E', 'W'},
-  token_bucket = {'rate', 'scale', 'cap', 'burst', 'window'},
-  gcra = {'iv', 'tau', 'burst', 'window'},
-}
+-- names: the names of each leasing algorithm's tier constants, from the
+-- Go side's table of algorithms (its script reads them as P[i].<name>).
+--@insert lease_params
 local P = tier_params(names[ALG])
 local key = KEYS[1]
 local st, exists = load_state(key)

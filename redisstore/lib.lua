@@ -197,8 +197,9 @@ end
 -- tier_params returns, per tier, a table of the named constants ARGV[8..]
 -- holds for it (names lists them in order; the same number per tier). The
 -- algorithms' own scripts build each tier's table with one constructor
--- instead (see snippets.lua): sized once, where a table filled a field at a
--- time is grown up to three times.
+-- instead (the snippet params, written from the table of algorithms in
+-- algorithms.go): sized once, where a table filled a field at a time is
+-- grown up to three times.
 local function tier_params(names)
   local P, w = {}, #names
   for i = 1, N do

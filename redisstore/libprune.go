@@ -124,6 +124,17 @@ func withLib(lib, src string) string {
 // snippetsFile holds the snippets; it is not a script.
 const snippetsFile = "snippets.lua"
 
+// The snippets the table of algorithms writes (algorithms.go), not
+// snippets.lua: params, the tiers' constants of an algorithm's script, and
+// lease_params, the names of every leasing algorithm's, in lease.lua.
+const (
+	paramsSnippetName      = "params"
+	leaseParamsSnippetName = "lease_params"
+)
+
+// generatedSnippets is the set of those names.
+var generatedSnippets = map[string]bool{paramsSnippetName: true, leaseParamsSnippetName: true}
+
 // snippetLine matches the line that opens a snippet, inserts one, or ends
 // one, and captures its indentation, its verb and the name.
 var snippetLine = regexp.MustCompile(`^([ \t]*)--@(snippet|insert|end)\b[ \t]*([A-Za-z0-9_]*)[ \t]*$`)
@@ -207,15 +218,24 @@ func insertedSnippets(fsys fs.FS) (map[string]string, error) {
 		if err != nil {
 			return nil, err
 		}
-		for _, line := range strings.Split(string(src), "\n") {
-			if m := snippetLine.FindStringSubmatch(strings.TrimRight(line, "\r")); m != nil && m[2] == "insert" {
-				if _, seen := used[m[3]]; !seen {
-					used[m[3]] = f
-				}
+		for _, name := range insertsOf(string(src)) {
+			if _, seen := used[name]; !seen {
+				used[name] = f
 			}
 		}
 	}
 	return used, nil
+}
+
+// insertsOf returns the names of the snippets src inserts, in order.
+func insertsOf(src string) []string {
+	var names []string
+	for _, line := range strings.Split(src, "\n") {
+		if m := snippetLine.FindStringSubmatch(strings.TrimRight(line, "\r")); m != nil && m[2] == "insert" {
+			names = append(names, m[3])
+		}
+	}
+	return names
 }
 
 // checkSnippets reports a snippet of fsys that no script inserts, or an
@@ -235,12 +255,15 @@ func checkSnippets(fsys fs.FS) error {
 		return err
 	}
 	for _, name := range slices.Sorted(maps.Keys(snips)) {
+		if generatedSnippets[name] {
+			return fmt.Errorf("%s: snippet %s is written by the table of algorithms", snippetsFile, name)
+		}
 		if used[name] == "" {
 			return fmt.Errorf("%s: snippet %s is inserted nowhere", snippetsFile, name)
 		}
 	}
 	for _, name := range slices.Sorted(maps.Keys(used)) {
-		if _, ok := snips[name]; !ok {
+		if _, ok := snips[name]; !ok && !generatedSnippets[name] {
 			return fmt.Errorf("%s: --@insert %s: no such snippet in %s", used[name], name, snippetsFile)
 		}
 	}

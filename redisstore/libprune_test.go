@@ -39,7 +39,7 @@ func TestScriptsCarryTheLibTheyUse(t *testing.T) {
 		{"fixed_window", []string{"win_pick", "win_start", "load_blocked", "refusal", "state_of", "save_state", "ttl_ms", "cdiv", "idiv"}, []string{"bucket_result", "better_denied", "load_state", "blocked"}},
 		{"gcra", []string{"bucket_result", "better_denied", "better_allowed", "gcd"}, []string{"win_pick", "win_start", "win_wait", "fmod"}},
 	} {
-		text, err := scriptText(scriptFS, c.alg, true)
+		text, err := scriptText(scriptFS, c.alg, true, generatedFor(c.alg))
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -30,12 +30,11 @@
 --               latest instant seen (µs), per tier the live units and the
 --               newest offset (see load_state)
 -- KEYS[1 + i]   sorted set of tier i's runs
--- ARGV[8..]     per tier: events, window_us
+-- ARGV[8..]     per tier: events, window_us (P[i].E, P[i].W)
 local mkey = KEYS[1]
 local refused, s = load_blocked(mkey)
 if refused then return refused end
-local P = {}
-for i = 1, N do P[i] = {E = ARGV[6 + 2 * i] + 0, W = ARGV[7 + 2 * i] + 0, key = KEYS[1 + i]} end
+--@insert params
 
 -- REBASE bounds the offsets: a run's end plus a cost (at most 2^51) stays
 -- below 2^53.
@@ -61,16 +60,16 @@ if exists then
     C[i] = st[2 * i + 1] or 0
     -- A tier added since the state was saved starts empty, whatever a
     -- tier of that index left behind when it was removed.
-    if st[2 * i + 1] == nil then redis.call('DEL', P[i].key) end
+    if st[2 * i + 1] == nil then redis.call('DEL', KEYS[1 + i]) end
   end
 else
   -- No state, or only the runs survived (the state was evicted): the live
   -- units run from the oldest run's first to the newest run's end.
   for i = 1, N do
     count[i], C[i] = 0, 0
-    local first = redis.call('ZRANGE', P[i].key, 0, 0, 'WITHSCORES')
+    local first = redis.call('ZRANGE', KEYS[1 + i], 0, 0, 'WITHSCORES')
     if #first == 2 then
-      local last = redis.call('ZRANGE', P[i].key, -1, -1, 'WITHSCORES')
+      local last = redis.call('ZRANGE', KEYS[1 + i], -1, -1, 'WITHSCORES')
       local _, n = run(first[1])
       C[i] = tonumber(last[2])
       count[i] = C[i] - (tonumber(first[2]) - n)
@@ -79,9 +78,9 @@ else
   end
 end
 
--- newest returns the timestamp of tier p's newest run, or false.
-local function newest(p)
-  local r = redis.call('ZRANGE', p.key, -1, -1)
+-- newest returns the timestamp of tier i's newest run, or false.
+local function newest(i)
+  local r = redis.call('ZRANGE', KEYS[1 + i], -1, -1)
   if #r == 1 then return (run(r[1])) end
   return false
 end
@@ -97,25 +96,25 @@ local function save(newest_ts)
     v[2 * i] = count[i]
     v[2 * i + 1] = C[i]
     local ts = newest_ts and newest_ts[i]
-    if ts == nil then ts = newest(P[i]) end
+    if ts == nil then ts = newest(i) end
     if ts and ts + P[i].W - t > horizon then horizon = ts + P[i].W - t end
   end
   local ttl = save_state(mkey, v, horizon)
   if PEEK then return end
-  for i = 1, N do redis.call('PEXPIRE', P[i].key, ttl) end
+  for i = 1, N do redis.call('PEXPIRE', KEYS[1 + i], ttl) end
 end
 
 -- cut_oldest rewrites tier i's oldest run when some of its units are no
 -- longer live (count_rejected dropped them).
 local function cut_oldest(i)
   if count[i] <= 0 then return end
-  local r = redis.call('ZRANGE', P[i].key, 0, 0, 'WITHSCORES')
+  local r = redis.call('ZRANGE', KEYS[1 + i], 0, 0, 'WITHSCORES')
   if #r < 2 then return end
   local ts, n, id = run(r[1])
   local live = tonumber(r[2]) - (C[i] - count[i])
   if live < n then
-    redis.call('ZREM', P[i].key, r[1])
-    redis.call('ZADD', P[i].key, r[2], member(ts, live, id))
+    redis.call('ZREM', KEYS[1 + i], r[1])
+    redis.call('ZADD', KEYS[1 + i], r[2], member(ts, live, id))
   end
 end
 
@@ -124,7 +123,7 @@ end
 local function drop_newest(i, c)
   if c > count[i] then c = count[i] end
   if c <= 0 then return end
-  local key = P[i].key
+  local key = KEYS[1 + i]
   local top = C[i] - c
   local above = '(' .. str(top)
   local r = redis.call('ZRANGEBYSCORE', key, above, '+inf', 'WITHSCORES', 'LIMIT', 0, 1)
@@ -142,7 +141,7 @@ local function drop_oldest(i, c)
   if c > count[i] then c = count[i] end
   if c <= 0 then return end
   count[i] = count[i] - c
-  redis.call('ZREMRANGEBYSCORE', P[i].key, '-inf', str(C[i] - count[i]))
+  redis.call('ZREMRANGEBYSCORE', KEYS[1 + i], '-inf', str(C[i] - count[i]))
   cut_oldest(i)
 end
 
@@ -150,7 +149,7 @@ end
 local function expire(i)
   if count[i] <= 0 then return end
   local p = P[i]
-  local key = p.key
+  local key = KEYS[1 + i]
   local cut = t - p.W
   local r = redis.call('ZRANGE', key, 0, 15, 'WITHSCORES')
   if #r == 0 then
@@ -186,7 +185,7 @@ end
 
 -- rebase lowers every score of tier i by C - count, so that C = count.
 local function rebase(i)
-  local key = P[i].key
+  local key = KEYS[1 + i]
   local base = C[i] - count[i]
   local n = redis.call('ZCARD', key)
   for from = 0, n - 1, 128 do
@@ -218,7 +217,7 @@ local function log(i, c)
   if c <= 0 then return end
   if C[i] + c > REBASE then rebase(i) end
   C[i], count[i] = C[i] + c, count[i] + c
-  redis.call('ZADD', P[i].key, str(C[i]), member(t, c, id))
+  redis.call('ZADD', KEYS[1 + i], str(C[i]), member(t, c, id))
 end
 
 local ok = true
@@ -234,7 +233,7 @@ elseif COUNT_REJECTED and COST > 0 then
   for i = 1, N do
     local p = P[i]
     if COST >= p.E then
-      redis.call('DEL', p.key)
+      redis.call('DEL', KEYS[1 + i])
       count[i], C[i] = 0, 0
       log(i, p.E)
     else
@@ -253,7 +252,7 @@ for i = 1, N do
   elseif logged then
     newest_ts[i] = t
   else
-    newest_ts[i] = newest(P[i])
+    newest_ts[i] = newest(i)
   end
 end
 save(newest_ts)
@@ -261,7 +260,7 @@ save(newest_ts)
 -- kth returns the timestamp of tier i's k-th oldest live unit
 -- (1 <= k <= count): the first run ending at or after its offset.
 local function kth(i, k)
-  local r = redis.call('ZRANGEBYSCORE', P[i].key, str(C[i] - count[i] + k), '+inf', 'LIMIT', 0, 1)
+  local r = redis.call('ZRANGEBYSCORE', KEYS[1 + i], str(C[i] - count[i] + k), '+inf', 'LIMIT', 0, 1)
   if #r == 0 then return t end -- unreachable while the counts are right
   return (run(r[1]))
 end

@@ -8,9 +8,10 @@
 -- KEYS[1]  state: "<t> <s_1> <p_1> <c_1> ... <s_n> <p_n> <c_n>": the latest
 --          instant seen (µs), then per tier the window start (µs), the
 --          previous and the current count (see load_state)
--- ARGV[8..] per tier: events, window_us
+-- ARGV[8..] per tier: events, window_us (P[i].E, P[i].W)
 local WORDS = 3
 --@insert window_head
+--@insert params
 local start, prev, cur = {}, {}, {}
 for i = 1, N do
   start[i] = st[3 * i - 1] or 0

@@ -7,16 +7,18 @@
 -- "--@end"; each one is inserted somewhere, and uses the names of the
 -- scripts that insert it.
 
+-- Besides these, the Go side writes two snippets from its table of
+-- algorithms (algorithms.go): params, which every algorithm's script
+-- inserts, builds P, each tier's constants by name (P[i].E, P[i].W, ...),
+-- and lease_params names those of every algorithm lease.lua charges.
+
 -- The head of the window scripts (one string of state): the state and the
 -- key's block in one MGET; a blocked key answers before anything else,
--- then the tiers' constants and the state (WORDS integers a tier).
+-- then the state (WORDS integers a tier).
 --@snippet window_head
 local key = KEYS[1]
 local refused, s = load_blocked(key)
 if refused then return refused end
-local P = {}
-for i = 1, N do P[i] = {E = ARGV[6 + 2 * i] + 0, W = ARGV[7 + 2 * i] + 0} end
-
 local st, exists = state_of(s, 1 + WORDS * N)
 --@end
 
@@ -104,17 +106,6 @@ local pick = win_pick(ok)
 for i = 1, N do
   local p = P[i]
   local reset, wait = 0, 0
---@end
-
--- bucket_params: the constants of each tier of the buckets (ARGV[8..]),
--- one table constructor a tier (see tier_params).
---@snippet bucket_params
-local P = {}
-for i = 1, N do
-  local o = 2 + 5 * i
-  P[i] = {rate = ARGV[o + 1] + 0, scale = ARGV[o + 2] + 0, cap = ARGV[o + 3] + 0,
-    burst = ARGV[o + 4] + 0, window = ARGV[o + 5] + 0}
-end
 --@end
 
 -- bucket_advance: clamp t to the latest instant seen and, when time went

@@ -24,7 +24,7 @@ func snippetFS(snippets string, files map[string]string) fstest.MapFS {
 func TestSnippetsInsertedAsWritten(t *testing.T) {
 	fsys := snippetFS("-- about\n--@snippet head\nlocal a = used(1)\n\nif a then\n  a = 2\nend\n--@end\n",
 		map[string]string{"s.lua": "-- s\nif KEYS then\n  --@insert head\nend\nreturn 1\n"})
-	got, err := scriptText(fsys, "s", true)
+	got, err := scriptText(fsys, "s", true, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -56,11 +56,37 @@ func TestSnippetsFailLoudly(t *testing.T) {
 		fsys := snippetFS(c.snippets, map[string]string{"s.lua": c.script})
 		err := checkSnippets(fsys)
 		if err == nil {
-			_, err = scriptText(fsys, "s", false)
+			_, err = scriptText(fsys, "s", false, nil)
 		}
 		if err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%s: got error %v, want one saying %q", c.name, err, c.want)
 		}
+	}
+}
+
+// TestGeneratedSnippets: the snippet params is the table constructor of
+// each tier's constants, by name; a snippet the table of algorithms writes
+// must be inserted by the script it is written for, and snippets.lua
+// cannot define one.
+func TestGeneratedSnippets(t *testing.T) {
+	gen := map[string]string{paramsSnippetName: paramsSnippet([]string{"E", "W"})}
+	fsys := snippetFS("", map[string]string{"s.lua": "if KEYS then\n  --@insert params\nend\n"})
+	got, err := scriptText(fsys, "s", false, gen)
+	want := "if KEYS then\n  local P = {}\n  for i = 1, N do\n    local o = 5 + 2 * i\n" +
+		"    P[i] = {E = ARGV[o + 1] + 0, W = ARGV[o + 2] + 0}\n  end\nend\n"
+	if err != nil || got != want {
+		t.Errorf("got %v\n%s\nwant\n%s", err, got, want)
+	}
+	if err := checkSnippets(fsys); err != nil {
+		t.Error(err)
+	}
+	fsys = snippetFS("", map[string]string{"s.lua": "return 1\n"})
+	if _, err := scriptText(fsys, "s", false, gen); err == nil || !strings.Contains(err.Error(), "s.lua: no --@insert params") {
+		t.Errorf("not inserted: %v", err)
+	}
+	fsys = snippetFS("--@snippet params\nlocal P = {}\n--@end\n", map[string]string{"s.lua": "--@insert params\n"})
+	if err := checkSnippets(fsys); err == nil || !strings.Contains(err.Error(), "params is written by the table of algorithms") {
+		t.Errorf("defined in %s: %v", snippetsFile, err)
 	}
 }
 
@@ -71,8 +97,19 @@ func TestSnippetsOfTheScripts(t *testing.T) {
 		t.Fatal(err)
 	}
 	for name := range sentScripts() {
-		if _, err := scriptText(scriptFS, name, false); err != nil {
+		if _, err := scriptText(scriptFS, name, false, generatedFor(name)); err != nil {
 			t.Error(err)
 		}
 	}
+}
+
+// generatedFor is the snippets newScript was given for the script name.
+func generatedFor(name string) map[string]string {
+	if name == "lease" {
+		return map[string]string{leaseParamsSnippetName: leaseParamsSnippet(scripts)}
+	}
+	if s := scripts[name]; s != nil {
+		return map[string]string{paramsSnippetName: paramsSnippet(s.params)}
+	}
+	return nil
 }

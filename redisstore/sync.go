@@ -21,7 +21,7 @@ import (
 // sync_take.go decides, sync_push.go pushes to Redis.
 
 // syncScript is sync.lua, sent on its own (EVALSHA, EVAL on NOSCRIPT).
-var syncScript = newScript("sync", false)
+var syncScript = newScript("sync", false, nil)
 
 // SyncOptions tunes a SyncStore.
 type SyncOptions struct {
