@@ -632,8 +632,7 @@ func TestSyncUnsupported(t *testing.T) {
 			t.Fatal(err)
 		}
 		s, err := NewSyncStore(c, l, Options{Zone: "z"}, SyncOptions{Interval: time.Second})
-		switch name {
-		case algorithms.FixedWindow, algorithms.SlidingWindow:
+		if ok, _ := algorithms.Summable(name); ok {
 			if err != nil {
 				t.Errorf("%s: %v", name, err)
 				continue
@@ -641,8 +640,9 @@ func TestSyncUnsupported(t *testing.T) {
 			if err := s.Close(); err != nil { // nothing to push: no command
 				t.Errorf("%s: Close: %v", name, err)
 			}
-		default:
-			want := fmt.Sprintf("sync_interval works with algorithm fixed_window or sliding_window, not %q", name)
+		} else {
+			_, all := algorithms.Summable(name)
+			want := fmt.Sprintf("sync_interval works with algorithm %s, not %q", all, name)
 			if err == nil || err.Error() != want {
 				t.Errorf("%s: error %v, want %q", name, err, want)
 			}
