@@ -133,6 +133,12 @@ func TestBoundsLargestValues(t *testing.T) {
 	}
 }
 
+// withToken returns d with token: the Redis store's own for d's lease.
+func withToken(d algorithms.Decision, token uint64) algorithms.Decision {
+	d.Token = token
+	return d
+}
+
 // TestBoundsRefused: the Redis store refuses limits just beyond the bounds
 // (the configuration's Validate refuses them first, with the line).
 func TestBoundsRefused(t *testing.T) {

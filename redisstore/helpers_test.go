@@ -302,3 +302,7 @@ func (p *Pipeliner) queued() int {
 	}
 	return len(p.calls)
 }
+
+func sec(n int) time.Duration { return time.Duration(n) * time.Second }
+
+func tiers(ts ...algorithms.Tier) []algorithms.Tier { return ts }

@@ -9,6 +9,7 @@ import (
 
 	"github.com/zonelimit/caddy-ratelimit/algorithms"
 	"github.com/zonelimit/caddy-ratelimit/internal/storetest"
+	"github.com/zonelimit/caddy-ratelimit/internal/storetest/conformance"
 	"github.com/zonelimit/caddy-ratelimit/store"
 )
 
@@ -81,8 +82,8 @@ func TestConformanceRelimit(t *testing.T) {
 						merged.Burst = max(merged.Burst, cfg.Burst)
 					}
 					rng := rand.New(rand.NewSource(int64(si) + 7))
-					ops := timeline(rng, alg, merged, 600)
-					p := newPlayer(ops)
+					ops := conformance.Timeline(rng, alg, merged, 600)
+					p := conformance.NewPlayer(ops)
 					cur, switches := 0, 0
 					for i := range ops {
 						if ser.alternate {
@@ -91,7 +92,7 @@ func TestConformanceRelimit(t *testing.T) {
 							cur = rng.Intn(len(mems))
 							switches++
 						}
-						want, got, taken, err := p.play(ctx, mems[cur], reds[cur], i)
+						want, got, taken, err := p.Play(ctx, mems[cur], reds[cur], i)
 						if err != nil {
 							t.Fatalf("step %d: %v", i, err)
 						}
@@ -99,11 +100,11 @@ func TestConformanceRelimit(t *testing.T) {
 							continue
 						}
 						if d := diffDecision(want, got, false); d != "" {
-							t.Fatal(p.differ(i, fmt.Sprintf(", limits %d %+v", cur, ser.cfgs[cur]), d))
+							t.Fatal(p.Differ(i, fmt.Sprintf(", limits %d %+v", cur, ser.cfgs[cur]), d))
 						}
 					}
-					if p.allowed == 0 || p.denied == 0 || !ser.alternate && switches < 10 {
-						t.Errorf("a weak timeline: %d allowed, %d denied, %d switches", p.allowed, p.denied, switches)
+					if p.Allowed == 0 || p.Denied == 0 || !ser.alternate && switches < 10 {
+						t.Errorf("a weak timeline: %d allowed, %d denied, %d switches", p.Allowed, p.Denied, switches)
 					}
 				})
 			}

@@ -1,5 +1,7 @@
 // Package storetest holds the checks and helpers that the tests of the
-// stores and of what they are built on (the breaker) share.
+// stores and of what they are built on (the breaker) share. The
+// conformance suite, which needs the store package, is its subpackage
+// conformance.
 package storetest
 
 import (
