@@ -135,7 +135,12 @@ func (s *concurrencyState) Take(now time.Time, cost int64) (d Decision) {
 				tok = ut
 			}
 			s.lastToken = tok
-			s.lease(ccLease{token: tok, cost: cost, expiry: t + l.window})
+			ls := ccLease{token: tok, cost: cost, expiry: t + l.window}
+			if n := len(s.leases); n == 0 || s.leases[n-1].expiry <= ls.expiry {
+				s.leases = append(s.leases, ls) // expires last, as usual
+			} else {
+				s.insert(ls) // the window was shortened
+			}
 			s.held += cost
 			d.Token = tok
 		}
@@ -178,9 +183,10 @@ func (s *concurrencyState) Relimit(_ time.Time, l Limiter) {
 	}
 }
 
-// lease adds ls in expiry order: after every lease that expires no later
-// (a lease of a shortened window may expire before those already held).
-func (s *concurrencyState) lease(ls ccLease) {
+// insert adds ls in expiry order: after every lease that expires no
+// later. Take appends a lease that expires last (the usual case) itself;
+// one of a shortened window may expire before those already held.
+func (s *concurrencyState) insert(ls ccLease) {
 	i := len(s.leases)
 	for i > 0 && s.leases[i-1].expiry > ls.expiry {
 		i--

@@ -150,3 +150,35 @@ func BenchmarkBktConcurrency(b *testing.B) {
 		}
 	})
 }
+
+// TestConcurrencyShortenedWindow: a lease taken after the window was
+// shortened expires before the leases already held, and is kept in expiry
+// order among them: it is dropped at its own expiry, the others at theirs,
+// and its token still gives it back.
+func TestConcurrencyShortenedWindow(t *testing.T) {
+	long := relimitLimiter(t, Concurrency, Tier{10, time.Minute})
+	short := relimitLimiter(t, Concurrency, Tier{10, time.Second})
+	s := long.NewState()
+	s.Take(relimitT0, 1)                  // expires at +60s
+	s.Take(relimitT0.Add(time.Second), 2) // at +61s
+	s.(Relimiter).Relimit(relimitT0, short)
+	at := relimitT0.Add(2 * time.Second)
+	a := s.Take(at, 3) // at +3s, before both
+	if !a.Allowed || a.Remaining != 4 || a.ResetAfter != 59*time.Second || a.MoreAfter != time.Second {
+		t.Fatalf("take under the shortened window: %+v, want 4 left, reset in 59s, more in 1s", a)
+	}
+	b := s.Take(at.Add(time.Millisecond), 1) // at +3.001s, between a and the others
+	if d := s.Take(at.Add(time.Second), 0); d.Remaining != 6 || d.MoreAfter != time.Millisecond {
+		t.Fatalf("at a's expiry: %+v, want 6 left (its 3 back), more in 1ms", d)
+	}
+	s.Undo(at.Add(time.Second), 1, b)
+	if d := s.Take(at.Add(time.Second), 0); d.Remaining != 7 || d.ResetAfter != 58*time.Second {
+		t.Fatalf("b given back: %+v, want 7 left, reset in 58s", d)
+	}
+	if d := s.Take(relimitT0.Add(time.Minute), 0); d.Remaining != 8 {
+		t.Fatalf("at the first lease's expiry: %+v, want 8 left", d)
+	}
+	if d := s.Take(relimitT0.Add(61*time.Second), 0); d.Remaining != 10 || !s.Idle(relimitT0.Add(61*time.Second)) {
+		t.Fatalf("at the last lease's expiry: %+v, want 10 left and idle", d)
+	}
+}
