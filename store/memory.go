@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"runtime"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/zonelimit/caddy-ratelimit/algorithms"
@@ -75,6 +76,13 @@ type Memory struct {
 	// inFlight: the algorithm's state holds the requests in flight
 	// (concurrency), which eviction must not forget (see add).
 	inFlight bool
+	// relimited is set once the store is to decide under another Limiter
+	// (Under). Until then every state decides under limiter, the only one
+	// there is, and take and undo need not ask it to relimit: that saves
+	// a type assertion and a dynamic call on every Take of a held key.
+	// They read it under the shard's lock, which orders Under's write
+	// before any state made under the other Limiter is reached again.
+	relimited atomic.Bool
 	// sweepBatch is the constant sweepBatch, a field so that a benchmark
 	// can compare a sweep that holds a shard's lock throughout.
 	sweepBatch int
@@ -157,7 +165,7 @@ func (m *Memory) take(l algorithms.Limiter, key string, now time.Time, cost int6
 	if e == nil {
 		e = m.add(s, key, now)
 		e.Value = l.NewState()
-	} else {
+	} else if m.relimited.Load() {
 		relimit(e.Value, now, l)
 	}
 	d := e.Value.Take(now, cost)
@@ -207,7 +215,7 @@ func (m *Memory) undo(l algorithms.Limiter, key string, now time.Time, cost int6
 		// is, under the limits it was last decided under, as the Redis
 		// store, which does not call its script then: a bucket converted
 		// later has drained under its old rate meanwhile.
-		if d.Allowed && cost > 0 {
+		if d.Allowed && cost > 0 && m.relimited.Load() {
 			relimit(e.Value, now, l)
 		}
 		e.Value.Undo(now, cost, d)
@@ -227,6 +235,7 @@ func (m *Memory) Under(l algorithms.Limiter) (Store, error) {
 	if l == m.limiter || l.Config().Equal(m.limiter.Config()) {
 		return m, nil // the store itself: no state to convert
 	}
+	m.relimited.Store(true)
 	return &memoryUnder{Memory: m, l: l}, nil
 }
 

@@ -41,6 +41,11 @@ func TestMemoryUnder(t *testing.T) {
 			if d, _ := low.Take(ctx, "other", t0, 1); !d.Allowed || d.Remaining != 49 {
 				t.Fatalf("a new key under 50: %+v", d)
 			}
+			// The store itself decides under its own limits again, a key
+			// first seen under another's included.
+			if d, _ := m.Take(ctx, "other", t0, 0); d.Limit != 100 || d.Remaining != 99 {
+				t.Fatalf("back under 100: %+v, want 99 left", d)
+			}
 			other := algorithms.Concurrency
 			if name == other {
 				other = algorithms.SlidingLog
