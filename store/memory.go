@@ -152,12 +152,15 @@ func (m *Memory) Take(_ context.Context, key string, now time.Time, cost int64) 
 	return m.take(m.limiter, key, now, cost), nil
 }
 
-func (m *Memory) take(l algorithms.Limiter, key string, now time.Time, cost int64) algorithms.Decision {
+// take is Take under l. The state's Decision goes straight into the
+// named result, which penalize amends in place: a Decision is too large
+// to be returned in registers, and a local would be one more copy of it.
+func (m *Memory) take(l algorithms.Limiter, key string, now time.Time, cost int64) (d algorithms.Decision) {
 	if now.IsZero() {
 		now = m.now()
 	}
-	if d, blocked := m.blocks.refuse(key, now); blocked {
-		return d
+	if bd, blocked := m.blocks.refuse(key, now); blocked {
+		return bd
 	}
 	s := m.keys.Shard(key)
 	s.mu.Lock()
@@ -168,7 +171,7 @@ func (m *Memory) take(l algorithms.Limiter, key string, now time.Time, cost int6
 	} else if m.relimited.Load() {
 		relimit(e.Value, now, l)
 	}
-	d := e.Value.Take(now, cost)
+	d = e.Value.Take(now, cost)
 	s.mu.Unlock()
 	if !d.Allowed {
 		m.blocks.penalize(key, now, &d)
