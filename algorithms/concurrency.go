@@ -114,7 +114,9 @@ func (s *concurrencyState) advance(now time.Time) int64 {
 		s.held -= s.leases[k].cost
 		k++
 	}
-	if k > 0 {
+	if k == len(s.leases) {
+		s.leases = s.leases[:0] // all expired: nothing to move (no memmove call)
+	} else if k > 0 {
 		s.leases = s.leases[:copy(s.leases, s.leases[k:])]
 	}
 	return t
