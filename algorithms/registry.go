@@ -104,7 +104,7 @@ func (a Algorithm) check(cfg Config) error {
 		return &ConfigError{Field: "tiers", Tier: min(len(cfg.Tiers)-1, 1), Err: fmt.Errorf("algorithm %s takes exactly one limit (%s), got %d", a.Name, a.OneTier, len(cfg.Tiers))}
 	}
 	if cfg.Burst != 0 && !a.Burst {
-		return &ConfigError{Field: "burst", Tier: -1, Err: fmt.Errorf("burst applies only to algorithms %s, not %s", NamesWhere(func(b Algorithm) bool { return b.Burst }, " and ", false), a.Name)}
+		return &ConfigError{Field: "burst", Tier: -1, Err: fmt.Errorf("burst applies only to algorithms %s, not %s", NamesWhere(func(b Algorithm) bool { return b.Burst }, " and "), a.Name)}
 	}
 	if cfg.CountRejected && a.NoCountRejected != "" {
 		return &ConfigError{Field: "count_rejected", Tier: -1, Err: fmt.Errorf("count_rejected does not apply to algorithm %s (%s)", a.Name, a.NoCountRejected)}
@@ -130,24 +130,21 @@ func Capacity(events, burst int64, name string) int64 {
 
 // Summable reports whether the counts of the algorithm named can be added
 // up across instances (sync_interval), and lists those that can, for
-// messages, in alphabetical order: "fixed_window or sliding_window".
+// messages: "sliding_window or fixed_window".
 func Summable(name string) (ok bool, all string) {
 	a, err := Lookup(name)
-	return err == nil && a.Summable, NamesWhere(func(b Algorithm) bool { return b.Summable }, " or ", true)
+	return err == nil && a.Summable, NamesWhere(func(b Algorithm) bool { return b.Summable }, " or ")
 }
 
-// NamesWhere lists the algorithms for which keep holds, for messages:
-// "a, b<last>c", in the order of Names or, when sorted, in alphabetical
-// order. A store lists the algorithms it takes with it, from its own facts.
-func NamesWhere(keep func(Algorithm) bool, last string, sorted bool) string {
+// NamesWhere lists the algorithms for which keep holds, in the order of
+// Names, for messages: "a, b<last>c". A store lists the algorithms it takes
+// with it, from its own facts.
+func NamesWhere(keep func(Algorithm) bool, last string) string {
 	var ns []string
 	for _, n := range Names {
 		if keep(registry[n]) {
 			ns = append(ns, n)
 		}
-	}
-	if sorted {
-		slices.Sort(ns)
 	}
 	if len(ns) < 2 {
 		return strings.Join(ns, "")

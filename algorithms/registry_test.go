@@ -19,10 +19,10 @@ func TestRegistry(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), strings.Join(want, ", ")) {
 		t.Errorf("unknown algorithm: %v", err)
 	}
-	if got := NamesWhere(func(a Algorithm) bool { return a.Name != SlidingLog && a.Name != Concurrency }, " or ", false); got != "sliding_window, fixed_window, token_bucket, leaky_bucket or gcra" {
+	if got := NamesWhere(func(a Algorithm) bool { return a.Name != SlidingLog && a.Name != Concurrency }, " or "); got != "sliding_window, fixed_window, token_bucket, leaky_bucket or gcra" {
 		t.Errorf("NamesWhere in the order of Names: %q", got)
 	}
-	if got := NamesWhere(func(a Algorithm) bool { return a.Lease }, " or ", true); got != Concurrency {
+	if got := NamesWhere(func(a Algorithm) bool { return a.Lease }, " or "); got != Concurrency {
 		t.Errorf("NamesWhere of one: %q", got)
 	}
 	one := []Tier{{5, time.Second}}
@@ -35,7 +35,7 @@ func TestRegistry(t *testing.T) {
 		if UsesBurst(name) != (name == TokenBucket || name == LeakyBucket || name == GCRA) {
 			t.Errorf("%s: UsesBurst %v", name, UsesBurst(name))
 		}
-		if ok, all := Summable(name); ok != (name == FixedWindow || name == SlidingWindow) || all != "fixed_window or sliding_window" {
+		if ok, all := Summable(name); ok != (name == FixedWindow || name == SlidingWindow) || all != "sliding_window or fixed_window" {
 			t.Errorf("%s: Summable %v %q", name, ok, all)
 		}
 		if a.Lease != (name == Concurrency) || a.Delay != (name == LeakyBucket) {

@@ -192,6 +192,8 @@ func (s *script) checkFacts() error {
 		return fmt.Errorf("algorithm %s is Summable, but its entry in the table of algorithms has no sync: the two-layer store (sync_interval) would not know how to count it", s.name)
 	case !a.Summable && s.sync != syncNone:
 		return fmt.Errorf("algorithm %s is not Summable, but its entry in the table of algorithms sets sync: Validate refuses sync_interval for it", s.name)
+	case a.Lease != s.byToken:
+		return fmt.Errorf("algorithm %s: Lease is %v in the registry but byToken %v in the table of algorithms: an Undo would give back the wrong thing", s.name, a.Lease, s.byToken)
 	}
 	return nil
 }

@@ -30,7 +30,6 @@ func conformanceTarget(c redis.UniversalClient) conformance.Target {
 			s.setMargin(time.Hour)
 			return s
 		},
-		Implements: implemented,
 	}
 }
 

@@ -103,14 +103,6 @@ func newClientStore(t *testing.T, zone string) (*Client, *Store) {
 	return c, pipelinedStore(t, c, c.Pipeliner(), algorithms.GCRA, oneTier(10, time.Hour), zone)
 }
 
-// implemented reports whether the Go twin of name is implemented yet (the
-// algorithms are written in parallel; a stub answers "not implemented").
-func implemented(name string) bool {
-	_, err := algorithms.New(name, algorithms.Config{Tiers: []algorithms.Tier{{Events: 1, Window: time.Second}}})
-	_, ok := scripts[name]
-	return err == nil && ok
-}
-
 // takeConcurrently runs take n times in each of goroutines goroutines and
 // returns how many were admitted; an error fails the test.
 func takeConcurrently(t *testing.T, goroutines, n int, take func(g, i int) (algorithms.Decision, error)) int64 {

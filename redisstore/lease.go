@@ -90,7 +90,7 @@ var _ store.Store = (*LeaseStore)(nil)
 // can charge exactly: see script.lease), and lists those it takes, for
 // messages, in the order of algorithms.Names.
 func Leasable(name string) (ok bool, all string) {
-	return leases(name), algorithms.NamesWhere(func(a algorithms.Algorithm) bool { return leases(a.Name) }, " or ", false)
+	return leases(name), algorithms.NamesWhere(func(a algorithms.Algorithm) bool { return leases(a.Name) }, " or ")
 }
 
 func leases(name string) bool {

@@ -18,11 +18,11 @@ func sec(n int) time.Duration { return time.Duration(n) * time.Second }
 func tiers(ts ...algorithms.Tier) []algorithms.Tier { return ts }
 
 // Cases returns the configurations every algorithm is played with (those
-// an algorithm refuses, such as burst for sliding_log or two tiers for
-// concurrency, are skipped). A new algorithm that refuses the common ones
-// gets its own here.
+// an algorithm refuses, such as burst for sliding_log, are skipped): an
+// algorithm of one tier (concurrency) gets cases of one tier. A new
+// algorithm that refuses the common ones gets its own here.
 func Cases(alg string) []Case {
-	if alg == algorithms.Concurrency {
+	if a, _ := algorithms.Lookup(alg); a.OneTier != "" {
 		return []Case{
 			{"3_per_1s", algorithms.Config{Tiers: tiers(algorithms.Tier{Events: 3, Window: sec(1)})}},
 			{"1_per_500ms", algorithms.Config{Tiers: tiers(algorithms.Tier{Events: 1, Window: 500 * time.Millisecond})}},
@@ -82,8 +82,8 @@ func Timeline(rng *rand.Rand, alg string, cfg algorithms.Config, n int) []Op {
 		maxE = max(maxE, t.Events, cfg.Burst)
 	}
 	undoP := 0.1
-	if alg == algorithms.Concurrency {
-		undoP = 0.35
+	if a, _ := algorithms.Lookup(alg); a.Lease {
+		undoP = 0.35 // a lease's give-back: about one a request
 	}
 	keys := []string{"alice", "bob{x}\n"}
 	var ops []Op

@@ -28,14 +28,6 @@ type Target struct {
 	// empty. The store must keep a key's state throughout a timeline,
 	// whose instants are not the wall clock's.
 	New func(t *testing.T, l algorithms.Limiter, zone string) store.Store
-
-	// Implements reports whether the store decides alg yet; the others
-	// are skipped. nil means every registered algorithm.
-	Implements func(alg string) bool
-}
-
-func (tg Target) implements(alg string) bool {
-	return tg.Implements == nil || tg.Implements(alg)
 }
 
 // Totals is what a run compared.
@@ -53,9 +45,6 @@ func Run(t *testing.T, tg Target, steps int) Totals {
 	ctx := context.Background()
 	for _, alg := range algorithms.Names {
 		t.Run(alg, func(t *testing.T) {
-			if !tg.implements(alg) {
-				t.Skipf("the %s store does not implement %s yet", tg.Name, alg)
-			}
 			for ci, cc := range Cases(alg) {
 				l, err := algorithms.New(alg, cc.Config)
 				if err != nil {
