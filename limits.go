@@ -181,7 +181,8 @@ func storeUnder(st store.Store, lim algorithms.Limiter) (store.Store, error) {
 // limit written twice: the later one). Every algorithm then refuses at the
 // other limit first. Limits from placeholders vary per request and are
 // passed over. It returns the indexes of the shadowed limit and of the
-// one that shadows it.
+// one that shadows it. Provision warns of it rather than Validate refusing
+// it: such configs loaded before, and decide as written.
 func shadowedLimit(ls []Limit) (shadowed, by int, ok bool) {
 	for i, l := range ls {
 		for j, m := range ls {

@@ -110,8 +110,8 @@ func (l *Limit) checkWindowPlaceholder() error {
 	switch mw := time.Duration(l.MinWindow); {
 	case mw <= 0:
 		return fmt.Errorf("a window from the placeholder %s needs a floor: min_window (Caddyfile: min_window <duration>), the shortest a request may be given", l.WindowPlaceholder)
-	case mw < time.Millisecond || mw%time.Microsecond != 0:
-		return fmt.Errorf("min_window must be at least 1ms, in whole microseconds, got %s", mw)
+	case mw < algorithms.MinWindow || mw%time.Microsecond != 0:
+		return fmt.Errorf("min_window must be at least %s, in whole microseconds, got %s", algorithms.MinWindow, mw)
 	case mw > time.Duration(l.Window):
 		return fmt.Errorf("the default window %s is shorter than the floor %s (min_window)", time.Duration(l.Window), mw)
 	}

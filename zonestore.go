@@ -2,6 +2,7 @@ package ratelimit
 
 import (
 	"encoding/json"
+	"fmt"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -149,7 +150,8 @@ func (h *Handler) provisionRedis() error {
 // unchanged (see storeKey); for store redis the Lua store on the shared
 // client, or with sync_interval the zone's two-layer store.
 func (h *Handler) zoneStores(z *zone, lim algorithms.Limiter, key storeKey) error {
-	if !h.onRedis() {
+	switch storeEnum.mode(h.Store) {
+	case storeMemory:
 		m, err := h.memoryStore(lim, z, key)
 		if err != nil {
 			return err
@@ -157,6 +159,9 @@ func (h *Handler) zoneStores(z *zone, lim algorithms.Limiter, key storeKey) erro
 		z.store = m
 		z.sharesClock = h.rt.opts.now == nil
 		return nil
+	case storeRedis: // below
+	default: // a store in storeEnum that nothing builds
+		return fmt.Errorf("store %s: no zone store is built for it", h.Store)
 	}
 
 	if h.rt.onError == onErrorLocal {

@@ -172,6 +172,9 @@ const (
 
 	// MaxWindow bounds a window: 3650 days (about 10 years, below 2^49µs).
 	MaxWindow = 3650 * 24 * time.Hour
+
+	// MinWindow is the shortest window New takes.
+	MinWindow = time.Millisecond
 )
 
 func (c Config) validate() error {
@@ -182,8 +185,8 @@ func (c Config) validate() error {
 		if t.Events <= 0 {
 			return &ConfigError{Field: "events", Tier: i, Err: fmt.Errorf("limit %d: events must be positive, got %d", i+1, t.Events)}
 		}
-		if t.Window < time.Millisecond {
-			return &ConfigError{Field: "window", Tier: i, Err: fmt.Errorf("limit %d: window must be at least 1ms, got %s", i+1, t.Window)}
+		if t.Window < MinWindow {
+			return &ConfigError{Field: "window", Tier: i, Err: fmt.Errorf("limit %d: window must be at least %s, got %s", i+1, MinWindow, t.Window)}
 		}
 	}
 	if c.Burst < 0 {

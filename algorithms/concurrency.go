@@ -181,7 +181,7 @@ func (s *concurrencyState) Take(now time.Time, cost int64) (d Decision) {
 // admits no more until enough of them end.
 func (s *concurrencyState) Relimit(_ time.Time, l Limiter) {
 	if nl, ok := l.(*concurrency); ok && nl != s.l {
-		s.l = nl // written only on a change: every Take calls Relimit
+		s.l = nl // written only on a change: every Take under other limits calls Relimit
 	}
 }
 

@@ -67,7 +67,7 @@ const (
 
 // NewClient connects (lazily) with opts, after setting their retries,
 // pipeline pool and context handling to the policy the stores rely on (see
-// setPolicy).
+// setPolicy): it changes *opts, which the Client keeps using.
 func NewClient(opts *redis.UniversalOptions, o ClientOptions) *Client {
 	setPolicy(opts)
 	c := &Client{

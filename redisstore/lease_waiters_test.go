@@ -11,6 +11,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/zonelimit/caddy-ratelimit/algorithms"
+	"github.com/zonelimit/caddy-ratelimit/internal/redistest"
 	"github.com/zonelimit/caddy-ratelimit/internal/storetest"
 )
 
@@ -18,12 +19,10 @@ import (
 // it, the first one only once release is closed (a call in flight on a
 // Redis that does not answer), and counts them.
 type gateHook struct {
+	redistest.NopHook
 	release chan struct{}
 	calls   atomic.Int64
 }
-
-func (h *gateHook) DialHook(next redis.DialHook) redis.DialHook          { return next }
-func (h *gateHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook { return next }
 
 func (h *gateHook) ProcessPipelineHook(redis.ProcessPipelineHook) redis.ProcessPipelineHook {
 	return func(ctx context.Context, cmds []redis.Cmder) error {
