@@ -355,11 +355,5 @@ func parseLimit(args []string) (Limit, error) {
 			return l, fmt.Errorf("limit %s %s: %s: %v", args[0], args[1], opt, err)
 		}
 	}
-	if phEvents && (l.Events == 0 || l.MaxEvents == 0) {
-		return l, fmt.Errorf("limit %s %s: events from a placeholder need a default and a ceiling: default <n> max <n>", args[0], args[1])
-	}
-	if phWindow && (l.Window == 0 || l.MinWindow == 0) {
-		return l, fmt.Errorf("limit %s %s: a window from a placeholder needs a default and a floor: default_window <duration> min_window <duration>", args[0], args[1])
-	}
 	return l, nil
 }

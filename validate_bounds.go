@@ -79,6 +79,8 @@ func (l *Limit) checkPlaceholder() error {
 		return err
 	}
 	switch {
+	case l.Events <= 0:
+		return fmt.Errorf("events from the placeholder %s need a default: events (Caddyfile: default <n>), for a request whose placeholder gives no number", l.EventsPlaceholder)
 	case l.MaxEvents <= 0:
 		return fmt.Errorf("events from the placeholder %s need a ceiling: max_events (Caddyfile: max <n>), the most a request may be given", l.EventsPlaceholder)
 	case l.MaxEvents < l.Events:
@@ -108,6 +110,8 @@ func (l *Limit) checkWindowPlaceholder() error {
 		return err
 	}
 	switch mw := time.Duration(l.MinWindow); {
+	case l.Window <= 0:
+		return fmt.Errorf("a window from the placeholder %s needs a default: window (Caddyfile: default_window <duration>), for a request whose placeholder gives no duration", l.WindowPlaceholder)
 	case mw <= 0:
 		return fmt.Errorf("a window from the placeholder %s needs a floor: min_window (Caddyfile: min_window <duration>), the shortest a request may be given", l.WindowPlaceholder)
 	case mw < algorithms.MinWindow || mw%time.Microsecond != 0:
