@@ -193,15 +193,6 @@ func checkWindow(w time.Duration) error {
 	return nil
 }
 
-// checkPrefix accepts 0 (not set: the full length, each address alone, as
-// in mholt/caddy-ratelimit) to max bits.
-func checkPrefix(option string, bits, max int) error {
-	if bits < 0 || bits > max {
-		return fmt.Errorf("%s must be between 1 and %d bits (or 0: not set), got %d", option, max, bits)
-	}
-	return nil
-}
-
 func checkStatus(code int) error {
 	if code < minStatus || code > maxStatus {
 		return fmt.Errorf("status must be a 4xx or 5xx code (%d to %d), got %d", minStatus, maxStatus, code)

@@ -129,10 +129,10 @@ func (z *Zone) validate() error {
 	if err := z.validateBlockFor(); err != nil {
 		return err
 	}
-	if err := checkPrefix("ipv4_prefix", z.IPv4Prefix, maxIPv4Prefix); err != nil {
+	if err := keyresolver.CheckPrefix("ipv4_prefix", z.IPv4Prefix, maxIPv4Prefix); err != nil {
 		return &zoneError{option: "ipv4_prefix", err: err}
 	}
-	if err := checkPrefix("ipv6_prefix", z.IPv6Prefix, maxIPv6Prefix); err != nil {
+	if err := keyresolver.CheckPrefix("ipv6_prefix", z.IPv6Prefix, maxIPv6Prefix); err != nil {
 		return &zoneError{option: "ipv6_prefix", err: err}
 	}
 	if err := emptyKeyEnum.check(z.EmptyKey); err != nil {

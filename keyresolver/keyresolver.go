@@ -70,6 +70,16 @@ const (
 	IPv6Bits = 128
 )
 
+// CheckPrefix checks the prefix length bits of addresses of max bits
+// (IPv4Bits or IPv6Bits), named option in the error: 1 to max, or 0 (not
+// set: the full length, each address alone, as in mholt/caddy-ratelimit).
+func CheckPrefix(option string, bits, max int) error {
+	if bits < 0 || bits > max {
+		return fmt.Errorf("%s must be between 1 and %d bits (or 0: not set), got %d", option, max, bits)
+	}
+	return nil
+}
+
 // NewTemplate returns the template resolver for tmpl, grouping IPv4
 // addresses by ipv4Prefix bits (1..32; 0 means 32) and IPv6 addresses by
 // ipv6Prefix bits (1..128; 0 means 128). A template whose braces are not
@@ -79,17 +89,17 @@ func NewTemplate(tmpl string, ipv4Prefix, ipv6Prefix int) (*Template, error) {
 	if err := CheckTemplate(tmpl); err != nil {
 		return nil, fmt.Errorf("key: %v", err)
 	}
+	if err := CheckPrefix("ipv4_prefix", ipv4Prefix, IPv4Bits); err != nil {
+		return nil, err
+	}
+	if err := CheckPrefix("ipv6_prefix", ipv6Prefix, IPv6Bits); err != nil {
+		return nil, err
+	}
 	if ipv4Prefix == 0 {
 		ipv4Prefix = IPv4Bits
 	}
 	if ipv6Prefix == 0 {
 		ipv6Prefix = IPv6Bits
-	}
-	if ipv4Prefix < 1 || ipv4Prefix > IPv4Bits {
-		return nil, fmt.Errorf("ipv4_prefix must be between 1 and %d, got %d", IPv4Bits, ipv4Prefix)
-	}
-	if ipv6Prefix < 1 || ipv6Prefix > IPv6Bits {
-		return nil, fmt.Errorf("ipv6_prefix must be between 1 and %d, got %d", IPv6Bits, ipv6Prefix)
 	}
 	// {http.request.client_ip} is what users guess for Caddy's client
 	// address; Caddy names it {http.vars.client_ip} ({client_ip} in a
