@@ -19,6 +19,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/zonelimit/caddy-ratelimit/keyresolver"
+	"github.com/zonelimit/caddy-ratelimit/redisstore"
 )
 
 // Defaults of the redis block. Short timeouts: a rate limiter that waits
@@ -178,8 +179,8 @@ func (rc *RedisConfig) validate() error {
 		}
 		return conflictErrf([]string{"db", with}, "redis: db %d: a Redis Cluster has only database 0", rc.DB)
 	}
-	if strings.ContainsAny(rc.KeyPrefix, "{}") && !isPlaceholder(rc.KeyPrefix) {
-		return zoneErrf("key_prefix", "redis: key_prefix %q must not contain a brace ('{' or '}' would change the Cluster hash tag)", rc.KeyPrefix)
+	if err := redisstore.CheckKeyPrefix(rc.KeyPrefix); err != nil && !isPlaceholder(rc.KeyPrefix) {
+		return zoneErrf("key_prefix", "redis: %v", err)
 	}
 	for _, t := range []struct {
 		name string

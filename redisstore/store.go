@@ -213,10 +213,19 @@ func (s *Store) Under(l algorithms.Limiter) (store.Store, error) {
 // head returns "<prefix><zone>:{", the start of every key of the zone, or
 // what (a store's name) refuses in o.
 func (o Options) head(what string) (string, error) {
-	if strings.ContainsAny(o.KeyPrefix, "{}") {
-		return "", fmt.Errorf("%s: key_prefix %q must not contain a brace ('{' or '}' would change the Cluster hash tag)", what, o.KeyPrefix)
+	if err := CheckKeyPrefix(o.KeyPrefix); err != nil {
+		return "", fmt.Errorf("%s: %v", what, err)
 	}
 	return o.KeyPrefix + EscapeKey(o.Zone) + ":{", nil
+}
+
+// CheckKeyPrefix refuses a key prefix with a brace: the keys of one user
+// key must share their Cluster hash tag, the first {...} of the name.
+func CheckKeyPrefix(p string) error {
+	if strings.ContainsAny(p, "{}") {
+		return fmt.Errorf("key_prefix %q must not contain a brace ('{' or '}' would change the Cluster hash tag)", p)
+	}
+	return nil
 }
 
 // configDigest is the config digest of the key names: 8 hex digits of a
