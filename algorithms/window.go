@@ -119,6 +119,20 @@ func winMod(a, b int64) int64 {
 // windows being aligned to the Unix epoch.
 func winStart(t, w int64) int64 { return t - winMod(t, w) }
 
+// WindowIndex is the number of the window of length w (µs, > 0) that holds
+// the instant t (µs), windows being aligned to the Unix epoch: t/w rounded
+// toward minus infinity, so WindowIndex(t, w)*w is winStart(t, w). The
+// Redis store numbers its windows by it, so its counts roll over at the
+// same instants as the algorithms'. It divides rather than going through
+// winStart, which overflows near math.MinInt64 (a "never" instant).
+func WindowIndex(t, w int64) int64 {
+	q := t / w
+	if t%w < 0 {
+		q--
+	}
+	return q
+}
+
 // winCount is a window's count after a decision on cost: cost more when
 // admitted; when denied with CountRejected, cost more but at most events
 // (lossless: any count >= events refuses everything).

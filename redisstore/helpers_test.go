@@ -189,7 +189,7 @@ func newTestSync(t testing.TB, c redis.UniversalClient, name string, cfg algorit
 // counterKey is the Redis key of tier i's counter of the window holding at.
 func (s *SyncStore) counterKey(key string, i int, at time.Time) string {
 	p := &s.tiers[i]
-	return s.head + EscapeKey(key) + p.tail + strconv.FormatInt(floorDiv(at.UnixMicro(), p.window), 10)
+	return s.head + EscapeKey(key) + p.tail + strconv.FormatInt(algorithms.WindowIndex(at.UnixMicro(), p.window), 10)
 }
 
 func mustSync(t testing.TB, ctx context.Context, stores ...*SyncStore) {

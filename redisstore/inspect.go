@@ -101,7 +101,7 @@ func (s *SyncStore) Inspect(_ context.Context, key string, now time.Time) (store
 		if e != nil {
 			tr = e.tiers[i]
 		}
-		tr.roll(floorDiv(t, p.window), s.sliding)
+		tr.roll(algorithms.WindowIndex(t, p.window), s.sliding)
 		start, C := tr.cur.idx*p.window, tr.cur.view()
 		rem, reset := p.events-C, int64(0)
 		if s.sliding {
@@ -132,7 +132,7 @@ func (s *SyncStore) Reset(ctx context.Context, key string) error {
 	var keys []string
 	for i := range s.tiers {
 		p := &s.tiers[i]
-		w := floorDiv(t, p.window)
+		w := algorithms.WindowIndex(t, p.window)
 		// The window before (sliding_window counts it) and after (another
 		// instance's clock may be ahead).
 		for idx := w - 1; idx <= w+1; idx++ {

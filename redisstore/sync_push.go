@@ -11,6 +11,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/zonelimit/caddy-ratelimit/algorithms"
 	"github.com/zonelimit/caddy-ratelimit/store"
 )
 
@@ -167,7 +168,7 @@ func (s *SyncStore) snapshot(now int64) []*syncCall {
 func (s *SyncStore) keepEnded(e *syncEntry, now int64) {
 	for i := range e.tiers {
 		p, tr := &s.tiers[i], &e.tiers[i]
-		counts := floorDiv(max(now, e.last), p.window) - 1 // the earliest window that still counts, with a window to spare
+		counts := algorithms.WindowIndex(max(now, e.last), p.window) - 1 // the earliest window that still counts, with a window to spare
 		if s.sliding {
 			counts--
 		}
@@ -205,7 +206,7 @@ func (s *SyncStore) idle(e *syncEntry, now int64) bool {
 	}
 	for i := range e.tiers {
 		p := &s.tiers[i]
-		lastW, nowW := floorDiv(e.last, p.window), floorDiv(t, p.window)
+		lastW, nowW := algorithms.WindowIndex(e.last, p.window), algorithms.WindowIndex(t, p.window)
 		if lastW >= nowW || s.sliding && lastW >= nowW-1 {
 			return false
 		}

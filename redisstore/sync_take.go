@@ -30,7 +30,7 @@ func (s *SyncStore) entry(sh *syncShard, key string, now time.Time) *syncEntry {
 	*v = syncEntry{tiers: tiers, last: math.MinInt64}
 	t := now.UnixMicro()
 	for i := range tiers {
-		w := floorDiv(t, s.tiers[i].window)
+		w := algorithms.WindowIndex(t, s.tiers[i].window)
 		tiers[i] = syncTier{cur: syncSlot{idx: w}, prev: syncSlot{idx: w - 1}}
 	}
 	return v
@@ -49,14 +49,6 @@ func unpushed(ent *store.Entry[syncEntry]) bool {
 // notInFlight reports whether an evicted entry may be reused: not when a
 // sync in flight still refers to it.
 func notInFlight(ent *store.Entry[syncEntry]) bool { return !ent.Value.inFlight }
-
-func floorDiv(a, b int64) int64 {
-	q := a / b
-	if a%b != 0 && a < 0 {
-		q--
-	}
-	return q
-}
 
 // overBudget reports whether the per-interval budget of tier p refuses
 // cost after used units.
@@ -94,7 +86,7 @@ func (s *SyncStore) Take(_ context.Context, key string, now time.Time, cost int6
 	ok := true
 	for i := range e.tiers {
 		p, tr := &s.tiers[i], &e.tiers[i]
-		tr.roll(floorDiv(t, p.window), s.sliding)
+		tr.roll(algorithms.WindowIndex(t, p.window), s.sliding)
 		if cost > p.events || overBudget(p, e.used, cost) || !s.fits(p, tr, t, cost) {
 			ok = false
 		}
@@ -183,7 +175,7 @@ func (s *SyncStore) Undo(_ context.Context, key string, now time.Time, cost int6
 		t := e.clamp(now)
 		for i := range e.tiers {
 			tr := &e.tiers[i]
-			if tr.cur.idx == floorDiv(t, s.tiers[i].window) {
+			if tr.cur.idx == algorithms.WindowIndex(t, s.tiers[i].window) {
 				amt := min(cost, tr.cur.own)
 				tr.cur.own -= amt
 				tr.cur.pend -= amt
