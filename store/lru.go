@@ -48,9 +48,10 @@ type shardData[V any] struct {
 	lru    Entry[V]
 	budget int // most entries this shard holds
 
-	// What sweeps did to mu, for tests: how many times they held it, and
-	// the most entries one hold examined.
-	sweepHolds, sweepHeldMax int
+	// sweepHeld, when not nil (tests set it), is called with mu held each
+	// time a sweep lets go of mu, with how many entries it examined under
+	// that hold.
+	sweepHeld func(n int)
 }
 
 // Shard is one shard of an LRU. Its data is followed by a cache line of
@@ -223,23 +224,24 @@ func (s *Shard[V]) Sweep(batch int, drop func(*Entry[V]) bool) int {
 			dropped++
 		}
 		if held++; held >= batch {
-			s.noteSweepHold(held)
+			s.noteSweepHeld(held)
 			s.mu.Unlock()
 			runtime.Gosched() // let the Takes waiting for s.mu in
 			s.mu.Lock()
 			held = 0
 		}
 	}
-	s.noteSweepHold(held)
+	s.noteSweepHeld(held)
 	s.mu.Unlock()
 	return dropped
 }
 
-// noteSweepHold records that a sweep examined n entries under one hold of
-// s.mu. s.mu is held.
-func (s *Shard[V]) noteSweepHold(n int) {
-	s.sweepHolds++
-	s.sweepHeldMax = max(s.sweepHeldMax, n)
+// noteSweepHeld tells sweepHeld, if set, that a sweep examined n entries
+// under one hold of s.mu. s.mu is held.
+func (s *Shard[V]) noteSweepHeld(n int) {
+	if s.sweepHeld != nil {
+		s.sweepHeld(n)
+	}
 }
 
 func (s *Shard[V]) unlink(e *Entry[V]) {

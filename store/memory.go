@@ -83,9 +83,6 @@ type Memory struct {
 	// They read it under the shard's lock, which orders Under's write
 	// before any state made under the other Limiter is reached again.
 	relimited atomic.Bool
-	// sweepBatch is the constant sweepBatch, a field so that a benchmark
-	// can compare a sweep that holds a shard's lock throughout.
-	sweepBatch int
 }
 
 // sweeper is the goroutine that sweeps a Memory. It does not refer to the
@@ -99,11 +96,11 @@ type sweeper struct {
 
 func (sw *sweeper) halt() { sw.stopOnce.Do(func() { close(sw.stop) }) }
 
-func (sw *sweeper) run(shards []Shard[algorithms.State], blocks *blockSet, now func() time.Time, interval time.Duration, batch int) {
+func (sw *sweeper) run(shards []Shard[algorithms.State], blocks *blockSet, now func() time.Time, interval time.Duration) {
 	Every(interval, sw.stop, sw.done, func() {
 		at := now()
-		sweepShards(shards, at, batch)
-		blocks.sweep(at, batch)
+		sweepShards(shards, at, sweepBatch)
+		blocks.sweep(at, sweepBatch)
 	})
 }
 
@@ -130,15 +127,13 @@ func NewMemory(l algorithms.Limiter, opts MemoryOptions) *Memory {
 		now:     now,
 		blocks:  newBlockSet(l, maxKeys, opts.BlockFor),
 		sweeper: &sweeper{stop: make(chan struct{}), done: make(chan struct{})},
-
-		sweepBatch: sweepBatch,
 	}
 	m.keys.init(maxKeys)
 	if a, err := algorithms.Lookup(l.Name()); err == nil {
 		m.inFlight = a.Lease
 	}
 
-	go m.sweeper.run(m.keys.shards, m.blocks, now, interval, m.sweepBatch)
+	go m.sweeper.run(m.keys.shards, m.blocks, now, interval)
 	// A store dropped without Destruct must not leave its sweeper behind.
 	runtime.AddCleanup(m, (*sweeper).halt, m.sweeper)
 	return m
@@ -271,8 +266,14 @@ func (m *Memory) Sweep(now time.Time) int {
 	if now.IsZero() {
 		now = m.now()
 	}
-	m.blocks.sweep(now, m.sweepBatch)
-	return sweepShards(m.keys.shards, now, m.sweepBatch)
+	return m.sweep(now, sweepBatch)
+}
+
+// sweep is Sweep letting go of a shard's lock every batch entries (a
+// benchmark compares other batches).
+func (m *Memory) sweep(now time.Time, batch int) int {
+	m.blocks.sweep(now, batch)
+	return sweepShards(m.keys.shards, now, batch)
 }
 
 func sweepShards(shards []Shard[algorithms.State], now time.Time, batch int) int {

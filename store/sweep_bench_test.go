@@ -44,7 +44,6 @@ func benchTakeDuringSweep(b *testing.B, batch int) {
 	for range b.N {
 		b.StopTimer()
 		m := NewMemory(l, MemoryOptions{MaxKeys: 2 * (idle + active), SweepInterval: time.Hour})
-		m.sweepBatch = batch
 		for _, k := range idleKeys {
 			m.Take(ctx, k, t0, 1)
 		}
@@ -73,7 +72,7 @@ func benchTakeDuringSweep(b *testing.B, batch int) {
 			})
 		}
 		start := time.Now()
-		dropped := m.Sweep(later)
+		dropped := m.sweep(later, batch)
 		sweepTime += time.Since(start)
 		close(done)
 		wg.Wait()
