@@ -13,6 +13,7 @@ import (
 	"github.com/caddyserver/caddy/v2"
 
 	"github.com/zonelimit/caddy-ratelimit/algorithms"
+	"github.com/zonelimit/caddy-ratelimit/internal/storetest"
 )
 
 var (
@@ -371,22 +372,17 @@ func TestMemoryConcurrentExactLimit(t *testing.T) {
 
 func TestMemoryDestruct(t *testing.T) {
 	before := runtime.NumGoroutine()
-	var sweeps atomic.Int64
-	now := t0
-	var mu sync.Mutex
+	clk := storetest.NewClock(t0)
+	var sweeps atomic.Int64 // the sweeper reads the clock once a sweep
 	m := NewMemory(fakeLimiter{limit: 1, window: time.Second}, MemoryOptions{
 		SweepInterval: time.Millisecond,
 		Now: func() time.Time {
 			sweeps.Add(1)
-			mu.Lock()
-			defer mu.Unlock()
-			return now
+			return clk.Now()
 		},
 	})
 	take(t, m, "k", t0)
-	mu.Lock()
-	now = t0.Add(time.Hour)
-	mu.Unlock()
+	clk.Set(t0.Add(time.Hour))
 	// The sweeper runs on its own: wait (bounded) for it to drop the key.
 	deadline := time.Now().Add(10 * time.Second)
 	for m.Len() != 0 {
