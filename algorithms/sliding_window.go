@@ -121,25 +121,29 @@ func (c *SlidingCounts) first(P, C, lo, cost int64) int64 {
 	if c.fits(P, C, lo, cost) {
 		return lo
 	}
+	// Here P > 0: the answer, if any, is in (lo, W-1]. fits is monotone in
+	// x (rounding is), so a bisection finds it; the closed form is almost
+	// always exact, so it is tried first, and when it is, the answer costs
+	// two more fits.
 	W := c.Window
-	if !c.fits(P, C, W-1, cost) {
-		return -1
-	}
-	// Here P > 0 and lo < W-1: the answer is in (lo, W-1]. fits is
-	// monotone in x (rounding is), so a bisection finds it; the closed form
-	// is almost always exact, so it is tried first.
+	bad, good := lo, W // !fits(bad); fits(good), or good == W: none found yet
 	f := math.Ceil(float64(W) - float64(a)*float64(W)/float64(P))
-	bad, good := lo, W-1 // !fits(bad), fits(good)
-	if f > float64(bad) && f < float64(good) {
+	if f > float64(bad) && f < float64(W) {
 		x := int64(f)
 		if c.fits(P, C, x, cost) {
-			good = x
-			if x-1 > bad && !c.fits(P, C, x-1, cost) {
-				bad = x - 1
+			if x-1 == bad || !c.fits(P, C, x-1, cost) {
+				return x
 			}
+			good = x - 1
 		} else {
 			bad = x
 		}
+	}
+	if good == W {
+		if bad == W-1 || !c.fits(P, C, W-1, cost) {
+			return -1
+		}
+		good = W - 1
 	}
 	for good-bad > 1 { // at most log2(W) < 50 rounds
 		m := bad + (good-bad)/2

@@ -2,6 +2,7 @@ package algorithms
 
 import (
 	"math"
+	"math/rand/v2"
 	"testing"
 	"time"
 )
@@ -140,3 +141,25 @@ func TestSlidingWindowPropertiesLarge(t *testing.T) {
 func TestSlidingWindowNoAlloc(t *testing.T) { winTAllocs(t, SlidingWindow) }
 
 func BenchmarkSlidingWindow(b *testing.B) { winTBench(b, SlidingWindow) }
+
+// first is the smallest offset at which a request fits, as a scan of every
+// offset finds it, for random counts and costs (the closed form and the
+// bisection are shortcuts to the same answer).
+func TestSlidingCountsFirst(t *testing.T) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	for range 20000 {
+		c := SlidingCounts{Events: 1 + rng.Int64N(50), Window: 1 + rng.Int64N(300)}
+		P, C := rng.Int64N(2*c.Events+1), rng.Int64N(c.Events+1)
+		lo, cost := rng.Int64N(c.Window), 1+rng.Int64N(c.Events)
+		want := int64(-1)
+		for x := lo; x < c.Window; x++ {
+			if c.fits(P, C, x, cost) {
+				want = x
+				break
+			}
+		}
+		if got := c.first(P, C, lo, cost); got != want {
+			t.Fatalf("%+v: first(P %d, C %d, lo %d, cost %d) = %d, want %d", c, P, C, lo, cost, got, want)
+		}
+	}
+}
