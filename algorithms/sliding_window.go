@@ -98,8 +98,11 @@ func (c *SlidingCounts) roll(t int64) {
 
 // weighted is p(P, e): the part of P still inside the rolling window.
 func (c *SlidingCounts) weighted(P, e int64) float64 {
-	if P == 0 {
+	switch {
+	case P == 0:
 		return 0
+	case e == 0:
+		return float64(P) // P*W is exact (below 2^53), so P*W/W is P
 	}
 	x := float64(float64(P) * float64(c.Window-e))
 	return x / float64(c.Window)
@@ -115,23 +118,29 @@ func (c *SlidingCounts) fits(P, C, e, cost int64) bool {
 // first returns the smallest x in [lo, W) with fits(P, C, x), or -1.
 func (c *SlidingCounts) first(P, C, lo, cost int64) int64 {
 	a := c.Events - cost - C
-	if a < 0 {
+	switch {
+	case a < 0:
 		return -1
-	}
-	if c.fits(P, C, lo, cost) {
+	case c.weighted(P, lo) <= float64(a): // fits(P, C, lo, cost)
 		return lo
 	}
-	// Here P > 0: the answer, if any, is in (lo, W-1]. fits is monotone in
-	// x (rounding is), so a bisection finds it; the closed form is almost
-	// always exact, so it is tried first, and when it is, the answer costs
-	// two more fits.
-	W := c.Window
-	bad, good := lo, W // !fits(bad); fits(good), or good == W: none found yet
-	f := math.Ceil(float64(W) - float64(a)*float64(W)/float64(P))
+	return c.firstAfter(P, a, lo)
+}
+
+// firstAfter is first for a request that does not fit at bad, given a
+// (E - cost - C >= 0): the smallest x in (bad, W) with weighted(P, x) <= a,
+// or -1.
+func (c *SlidingCounts) firstAfter(P, a, bad int64) int64 {
+	// Here P > 0. weighted is monotone in x (rounding is), so a bisection
+	// finds the answer; the closed form is almost always exact, so it is
+	// tried first, and when it is, the answer costs two more divisions.
+	W, fa := c.Window, float64(a)
+	good := W // weighted(P, good) <= a, or good == W: none found yet
+	f := math.Ceil(float64(W) - fa*float64(W)/float64(P))
 	if f > float64(bad) && f < float64(W) {
 		x := int64(f)
-		if c.fits(P, C, x, cost) {
-			if x-1 == bad || !c.fits(P, C, x-1, cost) {
+		if c.weighted(P, x) <= fa {
+			if x-1 == bad || c.weighted(P, x-1) > fa {
 				return x
 			}
 			good = x - 1
@@ -140,14 +149,14 @@ func (c *SlidingCounts) first(P, C, lo, cost int64) int64 {
 		}
 	}
 	if good == W {
-		if bad == W-1 || !c.fits(P, C, W-1, cost) {
+		if bad == W-1 || c.weighted(P, W-1) > fa {
 			return -1
 		}
 		good = W - 1
 	}
 	for good-bad > 1 { // at most log2(W) < 50 rounds
 		m := bad + (good-bad)/2
-		if c.fits(P, C, m, cost) {
+		if c.weighted(P, m) <= fa {
 			good = m
 		} else {
 			bad = m
@@ -200,7 +209,15 @@ func (c *SlidingCounts) moreAfter(t, r int64) int64 {
 	if r >= c.Events {
 		return 0
 	}
-	return c.RetryAfter(t, r+1)
+	// r+1 units do not fit at t (r is the most that does), so the search
+	// starts after t.
+	if a := c.Events - (r + 1) - c.Cur; a >= 0 {
+		e := t - c.Start
+		if x := c.firstAfter(c.Prev, a, e); x >= 0 {
+			return x - e
+		}
+	}
+	return c.nextWindow(t, r+1)
 }
 
 // RetryAfter is how long after t (µs) a request of cost is admitted if
@@ -214,6 +231,12 @@ func (c *SlidingCounts) RetryAfter(t, cost int64) int64 {
 	if x := c.first(c.Prev, c.Cur, e, cost); x >= 0 {
 		return x - e
 	}
+	return c.nextWindow(t, cost)
+}
+
+// nextWindow is RetryAfter for a request of cost that fits nowhere in the
+// current window: Cur becomes the previous window's count.
+func (c *SlidingCounts) nextWindow(t, cost int64) int64 {
 	if x := c.first(c.Cur, 0, 0, cost); x >= 0 {
 		return c.Start + c.Window + x - t
 	}
