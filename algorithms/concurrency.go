@@ -99,6 +99,11 @@ type concurrencyState struct {
 	lastToken uint64
 	held      int64
 	leases    []ccLease // ordered by expiry (and token)
+	// until is the last lease's expiry, while there is one: Idle reads it
+	// without touching the slice, which a store evicting the key is
+	// unlikely to have in cache (a flood of new keys asks every key it
+	// evicts).
+	until int64
 }
 
 // advance clamps now to the latest instant seen, drops the leases expired at
@@ -140,6 +145,7 @@ func (s *concurrencyState) Take(now time.Time, cost int64) (d Decision) {
 			ls := ccLease{token: tok, cost: cost, expiry: t + l.window}
 			if n := len(s.leases); n == 0 || s.leases[n-1].expiry <= ls.expiry {
 				s.leases = append(s.leases, ls) // expires last, as usual
+				s.until = ls.expiry
 			} else {
 				s.insert(ls) // the window was shortened
 			}
@@ -170,8 +176,8 @@ func (s *concurrencyState) Take(now time.Time, cost int64) (d Decision) {
 		d.RetryAfter = Micros(wait)
 	}
 	d.Remaining = max(l.events-s.held, 0) // held may exceed a lowered limit
-	if n := len(s.leases); n > 0 {
-		d.ResetAfter = Micros(s.leases[n-1].expiry - t)
+	if len(s.leases) > 0 {
+		d.ResetAfter = Micros(s.until - t)
 		d.MoreAfter = Micros(max(min(s.leases[0].expiry-t, ccMaxWait), 1))
 	}
 	return d
@@ -218,6 +224,9 @@ func (s *concurrencyState) Undo(now time.Time, cost int64, d Decision) {
 	if lo >= 0 {
 		s.held -= s.leases[lo].cost
 		s.leases = append(s.leases[:lo], s.leases[lo+1:]...)
+		if n := len(s.leases); n > 0 {
+			s.until = s.leases[n-1].expiry
+		}
 	}
 }
 
@@ -226,5 +235,5 @@ func (s *concurrencyState) Idle(now time.Time) bool {
 	if t < s.last {
 		t = s.last
 	}
-	return len(s.leases) == 0 || s.leases[len(s.leases)-1].expiry <= t
+	return len(s.leases) == 0 || s.until <= t
 }
