@@ -23,6 +23,17 @@ func TestBktConcurrency(t *testing.T) {
 			{at: 20*sec - us, op: "busy"},
 			{at: 20 * sec, op: "idle"},
 		}},
+		{"idle when the last lease left ends", Config{Tiers: []Tier{{3, 10 * sec}}}, []bktTStep{
+			{cost: 1, want: bktTAllow(0, 3, 2, 10*sec)},
+			{at: sec, cost: 1, want: bktTAllow(0, 3, 1, 10*sec)},
+			{at: 2 * sec, op: "undo", ref: 1}, // the lease that ends last
+			{at: 10*sec - us, op: "busy"},
+			{at: 10 * sec, op: "idle"}, // not 11s
+			{at: 10 * sec, op: "undo", ref: 0}, // expired: no-op
+			{at: 12 * sec, cost: 1, want: bktTAllow(0, 3, 2, 10*sec)},
+			{at: 12 * sec, op: "undo", ref: 6},
+			{at: 12 * sec, op: "idle"}, // none left
+		}},
 		{"leases expire", Config{Tiers: []Tier{{2, 500 * ms}}}, []bktTStep{
 			{cost: 1, want: bktTAllow(0, 2, 1, 500*ms)},
 			{at: 100 * ms, cost: 1, want: bktTAllow(0, 2, 0, 500*ms)},
