@@ -16,6 +16,7 @@ import (
 	"github.com/zonelimit/caddy-ratelimit/algorithms"
 	"github.com/zonelimit/caddy-ratelimit/breaker"
 	"github.com/zonelimit/caddy-ratelimit/keyresolver"
+	"github.com/zonelimit/caddy-ratelimit/keyresolver/addr"
 	"github.com/zonelimit/caddy-ratelimit/redisstore"
 	"github.com/zonelimit/caddy-ratelimit/store"
 )
@@ -26,8 +27,8 @@ const (
 	defaultCost          = "1"
 	defaultSweepInterval = store.DefaultSweepInterval
 	defaultMaxKeys       = store.DefaultMaxKeys // a flood of keys costs a zone tens of MB
-	defaultIPv4Prefix    = keyresolver.IPv4Bits // each address alone
-	defaultIPv6Prefix    = keyresolver.IPv6Bits
+	defaultIPv4Prefix    = addr.IPv4Bits        // each address alone
+	defaultIPv6Prefix    = addr.IPv6Bits
 )
 
 // handlerRuntime is what Provision builds from the configuration: all that

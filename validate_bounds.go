@@ -10,12 +10,13 @@ import (
 
 	"github.com/zonelimit/caddy-ratelimit/algorithms"
 	"github.com/zonelimit/caddy-ratelimit/keyresolver"
+	"github.com/zonelimit/caddy-ratelimit/keyresolver/addr"
 )
 
 // Bounds of the options with a range.
 const (
-	maxIPv4Prefix = keyresolver.IPv4Bits
-	maxIPv6Prefix = keyresolver.IPv6Bits
+	maxIPv4Prefix = addr.IPv4Bits
+	maxIPv6Prefix = addr.IPv6Bits
 	minStatus     = 400
 	maxStatus     = 599
 	maxZoneName   = 128

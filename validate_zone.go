@@ -10,6 +10,7 @@ import (
 
 	"github.com/zonelimit/caddy-ratelimit/algorithms"
 	"github.com/zonelimit/caddy-ratelimit/keyresolver"
+	"github.com/zonelimit/caddy-ratelimit/keyresolver/addr"
 )
 
 // zoneError is an error in one option of a zone (or of the handler, or of
@@ -129,10 +130,10 @@ func (z *Zone) validate() error {
 	if err := z.validateBlockFor(); err != nil {
 		return err
 	}
-	if err := keyresolver.CheckPrefix("ipv4_prefix", z.IPv4Prefix, maxIPv4Prefix); err != nil {
+	if err := addr.CheckPrefix("ipv4_prefix", z.IPv4Prefix, maxIPv4Prefix); err != nil {
 		return &zoneError{option: "ipv4_prefix", err: err}
 	}
-	if err := keyresolver.CheckPrefix("ipv6_prefix", z.IPv6Prefix, maxIPv6Prefix); err != nil {
+	if err := addr.CheckPrefix("ipv6_prefix", z.IPv6Prefix, maxIPv6Prefix); err != nil {
 		return &zoneError{option: "ipv6_prefix", err: err}
 	}
 	if err := emptyKeyEnum.check(z.EmptyKey); err != nil {
