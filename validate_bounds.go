@@ -61,8 +61,8 @@ func checkZoneName(name string) error {
 	return nil
 }
 
-// checkEvents checks the module's bound on events; that they are positive
-// is the algorithms' rule (algorithms.New).
+// checkEvents checks the bound on an events ceiling (a limit's own events
+// are the algorithms' to check: algorithms.New).
 func checkEvents(n int64) error {
 	if n > maxCount {
 		return fmt.Errorf("events must be at most %d, got %d", maxCount, n)
@@ -183,15 +183,6 @@ func jsonHint(d time.Duration) string {
 		return ""
 	}
 	return fmt.Sprintf(`: a JSON number is nanoseconds; write a duration string such as "%ds"`, int64(d))
-}
-
-// checkWindow checks the module's bound on a window; its floor is the
-// algorithms' rule (algorithms.New).
-func checkWindow(w time.Duration) error {
-	if w > maxWindow {
-		return fmt.Errorf("window must be at most %dd (about 10 years), got %s", maxWindow/(24*time.Hour), w)
-	}
-	return nil
 }
 
 func checkStatus(code int) error {

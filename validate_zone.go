@@ -62,21 +62,13 @@ func (z *Zone) validate() error {
 	if len(z.Limits) == 0 {
 		return zoneErrf("limit", "no limit: add limit <events> <window> (or events <n> and window <duration>)")
 	}
-	// The module's bounds first (what the Redis store computes exactly),
-	// then what the algorithm takes, then the microseconds it counts in.
+	// The placeholders first, then what the algorithm takes (its bounds
+	// are what every store computes exactly), then the microseconds it
+	// counts in.
 	for i, l := range z.Limits {
-		if err := checkEvents(l.Events); err != nil {
-			return &zoneError{option: "limit", nth: i + 1, alt: "events", err: fmt.Errorf("limit %d: %v", i+1, err)}
-		}
-		if err := checkWindow(time.Duration(l.Window)); err != nil {
-			return &zoneError{option: "limit", nth: i + 1, alt: "window", err: fmt.Errorf("limit %d: %v", i+1, err)}
-		}
 		if err := l.checkPlaceholder(); err != nil {
 			return &zoneError{option: "limit", nth: i + 1, alt: "events_placeholder", err: fmt.Errorf("limit %d: %v", i+1, err)}
 		}
-	}
-	if z.Burst > maxCount {
-		return zoneErrf("burst", "burst must be at most %d, got %d", maxCount, z.Burst)
 	}
 	if _, err := algorithms.New(z.Algorithm, z.limiterConfig()); err != nil {
 		return z.algorithmError(err)

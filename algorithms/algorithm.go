@@ -163,9 +163,8 @@ type Relimiter interface {
 // Bounds within which every algorithm's numbers stay exact in a double
 // (below 2^53), as the Redis store's Lua twins compute them: counts (events,
 // burst, cost) up to MaxCount, windows up to MaxWindow, instants until
-// about the year 2112 (2^52µs). The Go twins compute in int64 and accept
-// more; the configuration (the module's Validate) and the Redis store
-// refuse more.
+// about the year 2112 (2^52µs). The Go twins compute in int64 and would
+// take more; New refuses more, so that every store decides alike.
 const (
 	// MaxCount bounds events and burst (2^50, about 1.1e15).
 	MaxCount = int64(1) << 50
@@ -182,15 +181,22 @@ func (c Config) validate() error {
 		return &ConfigError{Field: "tiers", Tier: -1, Err: errors.New("no limit: at least one tier (events per window) is required")}
 	}
 	for i, t := range c.Tiers {
-		if t.Events <= 0 {
+		switch {
+		case t.Events <= 0:
 			return &ConfigError{Field: "events", Tier: i, Err: fmt.Errorf("limit %d: events must be positive, got %d", i+1, t.Events)}
-		}
-		if t.Window < MinWindow {
+		case t.Events > MaxCount:
+			return &ConfigError{Field: "events", Tier: i, Err: fmt.Errorf("limit %d: events must be at most %d, got %d", i+1, MaxCount, t.Events)}
+		case t.Window < MinWindow:
 			return &ConfigError{Field: "window", Tier: i, Err: fmt.Errorf("limit %d: window must be at least %s, got %s", i+1, MinWindow, t.Window)}
+		case t.Window > MaxWindow:
+			return &ConfigError{Field: "window", Tier: i, Err: fmt.Errorf("limit %d: window must be at most %dd (about 10 years), got %s", i+1, MaxWindow/(24*time.Hour), t.Window)}
 		}
 	}
-	if c.Burst < 0 {
+	switch {
+	case c.Burst < 0:
 		return &ConfigError{Field: "burst", Tier: -1, Err: fmt.Errorf("burst must be positive, got %d", c.Burst)}
+	case c.Burst > MaxCount:
+		return &ConfigError{Field: "burst", Tier: -1, Err: fmt.Errorf("burst must be at most %d, got %d", MaxCount, c.Burst)}
 	}
 	return nil
 }

@@ -63,10 +63,10 @@ func TestFixedWindowTimeline(t *testing.T) {
 			{at: 2 * time.Second, cost: 1, want: winTOK(0, 1e9, 0, 8*time.Second)},
 			{at: 10 * time.Second, cost: 1e9, want: winTOK(0, 1e9, 0, 10*time.Second)},
 		}},
-		{"no overflow at MaxInt64", Config{Tiers: []Tier{{math.MaxInt64, time.Second}}, CountRejected: true}, []winTStep{
-			{at: 0, cost: math.MaxInt64, want: winTOK(0, math.MaxInt64, 0, time.Second)},
-			{at: 0, cost: 1, want: winTNo(0, math.MaxInt64, 0, time.Second, time.Second)},
-			{at: 0, cost: math.MaxInt64, want: winTNo(0, math.MaxInt64, 0, time.Second, time.Second)},
+		{"no overflow at the bounds", Config{Tiers: []Tier{{MaxCount, time.Second}}, CountRejected: true}, []winTStep{
+			{at: 0, cost: MaxCount, want: winTOK(0, MaxCount, 0, time.Second)},
+			{at: 0, cost: 1, want: winTNo(0, MaxCount, 0, time.Second, time.Second)},
+			{at: 0, cost: math.MaxInt64, want: winTNo(0, MaxCount, 0, time.Second, time.Second)},
 		}},
 	}
 	winTRunCases(t, FixedWindow, append(cases, winTCostAboveOneOfTwo, winTCostAboveLimit, winTNegativeCost, winTUndoFloor))

@@ -94,6 +94,17 @@ func New(name string, cfg Config) (Limiter, error) {
 	return a.New(cfg)
 }
 
+// Check returns the error New would for algorithm name and cfg, without
+// building the Limiter: for a store handed a Limiter that New may not have
+// built.
+func Check(name string, cfg Config) error {
+	a, err := Lookup(name)
+	if err != nil {
+		return err
+	}
+	return a.check(cfg)
+}
+
 // check refuses what cfg holds that a does not take.
 func (a Algorithm) check(cfg Config) error {
 	if err := cfg.validate(); err != nil {

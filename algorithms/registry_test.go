@@ -61,7 +61,10 @@ func TestRegistryRefuses(t *testing.T) {
 		{GCRA, Config{Tiers: []Tier{{5, time.Second}, {0, time.Second}}}, "events", 1, "limit 2: events must be positive, got 0"},
 		{FixedWindow, Config{Tiers: []Tier{{5, time.Microsecond}}}, "window", 0, "limit 1: window must be at least 1ms, got 1µs"},
 		{TokenBucket, Config{Tiers: two, Burst: -1}, "burst", -1, "burst must be positive, got -1"},
-		{TokenBucket, Config{Tiers: []Tier{{1 << 60, time.Second}}}, "tiers", 0, "token_bucket: limit 1: capacity"},
+		{TokenBucket, Config{Tiers: []Tier{{1 << 60, time.Second}}}, "events", 0, "limit 1: events must be at most 1125899906842624, got 1152921504606846976"},
+		{SlidingLog, Config{Tiers: []Tier{{5, time.Second}, {MaxCount + 1, time.Hour}}}, "events", 1, "limit 2: events must be at most 1125899906842624, got 1125899906842625"},
+		{FixedWindow, Config{Tiers: []Tier{{5, MaxWindow + time.Microsecond}}}, "window", 0, "limit 1: window must be at most 3650d (about 10 years), got 87600h0m0.000001s"},
+		{GCRA, Config{Tiers: two, Burst: MaxCount + 1}, "burst", -1, "burst must be at most 1125899906842624, got 1125899906842625"},
 	} {
 		_, err := New(c.name, c.cfg)
 		var ce *ConfigError

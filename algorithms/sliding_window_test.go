@@ -69,9 +69,11 @@ func TestSlidingWindowTimeline(t *testing.T) {
 			{at: 0, cost: 9, undo: true},
 			{at: 0, cost: 10, want: winTOK(0, 10, 0, 2*time.Second)},
 		}},
-		{"no overflow at MaxInt64", Config{Tiers: []Tier{{math.MaxInt64, time.Second}}, CountRejected: true}, []winTStep{
-			{at: 0, cost: math.MaxInt64, want: winTOK(0, math.MaxInt64, 0, 2*time.Second)},
-			{at: 0, cost: 1, want: winTNo(0, math.MaxInt64, 0, 2*time.Second, time.Second)},
+		{"no overflow at the bounds", Config{Tiers: []Tier{{MaxCount, time.Second}}, CountRejected: true}, []winTStep{
+			{at: 0, cost: MaxCount, want: winTOK(0, MaxCount, 0, 2*time.Second)},
+			// 1 unit fits once the full window weighs MaxCount-1: after 1µs.
+			{at: 0, cost: 1, want: winTNo(0, MaxCount, 0, 2*time.Second, time.Second+time.Microsecond)},
+			{at: 0, cost: math.MaxInt64, want: winTNo(0, MaxCount, 0, 2*time.Second, time.Second)},
 		}},
 	}
 	winTRunCases(t, SlidingWindow, append(cases, winTCostAboveOneOfTwo))

@@ -139,32 +139,49 @@ func withToken(d algorithms.Decision, token uint64) algorithms.Decision {
 	return d
 }
 
-// TestBoundsRefused: the Redis store refuses limits just beyond the bounds
-// (the configuration's Validate refuses them first, with the line).
+// unchecked is a Limiter that algorithms.New did not build: its Config is
+// whatever it was given.
+type unchecked struct {
+	algorithms.Limiter
+	cfg algorithms.Config
+}
+
+func (l unchecked) Config() algorithms.Config { return l.cfg }
+
+// TestBoundsRefused: the Redis store refuses a Limiter just beyond the
+// bounds, which algorithms.New (and so the configuration's Validate, with
+// the line) refuses first.
 func TestBoundsRefused(t *testing.T) {
 	_, c := newClient(t)
 	M, W := algorithms.MaxCount, algorithms.MaxWindow
+	one := algorithms.Config{Tiers: tiers(algorithms.Tier{Events: 1, Window: time.Second})}
 	for _, alg := range algorithms.Names {
-		for _, cfg := range []algorithms.Config{
+		beyond := []algorithms.Config{
 			{Tiers: tiers(algorithms.Tier{Events: M + 1, Window: time.Second})},
 			{Tiers: tiers(algorithms.Tier{Events: 1, Window: W + time.Microsecond})},
 			{Tiers: tiers(algorithms.Tier{Events: 1, Window: 104300 * 24 * time.Hour})},
-		} {
-			l, err := algorithms.New(alg, cfg)
-			if err != nil {
-				continue
-			}
-			if _, err := NewStore(c, l, Options{Zone: "z"}); err == nil {
-				t.Errorf("%s: NewStore accepted %+v", alg, cfg.Tiers)
-			}
 		}
 		if algorithms.UsesBurst(alg) {
-			l, err := algorithms.New(alg, algorithms.Config{Burst: M + 1, Tiers: tiers(algorithms.Tier{Events: 1, Window: time.Millisecond})})
-			if err != nil {
-				continue
+			beyond = append(beyond, algorithms.Config{Burst: M + 1, Tiers: one.Tiers})
+		}
+		for _, cfg := range beyond {
+			if _, err := algorithms.New(alg, cfg); err == nil {
+				t.Errorf("%s: algorithms.New accepted %+v", alg, cfg)
 			}
+			l := unchecked{mustLimiter(t, alg, one), cfg}
 			if _, err := NewStore(c, l, Options{Zone: "z"}); err == nil {
-				t.Errorf("%s: NewStore accepted burst %d", alg, M+1)
+				t.Errorf("%s: NewStore accepted %+v", alg, cfg)
+			}
+		}
+		// At each bound: taken (a bucket of M events refills too fast for
+		// its own rule, checked by the store's table of algorithms).
+		atBounds := []algorithms.Config{{Tiers: tiers(algorithms.Tier{Events: 1, Window: W})}}
+		if !algorithms.UsesBurst(alg) {
+			atBounds = append(atBounds, algorithms.Config{Tiers: tiers(algorithms.Tier{Events: M, Window: time.Second})})
+		}
+		for _, cfg := range atBounds {
+			if _, err := NewStore(c, mustLimiter(t, alg, cfg), Options{Zone: "z"}); err != nil {
+				t.Errorf("%s: NewStore refused %+v: %v", alg, cfg, err)
 			}
 		}
 	}

@@ -144,14 +144,14 @@ func (s *Store) limit(l algorithms.Limiter) error {
 	// most twice its capacity, so a larger cost decides exactly as this
 	// one, which keeps the scripts' doubles exact (a cost comes from a
 	// request and may be up to 2^63-1).
+	// The scripts compute exactly within the algorithms' bounds, which New
+	// checks; l may have been built otherwise.
+	if err := algorithms.Check(name, cfg); err != nil {
+		return fmt.Errorf("redis store: %v", err)
+	}
 	var maxCap int64
 	for _, t := range cfg.Tiers {
-		c := algorithms.Capacity(t.Events, cfg.Burst, name)
-		if t.Events > algorithms.MaxCount || c > algorithms.MaxCount || t.Window > algorithms.MaxWindow {
-			return fmt.Errorf("redis store: limit %d per %s (burst %d) is beyond the bounds the scripts compute exactly within (%d units, %s)",
-				t.Events, t.Window, cfg.Burst, algorithms.MaxCount, algorithms.MaxWindow)
-		}
-		maxCap = max(maxCap, c)
+		maxCap = max(maxCap, algorithms.Capacity(t.Events, cfg.Burst, name))
 	}
 	s.l, s.maxCost, s.cr, s.blockLimit = l, 2*maxCap, any("0"), store.BlockLimit(l)
 	if cfg.CountRejected {
