@@ -28,7 +28,7 @@ func TestBktConcurrency(t *testing.T) {
 			{at: sec, cost: 1, want: bktTAllow(0, 3, 1, 10*sec)},
 			{at: 2 * sec, op: "undo", ref: 1}, // the lease that ends last
 			{at: 10*sec - us, op: "busy"},
-			{at: 10 * sec, op: "idle"}, // not 11s
+			{at: 10 * sec, op: "idle"},         // not 11s
 			{at: 10 * sec, op: "undo", ref: 0}, // expired: no-op
 			{at: 12 * sec, cost: 1, want: bktTAllow(0, 3, 2, 10*sec)},
 			{at: 12 * sec, op: "undo", ref: 6},
