@@ -159,11 +159,8 @@ func (h *Handler) validateLease() error {
 		if alg == "" {
 			alg = algorithms.Default
 		}
-		if ok, leasable := redisstore.Leasable(alg); !ok {
-			return zoneErrf("lease", "zone %q: lease works with algorithm %s, not %s", z.Name, leasable, alg)
-		}
-		if z.CountRejected {
-			return zoneErrf("lease", "zone %q: lease does not apply with count_rejected: a denial decided locally is not counted in Redis", z.Name)
+		if err := redisstore.CheckLease(alg, z.CountRejected); err != nil {
+			return zoneErrf("lease", "zone %q: %v", z.Name, err)
 		}
 		if z.limitsFromRequest() {
 			return zoneErrf("lease", "zone %q: lease does not work with limits from placeholders (a lease is charged under one limit)", z.Name)

@@ -33,15 +33,15 @@ func TestScriptFacts(t *testing.T) {
 
 // TestLeaseRefusesByTable: the leasing store refuses an algorithm whose
 // entry does not say how to charge it, naming exactly those it takes, and
-// Leasable (which Validate asks) agrees with it.
+// CheckLease (which Validate asks) agrees with it.
 func TestLeaseRefusesByTable(t *testing.T) {
 	c := idleClient(t)
 	var taken, refusals []string
 	for _, name := range algorithms.Names {
 		l := mustLimiter(t, name, oneTier(5, 1e9))
 		_, err := newLeaseStore(c, l, Options{Zone: "z"}, LeaseOptions{Duration: 1e9})
-		if ok, _ := Leasable(name); ok != (err == nil) {
-			t.Errorf("%s: Leasable %v, but the store answers %v", name, ok, err)
+		if ok := CheckLease(name, false) == nil; ok != (err == nil) {
+			t.Errorf("%s: CheckLease says %v, but the store answers %v", name, ok, err)
 		}
 		if err == nil {
 			taken = append(taken, name)
@@ -52,9 +52,14 @@ func TestLeaseRefusesByTable(t *testing.T) {
 	if len(taken) < 2 || len(refusals) == 0 {
 		t.Fatalf("takes %v and refuses %d: the table's lease charges are missing", taken, len(refusals))
 	}
+	cr := oneTier(5, 1e9)
+	cr.CountRejected = true
+	if _, err := newLeaseStore(c, mustLimiter(t, taken[0], cr), Options{Zone: "z"}, LeaseOptions{Duration: 1e9}); err == nil || !strings.Contains(err.Error(), "count_rejected") {
+		t.Errorf("%s with count_rejected: %v, want a refusal naming count_rejected", taken[0], err)
+	}
 	list := strings.Join(taken[:len(taken)-1], ", ") + " or " + taken[len(taken)-1]
 	for _, msg := range refusals {
-		if !strings.HasPrefix(msg, "lease works with algorithm "+list+", not ") {
+		if !strings.HasPrefix(msg, "redis lease store: lease works with algorithm "+list+", not ") {
 			t.Errorf("refusal %q does not list exactly the algorithms taken (%s)", msg, list)
 		}
 	}

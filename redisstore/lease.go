@@ -86,13 +86,21 @@ type LeaseStore struct {
 
 var _ store.Store = (*LeaseStore)(nil)
 
-// Leasable reports whether the leasing store takes algorithm name (one it
-// can charge exactly: see script.lease), and lists those it takes, for
-// messages, in the order of algorithms.Names.
-func Leasable(name string) (ok bool, all string) {
-	return leases(name), algorithms.NamesWhere(func(a algorithms.Algorithm) bool { return leases(a.Name) }, " or ")
+// CheckLease reports why the leasing store cannot serve keys of algorithm
+// name (counting rejected requests if countRejected), or nil. It takes the
+// algorithms it can charge exactly (see script.lease), listed in the error
+// in the order of algorithms.Names, and not count_rejected.
+func CheckLease(name string, countRejected bool) error {
+	if !leases(name) {
+		return fmt.Errorf("lease works with algorithm %s, not %s", algorithms.NamesWhere(func(a algorithms.Algorithm) bool { return leases(a.Name) }, " or "), name)
+	}
+	if countRejected {
+		return errors.New("lease does not apply with count_rejected: a denial decided locally is not counted in Redis")
+	}
+	return nil
 }
 
+// leases reports whether the leasing store charges algorithm name.
 func leases(name string) bool {
 	s := scripts[name]
 	return s != nil && s.lease != leaseNone
@@ -114,8 +122,8 @@ func NewLeaseStore(c redis.UniversalClient, l algorithms.Limiter, o Options, lo 
 // with Reap).
 func newLeaseStore(c redis.UniversalClient, l algorithms.Limiter, o Options, lo LeaseOptions) (*LeaseStore, error) {
 	if l != nil {
-		if ok, all := Leasable(l.Name()); !ok {
-			return nil, fmt.Errorf("lease works with algorithm %s, not %q", all, l.Name())
+		if err := CheckLease(l.Name(), l.Config().CountRejected); err != nil {
+			return nil, fmt.Errorf("redis lease store: %v", err)
 		}
 	}
 	if lo.Duration <= 0 {
@@ -126,9 +134,6 @@ func newLeaseStore(c redis.UniversalClient, l algorithms.Limiter, o Options, lo 
 		return nil, err
 	}
 	cfg := l.Config()
-	if cfg.CountRejected {
-		return nil, errors.New("redis lease store: count_rejected does not apply: a denial decided locally is not counted in Redis")
-	}
 	name := l.Name()
 	s := &LeaseStore{
 		base:    base,
