@@ -36,12 +36,15 @@ package algorithms
 //	            : first(cur, 0, 0)    exists -> start + W + first(cur, 0, 0) - t
 //	            : start + 2W - t
 //	  where first(P, C, lo) is the smallest x in [lo, W) with fits(P, C, x)
-//	  (fits is monotone in x). It is found from the closed form
+//	  (fits is monotone in x). While P*W < 2^53 every product is exact
+//	  and p(P, x) <= a exactly when P*(W-x) <= a*W, so it is
+//	      max(lo, W - floor(a*W / P))   (integers; none if not below W)
+//	  Otherwise it is found from the closed form
 //	      x0 = ceil(float64(W) - float64(a) * float64(W) / float64(P))
 //	  tried first (with x0-1), after checking fits at lo: no, at W-1: yes;
 //	  then a bisection of what is left of (lo, W-1] (at most log2(W)
-//	  rounds, whatever the rounding): the result is exact for the model,
-//	  never early.
+//	  rounds, whatever the rounding). Either way the result is exact for
+//	  the model, never early (the Lua twin always takes the second way).
 //	decision:
 //	  allowed: the tier with the smallest remaining (ties: lowest index),
 //	           RetryAfter 0
@@ -131,9 +134,27 @@ func (c *SlidingCounts) first(P, C, lo, cost int64) int64 {
 // (E - cost - C >= 0): the smallest x in (bad, W) with weighted(P, x) <= a,
 // or -1.
 func (c *SlidingCounts) firstAfter(P, a, bad int64) int64 {
-	// Here P > 0. weighted is monotone in x (rounding is), so a bisection
-	// finds the answer; the closed form is almost always exact, so it is
-	// tried first, and when it is, the answer costs two more divisions.
+	// Here P > a >= 0 (weighted(P, bad) > a, and weighted(P, x) <= P).
+	W := c.Window
+	if float64(P)*float64(W) < 1<<53 {
+		// Every product here is exact in a double, so the rounded
+		// weighted(P, x) <= a exactly when P*(W-x) <= a*W (a quotient
+		// above a by 1/W or more rounds above a while a*W < 2^53):
+		// x >= W - floor(a*W/P).
+		if x := max(bad+1, W-a*W/P); x < W {
+			return x
+		}
+		return -1
+	}
+	return c.firstAfterRounded(P, a, bad)
+}
+
+// firstAfterRounded is firstAfter where P*W reaches 2^53, and weighted
+// rounds its product.
+func (c *SlidingCounts) firstAfterRounded(P, a, bad int64) int64 {
+	// weighted is monotone in x (rounding is), so a bisection finds the
+	// answer; the closed form is almost always exact, so it is tried
+	// first, and when it is, the answer costs two more divisions.
 	W, fa := c.Window, float64(a)
 	good := W // weighted(P, good) <= a, or good == W: none found yet
 	f := math.Ceil(float64(W) - fa*float64(W)/float64(P))

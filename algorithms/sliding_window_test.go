@@ -165,3 +165,46 @@ func TestSlidingCountsFirst(t *testing.T) {
 		}
 	}
 }
+
+// TestSlidingCountsFirstLarge: up to the bounds, where no scan can check
+// it, firstAfter's answer is the first offset that fits (the one before
+// does not), exact integers and rounded doubles agree, and both ways of
+// computing it (integers while P*W < 2^53, the bisection of doubles)
+// give the same offset.
+func TestSlidingCountsFirstLarge(t *testing.T) {
+	rng := rand.New(rand.NewPCG(3, 4))
+	exact := 0
+	for i := range 200000 {
+		var c SlidingCounts
+		c.Events = 1 + rng.Int64N(MaxCount)
+		c.Window = MinWindow.Microseconds() + rng.Int64N(MaxWindow.Microseconds())
+		if i%2 == 0 { // up to 2^20 per hour: the exact integers
+			c.Events = 1 + rng.Int64N(1+rng.Int64N(1<<20))
+			c.Window = MinWindow.Microseconds() + rng.Int64N(1+rng.Int64N(time.Hour.Microseconds()))
+		}
+		P := 1 + rng.Int64N(2*c.Events)
+		a := rng.Int64N(P) // below P, as firstAfter is called
+		bad := rng.Int64N(c.Window)
+		if c.weighted(P, bad) <= float64(a) {
+			continue // fits at bad: not a call firstAfter gets
+		}
+		if float64(P)*float64(c.Window) < 1<<53 {
+			exact++
+			if got, want := c.firstAfter(P, a, bad), c.firstAfterRounded(P, a, bad); got != want {
+				t.Fatalf("%+v: firstAfter(P %d, a %d, bad %d) = %d, the doubles' bisection %d", c, P, a, bad, got, want)
+			}
+		}
+		x := c.firstAfter(P, a, bad)
+		switch {
+		case x == -1:
+			if c.weighted(P, c.Window-1) <= float64(a) {
+				t.Fatalf("%+v: firstAfter(P %d, a %d, bad %d) = -1, but W-1 fits", c, P, a, bad)
+			}
+		case x <= bad || x >= c.Window || c.weighted(P, x) > float64(a) || (x-1 > bad && c.weighted(P, x-1) <= float64(a)):
+			t.Fatalf("%+v: firstAfter(P %d, a %d, bad %d) = %d: not the first offset that fits", c, P, a, bad, x)
+		}
+	}
+	if exact < 10000 {
+		t.Fatalf("only %d calls in exact integers", exact)
+	}
+}
