@@ -104,8 +104,8 @@ func (c *SlidingCounts) weighted(P, e int64) float64 {
 	switch {
 	case P == 0:
 		return 0
-	case e == 0:
-		return float64(P) // P*W is exact (below 2^53), so P*W/W is P
+	case e == 0 && float64(P)*float64(c.Window) < 1<<53:
+		return float64(P) // P*W is exact, so P*W/W is P (beyond, it may not be)
 	}
 	x := float64(float64(P) * float64(c.Window-e))
 	return x / float64(c.Window)
@@ -134,7 +134,7 @@ func (c *SlidingCounts) first(P, C, lo, cost int64) int64 {
 // (E - cost - C >= 0): the smallest x in (bad, W) with weighted(P, x) <= a,
 // or -1.
 func (c *SlidingCounts) firstAfter(P, a, bad int64) int64 {
-	// Here P > a >= 0 (weighted(P, bad) > a, and weighted(P, x) <= P).
+	// Here weighted(P, bad) > a >= 0, so P > 0.
 	W := c.Window
 	if float64(P)*float64(W) < 1<<53 {
 		// Every product here is exact in a double, so the rounded

@@ -166,6 +166,23 @@ func TestSlidingCountsFirst(t *testing.T) {
 	}
 }
 
+// TestSlidingCountsWeighted: weighted is the model's p(P, e), rounded as
+// the Lua twin rounds it, up to the bounds (P*W/W is not always P once
+// P*W reaches 2^53).
+func TestSlidingCountsWeighted(t *testing.T) {
+	rng := rand.New(rand.NewPCG(5, 6))
+	for range 200000 {
+		c := SlidingCounts{Window: MinWindow.Microseconds() + rng.Int64N(MaxWindow.Microseconds())}
+		P := 1 + rng.Int64N(2*MaxCount)
+		for _, e := range []int64{0, 1, rng.Int64N(c.Window)} {
+			want := float64(float64(P)*float64(c.Window-e)) / float64(c.Window)
+			if got := c.weighted(P, e); got != want {
+				t.Fatalf("W %d: weighted(P %d, e %d) = %v, want %v", c.Window, P, e, got, want)
+			}
+		}
+	}
+}
+
 // TestSlidingCountsFirstLarge: up to the bounds, where no scan can check
 // it, firstAfter's answer is the first offset that fits (the one before
 // does not), exact integers and rounded doubles agree, and both ways of
