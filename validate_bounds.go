@@ -21,10 +21,10 @@ const (
 	maxStatus     = 599
 	maxZoneName   = 128
 
-	// maxCount bounds events, burst and a constant cost, and maxWindow a
-	// window: far above any real limit, and low enough that the
-	// algorithms' arithmetic (and the doubles of the Redis store's Lua
-	// scripts) stays exact.
+	// The algorithms' bounds (algorithms.New checks a limit's events,
+	// burst and window by them), for what no Limiter sees: maxCount bounds
+	// an events ceiling and a constant cost, maxWindow block_for and the
+	// admin API's durations.
 	maxCount  = algorithms.MaxCount
 	maxWindow = algorithms.MaxWindow
 )

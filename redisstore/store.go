@@ -139,16 +139,16 @@ func NewStore(c redis.UniversalClient, l algorithms.Limiter, o Options) (*Store,
 func (s *Store) limit(l algorithms.Limiter) error {
 	name, sc := l.Name(), s.script
 	cfg := l.Config()
-	// Twice the largest capacity: a cost above every tier's capacity is
-	// refused by every tier, and with count_rejected a bucket counts at
-	// most twice its capacity, so a larger cost decides exactly as this
-	// one, which keeps the scripts' doubles exact (a cost comes from a
-	// request and may be up to 2^63-1).
 	// The scripts compute exactly within the algorithms' bounds, which New
 	// checks; l may have been built otherwise.
 	if err := algorithms.Check(name, cfg); err != nil {
 		return fmt.Errorf("redis store: %v", err)
 	}
+	// Twice the largest capacity: a cost above every tier's capacity is
+	// refused by every tier, and with count_rejected a bucket counts at
+	// most twice its capacity, so a larger cost decides exactly as this
+	// one, which keeps the scripts' doubles exact (a cost comes from a
+	// request and may be up to 2^63-1).
 	var maxCap int64
 	for _, t := range cfg.Tiers {
 		maxCap = max(maxCap, algorithms.Capacity(t.Events, cfg.Burst, name))
