@@ -134,8 +134,28 @@ run_staticcheck() {
 	CGO_ENABLED=0 go run "honnef.co/go/tools/cmd/staticcheck@$STATICCHECK_VERSION" ./...
 }
 
+# The test step's output, kept so that the end of this script can repeat
+# what failed: a package's output on failure is long (Caddy's and the
+# handler's log lines), and a CI log's tail should name the test.
+test_log=$(mktemp)
+trap 'rm -f "$test_log"' EXIT
+
 run_tests() {
-	CGO_ENABLED=1 go test -race -count=1 -timeout "$TEST_TIMEOUT" ./...
+	CGO_ENABLED=1 go test -race -count=1 -timeout "$TEST_TIMEOUT" ./... 2>&1 | tee "$test_log"
+	return "${PIPESTATUS[0]}"
+}
+
+# failed_tests: the "--- FAIL" lines of the test step, each with the
+# indented lines after it (the test's own t.Log and t.Error output), and
+# panics and timeouts, at most 80 lines.
+failed_tests() {
+	awk '
+		/^[ \t]*--- FAIL/ { keep = 1; print; next }
+		/^(panic:|fatal error:)/ { keep = 1; print; next }
+		keep && /^[ \t]/ { print; next }
+		{ keep = 0 }
+		/^FAIL[ \t]/ { print }
+	' "$test_log" | head -n 80
 }
 
 # Every `func FuzzXxx(f *testing.F)` in a _test.go file, as "dir FuzzXxx".
@@ -192,6 +212,11 @@ echo
 echo "=== summary ($((SECONDS - start_all))s in all)"
 printf '    %s\n' "${timings[@]}"
 if [ ${#failed[@]} -gt 0 ]; then
+	if [[ " ${failed[*]} " == *" test "* ]]; then
+		echo
+		echo "=== what failed in the test step"
+		failed_tests
+	fi
 	echo "test.sh: FAILED step(s): ${failed[*]}" >&2
 	exit 1
 fi
