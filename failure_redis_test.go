@@ -534,12 +534,7 @@ func TestGoRedisLoggerOnlyWithRedisStore(t *testing.T) {
 // goRedisLoggerChild provisions a handler with store, then has a go-redis
 // client of its own fail to dial, which go-redis logs.
 func goRedisLoggerChild(t *testing.T, store string) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	ln.Close() // nothing listens there: dials are refused
+	addr := redistest.RefusedAddr(t) // dials are refused
 	config := `{"zones":[{"name":"go_redis_logger","key":"k","limits":[{"events":1,"window":"1m"}]}]`
 	if store == "redis" {
 		config += `,"store":"redis","redis":{"address":"` + addr + `"}`

@@ -3,6 +3,11 @@
 // free loopback ports, without persistence, in a temporary directory, and
 // stops them when the test ends.
 //
+// A server's ports stay reserved until the test ends, stopped or not, for
+// every test binary on the machine that uses this package (see
+// reservePort): a stopped server's address refuses connections. The
+// reservations are empty files in $TMPDIR/redistest-ports, one per port.
+//
 // When redis-server (or redis-cli, for a cluster) is not on PATH the test is
 // skipped with a message saying so, except when the environment variable CI
 // is "true": then the test fails, so that a CI run never skips the Redis
@@ -44,6 +49,8 @@ type Server struct {
 	sentinelMaster string // sentinel: the master name it monitors
 	sentinelAddr   string // sentinel: the master's host:port
 
+	reserved []*os.File // the reservations of its ports (see reservePort)
+
 	mu   sync.Mutex
 	cmd  *exec.Cmd
 	done chan struct{} // closed when cmd has been waited for
@@ -75,7 +82,27 @@ func Start(tb testing.TB) *Server {
 }
 
 func newServer(tb testing.TB, dir string, extra []string) *Server {
-	return &Server{tb: tb, dir: dir, args: extra}
+	s := &Server{tb: tb, dir: dir, args: extra}
+	// Registered first, so run last: after the caller's Stop.
+	tb.Cleanup(s.release)
+	return s
+}
+
+// reserve reserves a port for the server until the test ends.
+func (s *Server) reserve() (int, error) {
+	p, f, err := reservePort()
+	if f != nil {
+		s.reserved = append(s.reserved, f)
+	}
+	return p, err
+}
+
+// release lets go of the server's ports.
+func (s *Server) release() {
+	for _, f := range s.reserved {
+		f.Close()
+	}
+	s.reserved = nil
 }
 
 // start starts the process, choosing a port the first time (retrying with
@@ -84,7 +111,7 @@ func (s *Server) start() error {
 	var lastErr error
 	for attempt := 0; attempt < 5; attempt++ {
 		if s.Addr == "" { // first start: a fresh port on every attempt
-			p, err := freePort()
+			p, err := s.reserve()
 			if err != nil {
 				return err
 			}
@@ -94,7 +121,7 @@ func (s *Server) start() error {
 				// port+10000, which may be taken or beyond 65535.
 				if clusterPortOption() {
 					// Redis 7: choose a free one (cluster-port).
-					if s.busPort, err = freePort(); err != nil {
+					if s.busPort, err = s.reserve(); err != nil {
 						return err
 					}
 				} else if s.port, err = freePortPair(); err != nil {
@@ -306,9 +333,12 @@ func StartArgs(tb testing.TB, args ...string) *Server {
 // plain port (Addr) stays open for the test's own commands.
 func StartTLS(tb testing.TB, certFile, keyFile string) (*Server, string) {
 	tb.Helper()
-	port, err := freePort()
+	port, f, err := reservePort()
 	if err != nil {
 		tb.Fatal(err)
+	}
+	if f != nil {
+		tb.Cleanup(func() { f.Close() })
 	}
 	s := StartArgs(tb, "--tls-port", strconv.Itoa(port), "--tls-cert-file", certFile,
 		"--tls-key-file", keyFile, "--tls-ca-cert-file", certFile, "--tls-auth-clients", "no")
