@@ -92,13 +92,20 @@ func newBucket(name string, cfg Config, params func(Tier, int64) (bktTier, error
 }
 
 func (l *bucket) NewState() State {
-	return &bucketState{l: l, level: make([]int64, len(l.tiers))}
+	s := &bucketState{l: l}
+	if len(l.tiers) == 1 {
+		s.level = s.one[:] // allocated with the state (see tiersIn)
+	} else {
+		s.level = make([]int64, len(l.tiers))
+	}
+	return s
 }
 
 type bucketState struct {
 	l     *bucket
 	last  int64   // latest instant seen, µs since the epoch
 	level []int64 // per tier, in sub-units (0: empty)
+	one   [1]int64
 }
 
 // advance clamps now to the latest instant seen and drains every tier to

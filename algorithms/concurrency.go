@@ -84,7 +84,9 @@ func (l *concurrency) NewState() State {
 	if n > ccMaxPrealloc {
 		n = ccMaxPrealloc
 	}
-	return &concurrencyState{l: l, leases: make([]ccLease, 0, n)}
+	s := &concurrencyState{l: l}
+	s.leases = s.pre[:0:n] // allocated with the state (see tiersIn)
+	return s
 }
 
 type ccLease struct {
@@ -104,6 +106,8 @@ type concurrencyState struct {
 	// unlikely to have in cache (a flood of new keys asks every key it
 	// evicts).
 	until int64
+
+	pre [ccMaxPrealloc]ccLease // leases' first array
 }
 
 // advance clamps now to the latest instant seen, drops the leases expired at

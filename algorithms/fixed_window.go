@@ -80,6 +80,7 @@ func (c *FixedCounts) Report(t, cost int64, ok bool) (remaining, reset, wait int
 type fixedWindowState struct {
 	winState
 	tiers []FixedCounts
+	one   [1]FixedCounts // tiers' array when there is one (tiersIn)
 }
 
 func init() {
@@ -87,7 +88,9 @@ func init() {
 }
 
 func newFixedWindowState(l *winLimiter) State {
-	return &fixedWindowState{newWinState(l), winTiers(l.cfg, newFWTier)}
+	s := &fixedWindowState{winState: newWinState(l)}
+	s.tiers = tiersIn(l.cfg, newFWTier, &s.one)
+	return s
 }
 
 func newFWTier(e, w int64) FixedCounts { return FixedCounts{Events: e, Window: w} }

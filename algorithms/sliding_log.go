@@ -66,12 +66,19 @@ const slInitRuns = 1
 
 func newSlidingLogState(l *winLimiter) State {
 	cfg := l.cfg
-	s := &slidingLogState{winState: newWinState(l), tiers: make([]slTier, len(cfg.Tiers))}
+	s := &slidingLogState{winState: newWinState(l)}
 	total := 0
 	for _, t := range cfg.Tiers {
 		total += int(min(t.Events, slInitRuns))
 	}
-	backing := make([]slRun, total) // one allocation for every tier's ring
+	var backing []slRun
+	if len(cfg.Tiers) == 1 && total == 1 {
+		// The common case, allocated with the state (see tiersIn).
+		s.tiers, backing = s.oneTier[:], s.oneRun[:]
+	} else {
+		s.tiers = make([]slTier, len(cfg.Tiers))
+		backing = make([]slRun, total) // one allocation for every tier's ring
+	}
 	for i, t := range cfg.Tiers {
 		n := int(min(t.Events, slInitRuns))
 		s.tiers[i] = slTier{
@@ -109,6 +116,11 @@ type slTier struct {
 type slidingLogState struct {
 	winState
 	tiers []slTier
+
+	// tiers' array and the ring's, for a tier of one run: a new key's
+	// state in one allocation.
+	oneTier [1]slTier
+	oneRun  [1]slRun
 }
 
 // run returns the i-th oldest run.

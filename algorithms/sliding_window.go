@@ -76,6 +76,7 @@ const SlidingWindow = "sliding_window"
 type slidingWindowState struct {
 	winState
 	tiers []SlidingCounts
+	one   [1]SlidingCounts // tiers' array when there is one (tiersIn)
 }
 
 // SlidingCounts is one tier of sliding_window: Events per Window (µs), Cur
@@ -323,7 +324,9 @@ func init() {
 }
 
 func newSlidingWindowState(l *winLimiter) State {
-	return &slidingWindowState{winState: newWinState(l), tiers: winTiers(l.cfg, newSWTier)}
+	s := &slidingWindowState{winState: newWinState(l)}
+	s.tiers = tiersIn(l.cfg, newSWTier, &s.one)
+	return s
 }
 
 func newSWTier(e, w int64) SlidingCounts { return SlidingCounts{Events: e, Window: w} }

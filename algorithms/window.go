@@ -35,6 +35,17 @@ func winTiers[T any](cfg Config, mk func(events, window int64) T) []T {
 	return ts
 }
 
+// tiersIn is winTiers, in one when cfg has one tier (the common case):
+// a state holds that array, so that it and its tier are one allocation,
+// side by side in memory, rather than two a cache miss apart.
+func tiersIn[T any](cfg Config, mk func(events, window int64) T, one *[1]T) []T {
+	if len(cfg.Tiers) != 1 {
+		return winTiers(cfg, mk)
+	}
+	one[0] = mk(cfg.Tiers[0].Events, cfg.Tiers[0].Window.Microseconds())
+	return one[:]
+}
+
 // relimitTiers returns the per-tier states of ts under cfg, matched by
 // index: set gives a kept tier its new events and window (µs), mk makes
 // the state of an added tier; a removed tier's state is dropped.
