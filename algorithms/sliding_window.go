@@ -187,12 +187,6 @@ func (c *SlidingCounts) firstAfterRounded(P, a, bad int64) int64 {
 	return good
 }
 
-// rollFits rolls the counts to t and reports whether cost fits then.
-func (c *SlidingCounts) rollFits(t, cost int64) bool {
-	c.roll(t)
-	return c.Fits(t, cost)
-}
-
 // Fits reports whether a request of cost is admitted at t.
 func (c *SlidingCounts) Fits(t, cost int64) bool {
 	return cost <= c.Events && c.fits(c.Prev, c.Cur, t-c.Start, cost)
@@ -259,7 +253,18 @@ func (c *SlidingCounts) RetryAfter(t, cost int64) int64 {
 // nextWindow is RetryAfter for a request of cost that fits nowhere in the
 // current window: Cur becomes the previous window's count.
 func (c *SlidingCounts) nextWindow(t, cost int64) int64 {
-	if x := c.first(c.Cur, 0, 0, cost); x >= 0 {
+	// first(Cur, 0, 0, cost), written out: this is the wait of every
+	// admitted request's MoreAfter in a window whose predecessor was
+	// quiet, and a call less counts there.
+	x := int64(-1)
+	if a := c.Events - cost; a >= 0 {
+		if c.weighted(c.Cur, 0) <= float64(a) {
+			x = 0
+		} else {
+			x = c.firstAfter(c.Cur, a, 0)
+		}
+	}
+	if x >= 0 {
 		return c.Start + c.Window + x - t
 	}
 	return c.Start + 2*c.Window - t
@@ -269,7 +274,9 @@ func (s *slidingWindowState) Take(now time.Time, cost int64) (d Decision) {
 	t, cost := s.begin(now, cost)
 	ok := true
 	for i := range s.tiers {
-		ok = s.tiers[i].rollFits(t, cost) && ok
+		tr := &s.tiers[i]
+		tr.roll(t)
+		ok = tr.Fits(t, cost) && ok
 	}
 	p := TierPick{Allowed: ok}
 	for i := range s.tiers {
