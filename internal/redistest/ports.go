@@ -145,6 +145,12 @@ func clusterPortOption() bool {
 // that nothing else starts listening there meanwhile.
 func RefusedAddr(tb testing.TB) string {
 	tb.Helper()
+	return net.JoinHostPort("127.0.0.1", strconv.Itoa(testPort(tb)))
+}
+
+// testPort reserves a free port until the test ends.
+func testPort(tb testing.TB) int {
+	tb.Helper()
 	p, f, err := reservePort()
 	if err != nil {
 		tb.Fatal(err)
@@ -152,5 +158,5 @@ func RefusedAddr(tb testing.TB) string {
 	if f != nil {
 		tb.Cleanup(func() { f.Close() })
 	}
-	return net.JoinHostPort("127.0.0.1", strconv.Itoa(p))
+	return p
 }

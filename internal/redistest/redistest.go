@@ -333,13 +333,7 @@ func StartArgs(tb testing.TB, args ...string) *Server {
 // plain port (Addr) stays open for the test's own commands.
 func StartTLS(tb testing.TB, certFile, keyFile string) (*Server, string) {
 	tb.Helper()
-	port, f, err := reservePort()
-	if err != nil {
-		tb.Fatal(err)
-	}
-	if f != nil {
-		tb.Cleanup(func() { f.Close() })
-	}
+	port := testPort(tb)
 	s := StartArgs(tb, "--tls-port", strconv.Itoa(port), "--tls-cert-file", certFile,
 		"--tls-key-file", keyFile, "--tls-ca-cert-file", certFile, "--tls-auth-clients", "no")
 	return s, net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
