@@ -56,15 +56,17 @@ func reservePort() (int, *os.File, error) {
 		p, err := freePort()
 		return p, nil, err
 	}
-	dir := filepath.Join(os.TempDir(), "redistest-ports")
-	if err := os.MkdirAll(dir, 0o777); err != nil {
+	dir := portsDir()
+	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return 0, nil, err
 	}
+	var openErr error
 	for range 1000 {
 		p := lo + rand.IntN(hi-lo)
-		f, err := os.OpenFile(filepath.Join(dir, strconv.Itoa(p)), os.O_CREATE|os.O_RDWR, 0o666)
+		f, err := os.OpenFile(filepath.Join(dir, strconv.Itoa(p)), os.O_CREATE|os.O_RDONLY, 0o600)
 		if err != nil {
-			return 0, nil, err
+			openErr = err
+			continue
 		}
 		if syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB) != nil {
 			f.Close() // another server's, in this process or another
@@ -78,7 +80,13 @@ func reservePort() (int, *os.File, error) {
 		l.Close()
 		return p, f, nil
 	}
-	return 0, nil, fmt.Errorf("no free port in %d-%d", lo, hi-1)
+	return 0, nil, fmt.Errorf("no free port in %d-%d (last error opening a reservation: %v)", lo, hi-1, openErr)
+}
+
+// portsDir is where the reservations are: one directory per user, whose
+// test binaries reserve ports from one another.
+func portsDir() string {
+	return filepath.Join(os.TempDir(), "redistest-ports-"+strconv.Itoa(os.Getuid()))
 }
 
 // freePort returns a loopback TCP port that was free a moment ago.

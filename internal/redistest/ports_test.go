@@ -19,7 +19,7 @@ func TestStoppedPortStaysReserved(t *testing.T) {
 	s := Start(t)
 	s.Stop()
 	_, port, _ := net.SplitHostPort(s.Addr)
-	f, err := os.Open(filepath.Join(os.TempDir(), "redistest-ports", port))
+	f, err := os.Open(filepath.Join(portsDir(), port))
 	if err != nil {
 		t.Fatal(err)
 	}

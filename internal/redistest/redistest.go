@@ -6,7 +6,8 @@
 // A server's ports stay reserved until the test ends, stopped or not, for
 // every test binary on the machine that uses this package (see
 // reservePort): a stopped server's address refuses connections. The
-// reservations are empty files in $TMPDIR/redistest-ports, one per port.
+// reservations are empty files in $TMPDIR/redistest-ports-<uid>, one per
+// port.
 //
 // When redis-server (or redis-cli, for a cluster) is not on PATH the test is
 // skipped with a message saying so, except when the environment variable CI
