@@ -22,6 +22,8 @@ import (
 	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
+
+	"github.com/zonelimit/caddy-ratelimit/internal/testports"
 )
 
 // RedisBlock is a Caddyfile redis block (the lines inside a rate_limit
@@ -55,22 +57,26 @@ type Caddy struct {
 	GracePeriod string
 
 	loads atomic.Int64 // configs loaded, to number their markers
+
+	// reserved holds the ports' reservations (a file the collector
+	// closed would let go of its port) for as long as the process runs.
+	reserved [3]*os.File
 }
 
-// New returns a Caddy on three ports of 127.0.0.1 that were free when it
-// was called (the kernel's choice), whose servers have gracePeriod.
+// New returns a Caddy on three ports of 127.0.0.1, free when it was called
+// and reserved for the process (package testports: Caddy binds them at its
+// first load, and again after a load without them), whose servers have
+// gracePeriod.
 func New(gracePeriod string) *Caddy {
-	var lns [3]net.Listener
-	for i := range lns {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
+	c := &Caddy{GracePeriod: gracePeriod}
+	for i, port := range []*int{&c.AdminPort, &c.HTTPPort, &c.HTTPSPort} {
+		p, f, err := testports.Reserve()
 		if err != nil {
 			panic(fmt.Sprintf("caddytesting: no free port: %v", err))
 		}
-		defer ln.Close()
-		lns[i] = ln
+		*port, c.reserved[i] = p, f
 	}
-	port := func(i int) int { return lns[i].Addr().(*net.TCPAddr).Port }
-	return &Caddy{AdminPort: port(0), HTTPPort: port(1), HTTPSPort: port(2), GracePeriod: gracePeriod}
+	return c
 }
 
 // Main runs a package's tests against c, as its TestMain:

@@ -7,19 +7,21 @@ import (
 	"strconv"
 	"syscall"
 	"testing"
+
+	"github.com/zonelimit/caddy-ratelimit/internal/testports"
 )
 
 // A stopped server's port stays reserved until the test ends: no other
 // reservation gets it, in this process or another (the flock), and it
 // refuses connections.
 func TestStoppedPortStaysReserved(t *testing.T) {
-	if _, _, ok := reservedRange(); !ok {
+	if _, _, ok := testports.Range(); !ok {
 		t.Skip("no room below the ephemeral port range: ports are the kernel's choice")
 	}
 	s := Start(t)
 	s.Stop()
 	_, port, _ := net.SplitHostPort(s.Addr)
-	f, err := os.Open(filepath.Join(portsDir(), port))
+	f, err := os.Open(filepath.Join(testports.Dir(), port))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -36,7 +38,7 @@ func TestStoppedPortStaysReserved(t *testing.T) {
 		c.Close()
 		t.Fatalf("RefusedAddr %s accepts connections", a)
 	}
-	lo, hi, _ := reservedRange()
+	lo, hi, _ := testports.Range()
 	_, p, _ := net.SplitHostPort(a)
 	if n, _ := strconv.Atoi(p); n < lo || n >= hi {
 		t.Fatalf("RefusedAddr %s outside %d-%d", a, lo, hi-1)

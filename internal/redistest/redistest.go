@@ -3,11 +3,8 @@
 // free loopback ports, without persistence, in a temporary directory, and
 // stops them when the test ends.
 //
-// A server's ports stay reserved until the test ends, stopped or not, for
-// every test binary on the machine that uses this package (see
-// reservePort): a stopped server's address refuses connections. The
-// reservations are empty files in $TMPDIR/redistest-ports-<uid>, one per
-// port.
+// A server's ports stay reserved until the test ends, stopped or not (see
+// package testports): a stopped server's address refuses connections.
 //
 // When redis-server (or redis-cli, for a cluster) is not on PATH the test is
 // skipped with a message saying so, except when the environment variable CI
@@ -29,6 +26,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/zonelimit/caddy-ratelimit/internal/testports"
 )
 
 // startTimeout bounds how long a server may take to answer PING, and a
@@ -50,7 +49,7 @@ type Server struct {
 	sentinelMaster string // sentinel: the master name it monitors
 	sentinelAddr   string // sentinel: the master's host:port
 
-	reserved []*os.File // the reservations of its ports (see reservePort)
+	reserved []*os.File // the reservations of its ports (see package testports)
 
 	mu   sync.Mutex
 	cmd  *exec.Cmd
@@ -91,7 +90,7 @@ func newServer(tb testing.TB, dir string, extra []string) *Server {
 
 // reserve reserves a port for the server until the test ends.
 func (s *Server) reserve() (int, error) {
-	p, f, err := reservePort()
+	p, f, err := testports.Reserve()
 	if f != nil {
 		s.reserved = append(s.reserved, f)
 	}
