@@ -97,3 +97,19 @@ func kernelPort() (int, error) {
 	defer l.Close()
 	return l.Addr().(*net.TCPAddr).Port, nil
 }
+
+// Held reports whether port p is reserved (by this process or another).
+func Held(p int) (bool, error) {
+	f, err := os.Open(filepath.Join(Dir(), strconv.Itoa(p)))
+	if os.IsNotExist(err) {
+		return false, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	defer f.Close()
+	if syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB) != nil {
+		return true, nil
+	}
+	return false, nil // the lock goes with f
+}

@@ -2,10 +2,7 @@ package testports
 
 import (
 	"net"
-	"os"
-	"path/filepath"
 	"strconv"
-	"syscall"
 	"testing"
 )
 
@@ -29,13 +26,8 @@ func TestReserve(t *testing.T) {
 		t.Fatalf("reserved port %d not free: %v", p, err)
 	}
 	l.Close()
-	again, err := os.Open(filepath.Join(Dir(), strconv.Itoa(p)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer again.Close()
-	if syscall.Flock(int(again.Fd()), syscall.LOCK_EX|syscall.LOCK_NB) == nil {
-		t.Fatalf("port %d reserved, yet its file could be locked again", p)
+	if held, err := Held(p); err != nil || !held {
+		t.Fatalf("port %d reserved, yet not held (%v)", p, err)
 	}
 	for range 2000 {
 		q, g, err := Reserve()
@@ -48,7 +40,7 @@ func TestReserve(t *testing.T) {
 		}
 	}
 	f.Close()
-	if err := syscall.Flock(int(again.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
-		t.Fatalf("port %d let go, yet its file is still locked: %v", p, err)
+	if held, err := Held(p); err != nil || held {
+		t.Fatalf("port %d let go, yet held (%v)", p, err)
 	}
 }
