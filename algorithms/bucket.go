@@ -93,11 +93,7 @@ func newBucket(name string, cfg Config, params func(Tier, int64) (bktTier, error
 
 func (l *bucket) NewState() State {
 	s := &bucketState{l: l}
-	if len(l.tiers) == 1 {
-		s.level = s.one[:] // allocated with the state (see tiersIn)
-	} else {
-		s.level = make([]int64, len(l.tiers))
-	}
+	s.level = inOne(len(l.tiers), &s.one)
 	return s
 }
 

@@ -85,7 +85,7 @@ func (l *concurrency) NewState() State {
 		n = ccMaxPrealloc
 	}
 	s := &concurrencyState{l: l}
-	s.leases = s.pre[:0:n] // allocated with the state (see tiersIn)
+	s.leases = s.pre[:0:n] // allocated with the state (see inOne)
 	return s
 }
 

@@ -80,7 +80,7 @@ func (c *FixedCounts) Report(t, cost int64, ok bool) (remaining, reset, wait int
 type fixedWindowState struct {
 	winState
 	tiers []FixedCounts
-	one   [1]FixedCounts // tiers' array when there is one (tiersIn)
+	one   [1]FixedCounts // tiers' array when there is one (winTiers)
 }
 
 func init() {
@@ -89,7 +89,7 @@ func init() {
 
 func newFixedWindowState(l *winLimiter) State {
 	s := &fixedWindowState{winState: newWinState(l)}
-	s.tiers = tiersIn(l.cfg, newFWTier, &s.one)
+	s.tiers = winTiers(l.cfg, newFWTier, &s.one)
 	return s
 }
 

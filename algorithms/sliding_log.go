@@ -71,14 +71,8 @@ func newSlidingLogState(l *winLimiter) State {
 	for _, t := range cfg.Tiers {
 		total += int(min(t.Events, slInitRuns))
 	}
-	var backing []slRun
-	if len(cfg.Tiers) == 1 && total == 1 {
-		// The common case, allocated with the state (see tiersIn).
-		s.tiers, backing = s.oneTier[:], s.oneRun[:]
-	} else {
-		s.tiers = make([]slTier, len(cfg.Tiers))
-		backing = make([]slRun, total) // one allocation for every tier's ring
-	}
+	s.tiers = inOne(len(cfg.Tiers), &s.oneTier)
+	backing := inOne(total, &s.oneRun) // one allocation for every tier's ring
 	for i, t := range cfg.Tiers {
 		n := int(min(t.Events, slInitRuns))
 		s.tiers[i] = slTier{
@@ -117,8 +111,7 @@ type slidingLogState struct {
 	winState
 	tiers []slTier
 
-	// tiers' array and the ring's, for a tier of one run: a new key's
-	// state in one allocation.
+	// tiers' array and the ring's, for one tier of one run (see inOne).
 	oneTier [1]slTier
 	oneRun  [1]slRun
 }

@@ -76,7 +76,7 @@ const SlidingWindow = "sliding_window"
 type slidingWindowState struct {
 	winState
 	tiers []SlidingCounts
-	one   [1]SlidingCounts // tiers' array when there is one (tiersIn)
+	one   [1]SlidingCounts // tiers' array when there is one (winTiers)
 }
 
 // SlidingCounts is one tier of sliding_window: Events per Window (µs), Cur
@@ -332,7 +332,7 @@ func init() {
 
 func newSlidingWindowState(l *winLimiter) State {
 	s := &slidingWindowState{winState: newWinState(l)}
-	s.tiers = tiersIn(l.cfg, newSWTier, &s.one)
+	s.tiers = winTiers(l.cfg, newSWTier, &s.one)
 	return s
 }
 

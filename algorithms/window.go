@@ -26,24 +26,23 @@ func newWinAlgorithm(name string, newState func(*winLimiter) State) func(Config)
 func (l *winLimiter) NewState() State { return l.newState(l) }
 
 // winTiers returns the per-tier state mk makes of each tier's events and
-// window (µs).
-func winTiers[T any](cfg Config, mk func(events, window int64) T) []T {
-	ts := make([]T, len(cfg.Tiers))
+// window (µs), in one's array when there is one tier (see inOne).
+func winTiers[T any](cfg Config, mk func(events, window int64) T, one *[1]T) []T {
+	ts := inOne(len(cfg.Tiers), one)
 	for i, t := range cfg.Tiers {
 		ts[i] = mk(t.Events, t.Window.Microseconds())
 	}
 	return ts
 }
 
-// tiersIn is winTiers, in one when cfg has one tier (the common case):
-// a state holds that array, so that it and its tier are one allocation,
-// side by side in memory, rather than two a cache miss apart.
-func tiersIn[T any](cfg Config, mk func(events, window int64) T, one *[1]T) []T {
-	if len(cfg.Tiers) != 1 {
-		return winTiers(cfg, mk)
+// inOne returns a slice of n Ts: one's array (a fresh state's, zero) when
+// n is 1, the common case, so that a state holding one is allocated with
+// its one tier, side by side in memory, rather than a cache miss apart.
+func inOne[T any](n int, one *[1]T) []T {
+	if n == 1 {
+		return one[:]
 	}
-	one[0] = mk(cfg.Tiers[0].Events, cfg.Tiers[0].Window.Microseconds())
-	return one[:]
+	return make([]T, n)
 }
 
 // relimitTiers returns the per-tier states of ts under cfg, matched by

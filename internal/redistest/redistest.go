@@ -26,8 +26,6 @@ import (
 	"syscall"
 	"testing"
 	"time"
-
-	"github.com/zonelimit/caddy-ratelimit/internal/testports"
 )
 
 // startTimeout bounds how long a server may take to answer PING, and a
@@ -48,8 +46,6 @@ type Server struct {
 
 	sentinelMaster string // sentinel: the master name it monitors
 	sentinelAddr   string // sentinel: the master's host:port
-
-	reserved []*os.File // the reservations of its ports (see package testports)
 
 	mu   sync.Mutex
 	cmd  *exec.Cmd
@@ -82,27 +78,7 @@ func Start(tb testing.TB) *Server {
 }
 
 func newServer(tb testing.TB, dir string, extra []string) *Server {
-	s := &Server{tb: tb, dir: dir, args: extra}
-	// Registered first, so run last: after the caller's Stop.
-	tb.Cleanup(s.release)
-	return s
-}
-
-// reserve reserves a port for the server until the test ends.
-func (s *Server) reserve() (int, error) {
-	p, f, err := testports.Reserve()
-	if f != nil {
-		s.reserved = append(s.reserved, f)
-	}
-	return p, err
-}
-
-// release lets go of the server's ports.
-func (s *Server) release() {
-	for _, f := range s.reserved {
-		f.Close()
-	}
-	s.reserved = nil
+	return &Server{tb: tb, dir: dir, args: extra}
 }
 
 // start starts the process, choosing a port the first time (retrying with
@@ -111,22 +87,18 @@ func (s *Server) start() error {
 	var lastErr error
 	for attempt := 0; attempt < 5; attempt++ {
 		if s.Addr == "" { // first start: a fresh port on every attempt
-			p, err := s.reserve()
-			if err != nil {
-				return err
-			}
-			s.port = p
+			s.port = testPort(s.tb) // reserved until the test ends
 			if s.cluster {
 				// The cluster bus listens on its own port: by default
 				// port+10000, which may be taken or beyond 65535.
 				if clusterPortOption() {
 					// Redis 7: choose a free one (cluster-port).
-					if s.busPort, err = s.reserve(); err != nil {
-						return err
-					}
-				} else if s.port, err = freePortPair(); err != nil {
+					s.busPort = testPort(s.tb)
+				} else if p, err := freePortPair(); err != nil {
 					// Older: a port whose port+10000 is free too.
 					return err
+				} else {
+					s.port = p
 				}
 			}
 		}
