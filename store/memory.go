@@ -161,8 +161,7 @@ func (m *Memory) take(l algorithms.Limiter, key string, now time.Time, cost int6
 	s.mu.Lock()
 	e := s.Use(key)
 	if e == nil {
-		e = m.add(s, key, now)
-		e.Value = l.NewState()
+		e = m.add(s, key, l, now)
 	} else if m.relimited.Load() {
 		relimit(e.Value, now, l)
 	}
@@ -174,18 +173,39 @@ func (m *Memory) take(l algorithms.Limiter, key string, now time.Time, cost int6
 	return d
 }
 
-// add adds key to its shard s, which the caller has locked. A key with
-// requests in flight (a concurrency key's leases) is not evicted for it
-// while another can be: forgetting those leases would let the key admit
-// its limit again while the requests still run, so that a flood of other
-// keys could lift any key's limit. The shard then grows past its share of
-// MaxKeys, up to twice it (see Shard.AddKeeping): a client needs that many
-// requests in flight at once to evict such a key.
-func (m *Memory) add(s *Shard[algorithms.State], key string, now time.Time) *Entry[algorithms.State] {
+// add adds key to its shard s, which the caller has locked, with a new
+// state under l. A key with requests in flight (a concurrency key's
+// leases) is not evicted for it while another can be: forgetting those
+// leases would let the key admit its limit again while the requests still
+// run, so that a flood of other keys could lift any key's limit. The
+// shard then grows past its share of MaxKeys, up to twice it (see
+// Shard.AddKeeping): a client needs that many requests in flight at once
+// to evict such a key.
+//
+// Asking whether a key is idle reads its state, which a flood of new keys
+// finds out of cache; so the idle state of the key evicted becomes the new
+// key's (an idle state is the same as a new one, State.Idle, but for the
+// latest instant it has seen, to which an older reading is clamped), and
+// the flood allocates nothing. Only while every state decides under the
+// store's own Limiter: a state of another would need converting.
+func (m *Memory) add(s *Shard[algorithms.State], key string, l algorithms.Limiter, now time.Time) *Entry[algorithms.State] {
 	if !m.inFlight {
-		return s.Add(key, nil)
+		e := s.Add(key, nil)
+		e.Value = l.NewState()
+		return e
 	}
-	return s.AddKeeping(key, func(e *Entry[algorithms.State]) bool { return !e.Value.Idle(now) }, nil)
+	var idle algorithms.State
+	e := s.AddKeeping(key, func(e *Entry[algorithms.State]) bool {
+		if e.Value.Idle(now) {
+			idle = e.Value
+			return false
+		}
+		return true
+	}, nil)
+	if e.Value == nil || e.Value != idle || m.relimited.Load() {
+		e.Value = l.NewState()
+	}
+	return e
 }
 
 // relimit makes st decide under l, if it can (see algorithms.Relimiter).

@@ -681,3 +681,64 @@ func TestMemoryKeepsKeysInFlight(t *testing.T) {
 		t.Fatalf("Len %d with every key in flight, want in (%d, %d]", n, maxKeys, 2*maxKeys)
 	}
 }
+
+// A new key in a full concurrency store takes over the state of the key it
+// evicts when that key is idle (a flood then allocates nothing); it must
+// decide as a new state would: with its full limit, under the Limiter the
+// store decides under, never with another key's leases.
+func TestMemoryNewKeyDecidesAsNew(t *testing.T) {
+	ctx := context.Background()
+	conc := func(events int64) algorithms.Limiter {
+		l, err := algorithms.New(algorithms.Concurrency, algorithms.Config{Tiers: []algorithms.Tier{{Events: events, Window: time.Minute}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return l
+	}
+	admits := func(s Store, key string, now time.Time) int {
+		n := 0
+		for range 5 {
+			if d, err := s.Take(ctx, key, now, 1); err != nil {
+				t.Fatal(err)
+			} else if d.Allowed {
+				n++
+			}
+		}
+		return n
+	}
+
+	t.Run("evicted idle or in flight", func(t *testing.T) {
+		m := newTestMemory(t, conc(2), MemoryOptions{MaxKeys: 1})
+		d := take(t, m, "ended", t0)
+		if err := m.Undo(ctx, "ended", t0, 1, d); err != nil {
+			t.Fatal(err)
+		}
+		if n := admits(m, "next", t0); n != 2 { // evicts "ended", idle
+			t.Fatalf("a key taking over an idle key's state: %d admitted, want 2", n)
+		}
+		// "next" holds two leases; a third key is kept beside it (up to
+		// twice MaxKeys), a fourth evicts one in flight.
+		for _, key := range []string{"third", "fourth"} {
+			if n := admits(m, key, t0); n != 2 {
+				t.Fatalf("%s: %d admitted, want 2 (another key's leases carried over)", key, n)
+			}
+		}
+	})
+
+	t.Run("under other limits", func(t *testing.T) {
+		m := newTestMemory(t, conc(1), MemoryOptions{MaxKeys: 1})
+		d := take(t, m, "ended", t0)
+		if err := m.Undo(ctx, "ended", t0, 1, d); err != nil {
+			t.Fatal(err)
+		}
+		u, err := m.Under(conc(3))
+		if err != nil {
+			t.Fatal(err)
+		}
+		// The first Take decides with the new state alone (a later one
+		// would convert it): 3 units at once, over the old limit of 1.
+		if d, err := u.Take(ctx, "next", t0, 3); err != nil || !d.Allowed {
+			t.Fatalf("a new key's first request of 3 under a limit of 3: %+v, %v", d, err)
+		}
+	})
+}
