@@ -187,9 +187,10 @@ func (c *SlidingCounts) firstAfterRounded(P, a, bad int64) int64 {
 	return good
 }
 
-// Fits reports whether a request of cost is admitted at t.
+// Fits reports whether a request of cost is admitted at t. (fits checks
+// cost <= Events - Cur, so cost <= Events: Cur >= 0.)
 func (c *SlidingCounts) Fits(t, cost int64) bool {
-	return cost <= c.Events && c.fits(c.Prev, c.Cur, t-c.Start, cost)
+	return c.fits(c.Prev, c.Cur, t-c.Start, cost)
 }
 
 // Remaining is how many units are admitted at t: floor(E - estimate), at
@@ -225,6 +226,29 @@ func (c *SlidingCounts) moreAfter(t, r int64) int64 {
 	if r >= c.Events {
 		return 0
 	}
+	if c.Prev == 0 && c.Cur > 0 && float64(c.Cur)*float64(c.Window) < 1<<53 {
+		return c.moreAfterQuiet(t, r)
+	}
+	return c.moreAfterAny(t, r)
+}
+
+// moreAfterQuiet is moreAfter after a quiet window (Prev 0: a key's first
+// window, or most windows of a steady one), the usual case, which
+// moreAfterAny decides through three calls: r is then E - Cur (Cur <= E)
+// or 0, so r+1 units fit nowhere in this window, and in the next one
+// they fit once Cur's weight there is down to a = E - (r+1) < Cur:
+// nextWindow's firstAfter(Cur, a, 0), exact while Cur*W < 2^53, whose x
+// is at least 1 (a*W/Cur < W).
+func (c *SlidingCounts) moreAfterQuiet(t, r int64) int64 {
+	W := c.Window
+	if x := W - (c.Events-r-1)*W/c.Cur; x < W {
+		return c.Start + W + x - t
+	}
+	return c.Start + 2*W - t
+}
+
+// moreAfterAny is moreAfter for any counts.
+func (c *SlidingCounts) moreAfterAny(t, r int64) int64 {
 	// r+1 units do not fit at t (r is the most that does), so the search
 	// starts after t.
 	if a := c.Events - (r + 1) - c.Cur; a >= 0 {

@@ -225,3 +225,37 @@ func TestSlidingCountsFirstLarge(t *testing.T) {
 		t.Fatalf("only %d calls in exact integers", exact)
 	}
 }
+
+// TestSlidingCountsMoreAfterQuiet: after a quiet window, moreAfter's
+// closed form gives what the general path (moreAfterAny) gives, small
+// counts and up to the bounds.
+func TestSlidingCountsMoreAfterQuiet(t *testing.T) {
+	rng := rand.New(rand.NewPCG(7, 8))
+	quiet := 0
+	for i := range 200000 {
+		var c SlidingCounts
+		c.Events = 1 + rng.Int64N(MaxCount)
+		c.Window = MinWindow.Microseconds() + rng.Int64N(MaxWindow.Microseconds())
+		if i%2 == 0 {
+			c.Events = 1 + rng.Int64N(1+rng.Int64N(1<<20))
+			c.Window = MinWindow.Microseconds() + rng.Int64N(1+rng.Int64N(time.Hour.Microseconds()))
+		}
+		c.Cur = 1 + rng.Int64N(c.Events)
+		if i%7 == 0 {
+			c.Cur = c.Events
+		}
+		c.Start = winStart(rng.Int64N(1<<52), c.Window)
+		at := c.Start + rng.Int64N(c.Window)
+		r := c.Remaining(at)
+		got, want := c.moreAfter(at, r), c.moreAfterAny(at, r)
+		if got != want {
+			t.Fatalf("%+v at %d (Remaining %d): moreAfter %d, moreAfterAny %d", c, at, r, got, want)
+		}
+		if float64(c.Cur)*float64(c.Window) < 1<<53 {
+			quiet++
+		}
+	}
+	if quiet < 50000 {
+		t.Fatalf("only %d states on the closed form", quiet)
+	}
+}
