@@ -183,6 +183,21 @@ func TestSlidingCountsWeighted(t *testing.T) {
 	}
 }
 
+// randomLimit returns counts with no units and a random limit: up to the
+// bounds, or, when small, up to 2^20 per hour (exact integers).
+func randomLimit(rng *rand.Rand, small bool) SlidingCounts {
+	if small {
+		return SlidingCounts{
+			Events: 1 + rng.Int64N(1+rng.Int64N(1<<20)),
+			Window: MinWindow.Microseconds() + rng.Int64N(1+rng.Int64N(time.Hour.Microseconds())),
+		}
+	}
+	return SlidingCounts{
+		Events: 1 + rng.Int64N(MaxCount),
+		Window: MinWindow.Microseconds() + rng.Int64N(MaxWindow.Microseconds()),
+	}
+}
+
 // TestSlidingCountsFirstLarge: up to the bounds, where no scan can check
 // it, firstAfter's answer is the first offset that fits (the one before
 // does not), exact integers and rounded doubles agree, and both ways of
@@ -192,13 +207,7 @@ func TestSlidingCountsFirstLarge(t *testing.T) {
 	rng := rand.New(rand.NewPCG(3, 4))
 	exact := 0
 	for i := range 200000 {
-		var c SlidingCounts
-		c.Events = 1 + rng.Int64N(MaxCount)
-		c.Window = MinWindow.Microseconds() + rng.Int64N(MaxWindow.Microseconds())
-		if i%2 == 0 { // up to 2^20 per hour: the exact integers
-			c.Events = 1 + rng.Int64N(1+rng.Int64N(1<<20))
-			c.Window = MinWindow.Microseconds() + rng.Int64N(1+rng.Int64N(time.Hour.Microseconds()))
-		}
+		c := randomLimit(rng, i%2 == 0)
 		P := 1 + rng.Int64N(2*c.Events)
 		a := rng.Int64N(P) // below P, as firstAfter is called
 		bad := rng.Int64N(c.Window)
@@ -233,13 +242,7 @@ func TestSlidingCountsMoreAfterQuiet(t *testing.T) {
 	rng := rand.New(rand.NewPCG(7, 8))
 	quiet := 0
 	for i := range 200000 {
-		var c SlidingCounts
-		c.Events = 1 + rng.Int64N(MaxCount)
-		c.Window = MinWindow.Microseconds() + rng.Int64N(MaxWindow.Microseconds())
-		if i%2 == 0 {
-			c.Events = 1 + rng.Int64N(1+rng.Int64N(1<<20))
-			c.Window = MinWindow.Microseconds() + rng.Int64N(1+rng.Int64N(time.Hour.Microseconds()))
-		}
+		c := randomLimit(rng, i%2 == 0)
 		c.Cur = 1 + rng.Int64N(c.Events)
 		if i%7 == 0 {
 			c.Cur = c.Events
