@@ -233,8 +233,8 @@ func (c *SlidingCounts) moreAfter(t, r int64) int64 {
 }
 
 // moreAfterQuiet is moreAfter after a quiet window (Prev 0: a key's first
-// window, or most windows of a steady one), the usual case, which
-// moreAfterAny decides through three calls: r is then E - Cur (Cur <= E)
+// window, or one after a window without traffic), which moreAfterAny
+// decides through three calls: r is then E - Cur (Cur <= E)
 // or 0, so r+1 units fit nowhere in this window, and in the next one
 // they fit once Cur's weight there is down to a = E - (r+1) < Cur:
 // nextWindow's firstAfter(Cur, a, 0), exact while Cur*W < 2^53, whose x
