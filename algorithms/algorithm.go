@@ -128,7 +128,8 @@ type State interface {
 	Undo(now time.Time, cost int64, d Decision)
 
 	// Idle reports whether the state at now is the same as NewState's, so
-	// the store may drop it.
+	// the store may drop it, or give it to a new key (a Lease algorithm's
+	// memory store does, for the key it evicts).
 	Idle(now time.Time) bool
 }
 
