@@ -277,18 +277,7 @@ func (c *SlidingCounts) RetryAfter(t, cost int64) int64 {
 // nextWindow is RetryAfter for a request of cost that fits nowhere in the
 // current window: Cur becomes the previous window's count.
 func (c *SlidingCounts) nextWindow(t, cost int64) int64 {
-	// first(Cur, 0, 0, cost), written out: this is the wait of every
-	// admitted request's MoreAfter in a window whose predecessor was
-	// quiet, and a call less counts there.
-	x := int64(-1)
-	if a := c.Events - cost; a >= 0 {
-		if c.weighted(c.Cur, 0) <= float64(a) {
-			x = 0
-		} else {
-			x = c.firstAfter(c.Cur, a, 0)
-		}
-	}
-	if x >= 0 {
+	if x := c.first(c.Cur, 0, 0, cost); x >= 0 {
 		return c.Start + c.Window + x - t
 	}
 	return c.Start + 2*c.Window - t
