@@ -1,0 +1,63 @@
+#!/usr/bin/env bash
+# What a wait in the middle of a request costs a Go HTTP server, with no
+# rate limiter and no network behind the wait: bench/waitcost (a bare
+# net/http server) pinned to core 0, driven by wrk on core 1 like
+# bench/e2e.sh's Caddy. Its CPU per request on three paths, the rounds
+# interleaved: /now answers at once, /alone blocks until a helper
+# goroutine answers it, /batch waits in a batch that a helper answers at
+# once (as a Redis call waits in a pipeline's batch). now_ratio is /now's
+# CPU per request over the path's, as e2e.sh's cpu_ratio is plain Caddy's.
+#
+#   bash bench/waitcost.sh
+#   ROUNDS=7 DURATION=6s CONNECTIONS=200 bash bench/waitcost.sh
+set -euo pipefail
+
+ROUNDS=${ROUNDS:-5}
+DURATION=${DURATION:-4s}
+CONNECTIONS=${CONNECTIONS:-50}
+
+BENCH=waitcost
+# shellcheck source=bench/lib.sh
+. "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+
+need go
+need taskset
+need wrk wrk
+
+workdir=$(mktemp -d "${TMPDIR:-/tmp}/waitcost.XXXXXX")
+on_exit "rm -rf '$workdir'"
+go build -o "$workdir/waitcost" ./bench/waitcost
+
+port=$(free_port)
+taskset -c "$CADDY_CPU" "$workdir/waitcost" -addr "127.0.0.1:$port" >"$workdir/log" 2>&1 &
+pid=$!
+on_exit "kill $pid 2>/dev/null; wait $pid 2>/dev/null"
+wait_port "$port" 10 || { cat "$workdir/log" >&2; die "waitcost did not start"; }
+
+ticks() { awk '{ print $14 + $15, $15 }' "/proc/$pid/stat"; }
+hz=$(getconf CLK_TCK 2>/dev/null || echo 100)
+secs=${DURATION%s}
+
+echo "waitcost: load average $(cut -d' ' -f1-3 /proc/loadavg) at the start; $ROUNDS rounds of $DURATION, wrk -c$CONNECTIONS"
+paths=(now alone batch)
+declare -A CPU=() SYS=()
+for ((r = 1; r <= ROUNDS; r++)); do
+	for p in "${paths[@]}"; do
+		taskset -c "$WRK_CPU" wrk -t1 -c"$CONNECTIONS" -d1s "http://127.0.0.1:$port/$p" >/dev/null
+		read -r c0 s0 < <(ticks)
+		n=$(taskset -c "$WRK_CPU" wrk -t1 -c"$CONNECTIONS" -d"$DURATION" "http://127.0.0.1:$port/$p" |
+			awk '/requests in/ { print $1 }')
+		read -r c1 s1 < <(ticks)
+		CPU[$p]+=" $(awk -v t=$((c1 - c0)) -v n="$n" -v hz="$hz" 'BEGIN { printf "%.2f", t / hz * 1e6 / n }')"
+		SYS[$p]+=" $(awk -v t=$((s1 - s0)) -v n="$n" -v hz="$hz" 'BEGIN { printf "%.2f", t / hz * 1e6 / n }')"
+	done
+done
+
+median() { tr ' ' '\n' | grep . | sort -g | awk '{ v[NR] = $1 } END { print v[int((NR + 1) / 2)] }'; }
+now=$(median <<<"${CPU[now]}")
+printf '%-6s %8s %8s %9s   %s\n' path cpu_us sys_us now_ratio "rounds (cpu_us)"
+for p in "${paths[@]}"; do
+	c=$(median <<<"${CPU[$p]}")
+	printf '%-6s %8s %8s %9.3f  %s\n' "$p" "$c" "$(median <<<"${SYS[$p]}")" "$(awk -v a="$now" -v b="$c" 'BEGIN { print a / b }')" "${CPU[$p]}"
+done
+echo "waitcost: load average $(cut -d' ' -f1-3 /proc/loadavg) at the end; ${secs}s rounds; CPU model: $(awk -F': ' '/model name/ { print $2; exit }' /proc/cpuinfo)"
