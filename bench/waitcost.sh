@@ -48,6 +48,7 @@ for ((r = 1; r <= ROUNDS; r++)); do
 		n=$(taskset -c "$WRK_CPU" wrk -t1 -c"$CONNECTIONS" -d"$DURATION" "http://127.0.0.1:$port/$p" |
 			awk '/requests in/ { print $1 }')
 		read -r c1 s1 < <(ticks)
+		[ -n "$n" ] && [ "$n" -gt 0 ] || die "wrk got no answers from /$p (see $workdir/log)"
 		CPU[$p]+=" $(awk -v t=$((c1 - c0)) -v n="$n" -v hz="$hz" 'BEGIN { printf "%.2f", t / hz * 1e6 / n }')"
 		SYS[$p]+=" $(awk -v t=$((s1 - s0)) -v n="$n" -v hz="$hz" 'BEGIN { printf "%.2f", t / hz * 1e6 / n }')"
 	done
