@@ -53,12 +53,11 @@ run_wrk() {
 
 # CPU accounting, to tell how much other processes used while we measured:
 # busy ticks of the whole machine (user, nice, system, irq, softirq), steal
-# ticks, the ticks of one process and those of this shell's finished children
-# (wrk, curl, awk). Approximate (ticks are sampled): a few percent either way.
+# ticks (a process's: proc_ticks, in bench/lib.sh) and those of this shell's
+# finished children (wrk, curl, awk). Approximate (ticks are sampled): a few
+# percent either way.
 cpu_busy() { awk '/^cpu / { print $2 + $3 + $4 + $7 + $8 }' /proc/stat; }
 cpu_steal() { awk '/^cpu / { print $9 }' /proc/stat; }
-proc_ticks() { awk '{ print $14 + $15 }' "/proc/$1/stat" 2>/dev/null || echo 0; }
-proc_sys_ticks() { awk '{ print $15 }' "/proc/$1/stat" 2>/dev/null || echo 0; }
 # Context switches of all the process's threads, voluntary and not: a
 # thread that sleeps (an idle Go scheduler, Go's sysmon) or is preempted.
 proc_csw() {
@@ -75,9 +74,7 @@ children_ticks() {
 		printf "%d\n", t * hz
 	}')
 }
-CLK_TCK=$(getconf CLK_TCK 2>/dev/null || echo 100)
 
-median() { sort -g | awk '{ v[NR] = $1 } END { if (NR % 2) print v[(NR + 1) / 2]; else printf "%.2f\n", (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
 best() { sort -g | tail -1; }
 
 # ---------------------------------------------------------------------------
@@ -214,10 +211,10 @@ commit=$(git rev-parse --short HEAD 2>/dev/null || echo unknown)
 	echo "# load average at start $load_start; during the rounds other processes used ${others}% of a core, steal ${stolen}% (other load makes the figures noisy)"
 	printf '%-22s %10s %10s %8s %8s %8s %-7s %8s %8s %8s %8s %6s\n' scenario best_rps median_rps ratio_b ratio_m target non2xx cpu_us cpu_ratio sys_us csw_req busy
 	plain_best=$(tr ' ' '\n' <<<"${RPS[plain]}" | grep . | best)
-	plain_median=$(tr ' ' '\n' <<<"${RPS[plain]}" | grep . | median)
+	plain_median=$(median_of "${RPS[plain]}")
 	for s in "${scenarios[@]}"; do
 		b=$(tr ' ' '\n' <<<"${RPS[$s]}" | grep . | best)
-		m=$(tr ' ' '\n' <<<"${RPS[$s]}" | grep . | median)
+		m=$(median_of "${RPS[$s]}")
 		rb=$(awk -v a="$b" -v p="$plain_best" 'BEGIN { printf "%.3f", a / p }')
 		rm=$(awk -v a="$m" -v p="$plain_median" 'BEGIN { printf "%.3f", a / p }')
 		t=${TARGET[$s]:-}

@@ -207,6 +207,17 @@ run_exit_hooks() {
 trap run_exit_hooks EXIT
 trap 'exit 130' INT TERM
 
+# proc_ticks PID, proc_sys_ticks PID: the CPU ticks (CLK_TCK a second) a
+# process has used, in all and in the kernel (0 once it is gone).
+proc_ticks() { awk '{ print $14 + $15 }' "/proc/$1/stat" 2>/dev/null || echo 0; }
+proc_sys_ticks() { awk '{ print $15 }' "/proc/$1/stat" 2>/dev/null || echo 0; }
+CLK_TCK=$(getconf CLK_TCK 2>/dev/null || echo 100)
+
+# median: the median of the numbers on standard input, one a line;
+# median_of "LIST": of a space-separated list.
+median() { sort -g | awk '{ v[NR] = $1 } END { if (NR % 2) print v[(NR + 1) / 2]; else printf "%.2f\n", (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
+median_of() { tr ' ' '\n' <<<"$1" | grep . | median; }
+
 die() {
 	echo "$BENCH: $*" >&2
 	exit 1

@@ -34,9 +34,6 @@ pid=$!
 on_exit "kill $pid 2>/dev/null; wait $pid 2>/dev/null"
 wait_port "$port" 10 || { cat "$workdir/log" >&2; die "waitcost did not start"; }
 
-ticks() { awk '{ print $14 + $15, $15 }' "/proc/$pid/stat"; }
-hz=$(getconf CLK_TCK 2>/dev/null || echo 100)
-secs=${DURATION%s}
 
 echo "waitcost: load average $(cut -d' ' -f1-3 /proc/loadavg) at the start; $ROUNDS rounds of $DURATION, wrk -c$CONNECTIONS"
 paths=(now alone batch)
@@ -44,21 +41,20 @@ declare -A CPU=() SYS=()
 for ((r = 1; r <= ROUNDS; r++)); do
 	for p in "${paths[@]}"; do
 		taskset -c "$WRK_CPU" wrk -t1 -c"$CONNECTIONS" -d1s "http://127.0.0.1:$port/$p" >/dev/null
-		read -r c0 s0 < <(ticks)
+		c0=$(proc_ticks "$pid") s0=$(proc_sys_ticks "$pid")
 		n=$(taskset -c "$WRK_CPU" wrk -t1 -c"$CONNECTIONS" -d"$DURATION" "http://127.0.0.1:$port/$p" |
 			awk '/requests in/ { print $1 }')
-		read -r c1 s1 < <(ticks)
+		c1=$(proc_ticks "$pid") s1=$(proc_sys_ticks "$pid")
 		[ -n "$n" ] && [ "$n" -gt 0 ] || die "wrk got no answers from /$p (see $workdir/log)"
-		CPU[$p]+=" $(awk -v t=$((c1 - c0)) -v n="$n" -v hz="$hz" 'BEGIN { printf "%.2f", t / hz * 1e6 / n }')"
-		SYS[$p]+=" $(awk -v t=$((s1 - s0)) -v n="$n" -v hz="$hz" 'BEGIN { printf "%.2f", t / hz * 1e6 / n }')"
+		CPU[$p]+=" $(awk -v t=$((c1 - c0)) -v n="$n" -v hz="$CLK_TCK" 'BEGIN { printf "%.2f", t / hz * 1e6 / n }')"
+		SYS[$p]+=" $(awk -v t=$((s1 - s0)) -v n="$n" -v hz="$CLK_TCK" 'BEGIN { printf "%.2f", t / hz * 1e6 / n }')"
 	done
 done
 
-median() { tr ' ' '\n' | grep . | sort -g | awk '{ v[NR] = $1 } END { print v[int((NR + 1) / 2)] }'; }
-now=$(median <<<"${CPU[now]}")
+now=$(median_of "${CPU[now]}")
 printf '%-6s %8s %8s %9s   %s\n' path cpu_us sys_us now_ratio "rounds (cpu_us)"
 for p in "${paths[@]}"; do
-	c=$(median <<<"${CPU[$p]}")
-	printf '%-6s %8s %8s %9.3f  %s\n' "$p" "$c" "$(median <<<"${SYS[$p]}")" "$(awk -v a="$now" -v b="$c" 'BEGIN { print a / b }')" "${CPU[$p]}"
+	c=$(median_of "${CPU[$p]}")
+	printf '%-6s %8s %8s %9.3f  %s\n' "$p" "$c" "$(median_of "${SYS[$p]}")" "$(awk -v a="$now" -v b="$c" 'BEGIN { print a / b }')" "${CPU[$p]}"
 done
-echo "waitcost: load average $(cut -d' ' -f1-3 /proc/loadavg) at the end; ${secs}s rounds; CPU model: $(awk -F': ' '/model name/ { print $2; exit }' /proc/cpuinfo)"
+echo "waitcost: load average $(cut -d' ' -f1-3 /proc/loadavg) at the end; CPU model: $(awk -F': ' '/model name/ { print $2; exit }' /proc/cpuinfo)"
