@@ -634,7 +634,7 @@ func TestRedisDownUnderLoad(t *testing.T) {
 			t.Logf("on_error %s: p99 of 500 sequential requests with Redis down: %v (a figure, not asserted)", mode, p)
 
 			// Restart: an empty Redis, without the scripts (NOSCRIPT,
-			// then EVAL). The breaker's probe closes it, and counts are
+			// then SCRIPT LOAD). The breaker's probe closes it, and counts are
 			// shared again.
 			srv.Restart()
 			restarted := time.Now()

@@ -164,12 +164,16 @@ func probeKey(prefix, tag string) string {
 }
 
 // Probe is the probe of a single node's (or Sentinel's master's) breaker:
-// the probe script on the node. A Cluster's breakers probe their own
-// master (see probeMaster).
+// the probe script on the node, sent as a decision is (by the Pipeliner:
+// on its own connection where it has one), so that the breaker closes
+// once decisions get through. (go-redis's pool, after a run of failed
+// dials, tries again only once a second: through it, a probe could fail
+// for up to a second after Redis is back.) A Cluster's breakers probe
+// their own master (see probeMaster).
 func (c *Client) Probe(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, c.probeTimeout)
 	defer cancel()
-	return evalOne(ctx, c.UniversalClient, probeScript, []string{probeKey(c.probePrefix, "")}, []any{probeKeyTTL}).Err()
+	return c.pipe.run(ctx, probeScript, []string{probeKey(c.probePrefix, "")}, []any{probeKeyTTL}).err
 }
 
 // clusterSlots is the number of hash slots of a Redis Cluster.

@@ -158,3 +158,47 @@ func TestClientPolicy(t *testing.T) {
 		}
 	}
 }
+
+// After an outage long enough for go-redis's pool to give up dialing (it
+// then tries again once a second), the probe and the decisions get
+// through as soon as Redis is back: they go on the Pipeliner's own
+// connection, the scripts Redis lost with its restart loaded on it too.
+func TestClientBackAtOnceAfterOutage(t *testing.T) {
+	srv := redistest.Start(t)
+	c := NewClient(&redis.UniversalOptions{Addrs: []string{srv.Addr}, PoolSize: 2, DialTimeout: 200 * time.Millisecond}, ClientOptions{})
+	defer c.Destruct()
+	s := pipelinedStore(t, c, c.Pipeliner(), algorithms.GCRA, oneTier(10, time.Hour), "outage")
+	ctx := context.Background()
+	if d, err := s.Take(ctx, "k", time.Time{}, 1); err != nil || d.Remaining != 9 {
+		t.Fatalf("before: %+v, %v", d, err)
+	}
+	srv.Stop()
+	for i := range 3 { // more failed dials than the pool's size
+		if err := c.Ping(ctx).Err(); err == nil {
+			t.Fatalf("ping %d with Redis down: no error", i)
+		}
+	}
+	if err := c.Probe(ctx); err == nil {
+		t.Fatal("probe with Redis down: no error")
+	}
+	srv.Restart()
+	rc := c.UniversalClient.(*redis.Client)
+	before := pooledUses(rc)
+	if err := c.Probe(ctx); err != nil {
+		t.Fatalf("probe once Redis is back: %v", err)
+	}
+	// A new dataset: the key starts afresh, the script is not cached.
+	if d, err := s.Take(ctx, "k", time.Time{}, 1); err != nil || d.Remaining != 9 {
+		t.Fatalf("take once Redis is back: %+v, %v", d, err)
+	}
+	if n := pooledUses(rc) - before; n != 0 {
+		t.Errorf("go-redis's pool was asked for %d connections, want none", n)
+	}
+	// (Asked on a client of its own: rc's pool may still be refusing.)
+	stats := redis.NewClient(&redis.Options{Addr: srv.Addr})
+	defer stats.Close()
+	if m := commandStats(t, stats); m["eval"] != 0 || m["script|load"] != 2 || m["evalsha"] != 4 {
+		t.Errorf("after the restart Redis ran %d EVAL, %d SCRIPT LOAD and %d EVALSHA, want 0, 2 (the probe's script and the store's) and 4 (each refused once)",
+			m["eval"], m["script|load"], m["evalsha"])
+	}
+}

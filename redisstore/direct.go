@@ -2,7 +2,9 @@ package redisstore
 
 import (
 	"context"
+	"errors"
 	"net"
+	"slices"
 	"strconv"
 	"syscall"
 	"time"
@@ -19,8 +21,8 @@ import (
 // dialed with the client's options (its dialer, so TLS and Sentinel's
 // master discovery; the ACL user and password; the database; the
 // timeouts) and used by one caller at a time, the leader (see
-// directPipe). Everything else (the NOSCRIPT fallback's EVAL, the
-// breaker's probe, Cluster) goes through go-redis.
+// directPipe). Everything else (an EVAL when a SCRIPT LOAD after NOSCRIPT
+// did not help, Cluster) goes through go-redis.
 type directConn struct {
 	opts *redis.Options
 	nc   net.Conn
@@ -206,9 +208,10 @@ func (d *directConn) send(calls []*scriptCall, idle bool) error {
 }
 
 // receive reads the replies of the calls that send wrote (with error
-// sent) into them. A call whose script Redis lacks (NOSCRIPT: a restart,
-// a failover) is run again through go-redis (c) with EVAL, which caches
-// it. A failure of the connection fails the calls not yet answered with
+// sent) into them. The calls whose script Redis lacks (NOSCRIPT: a
+// restart, a failover) are sent again on d after the script is loaded
+// (reload), and those refused even so through go-redis (c) with EVAL.
+// A failure of the connection fails the calls not yet answered with
 // its error, which receive returns (a *breaker.Shared: one failure); the
 // next batch dials again.
 func (d *directConn) receive(c redis.UniversalClient, calls []*scriptCall, sent error) error {
@@ -216,28 +219,12 @@ func (d *directConn) receive(c redis.UniversalClient, calls []*scriptCall, sent 
 	if err == nil {
 		err = d.deadline(true)
 	}
-	var again []*scriptCall
-	demoted := false
-	for i, sc := range calls {
-		if err == nil {
-			err = d.read(&sc.reply)
-		}
-		if err != nil {
-			// One failure of the connection, however many calls it
-			// fails: the breaker counts it once.
-			err = &breaker.Shared{Err: err}
-			for _, sc := range calls[i:] {
-				sc.reply.err = err
-			}
-			break
-		}
-		switch {
-		case sc.reply.err == nil:
-		case redis.HasErrorPrefix(sc.reply.err, "NOSCRIPT"):
-			again = append(again, sc)
-		case redis.HasErrorPrefix(sc.reply.err, "READONLY"):
-			demoted = true
-		}
+	again, demoted, err := d.replies(calls, err)
+	if len(again) > 0 && err == nil && !demoted {
+		// Sent again on d, not through go-redis: after an outage its
+		// pool may still be refusing to dial (for up to a second) when
+		// d has connected already.
+		again, demoted, err = d.replies(again, d.reload(again))
 	}
 	if err != nil || demoted {
 		// A master demoted by a failover (READONLY): the next dial
@@ -245,6 +232,8 @@ func (d *directConn) receive(c redis.UniversalClient, calls []*scriptCall, sent 
 		d.close()
 	}
 	if len(again) > 0 {
+		// Refused again (the script cache emptied once more, or SCRIPT
+		// LOAD not allowed): EVAL, with the script's source.
 		evals := make([]*evalCall, len(again))
 		for i, sc := range again {
 			evals[i] = &sc.evalCall
@@ -254,6 +243,110 @@ func (d *directConn) receive(c redis.UniversalClient, calls []*scriptCall, sent 
 		}
 	}
 	return err
+}
+
+// replies reads the replies of calls into them, after the error err of
+// their write (nil: written). It returns the calls Redis lacked the
+// script of (NOSCRIPT), whether one was refused by a replica (READONLY),
+// and the connection's failure, which fails the calls not yet answered:
+// a *breaker.Shared, since the breaker counts it once, however many calls
+// it fails.
+func (d *directConn) replies(calls []*scriptCall, err error) (again []*scriptCall, demoted bool, _ error) {
+	for i, sc := range calls {
+		if err == nil {
+			err = d.read(&sc.reply)
+		}
+		if err != nil {
+			err = &breaker.Shared{Err: err}
+			for _, sc := range calls[i:] {
+				sc.reply.err = err
+			}
+			return again, demoted, err
+		}
+		switch {
+		case sc.reply.err == nil:
+		case redis.HasErrorPrefix(sc.reply.err, "NOSCRIPT"):
+			again = append(again, sc)
+		case redis.HasErrorPrefix(sc.reply.err, "READONLY"):
+			demoted = true
+		}
+	}
+	return again, demoted, nil
+}
+
+// reload writes, in one write, a SCRIPT LOAD of each script of calls,
+// which Redis lacked (NOSCRIPT: a restart, a failover, SCRIPT FLUSH), then
+// their EVALSHAs again, and reads the loads' replies: replies reads the
+// calls'. A load Redis refuses (an ACL user without SCRIPT) leaves its
+// calls refused with NOSCRIPT again. The error is the connection's.
+func (d *directConn) reload(calls []*scriptCall) error {
+	if err := d.deadline(false); err != nil {
+		return err
+	}
+	var loads []*redis.Script
+	d.out = d.out[:0]
+	for _, sc := range calls {
+		if !slices.Contains(loads, sc.script) {
+			loads = append(loads, sc.script)
+			d.out = appendArray(d.out, 3)
+			d.out = appendBulk(d.out, "script")
+			d.out = appendBulk(d.out, "load")
+			d.out = appendBulk(d.out, scriptSource(sc.script))
+		}
+	}
+	for _, sc := range calls {
+		d.out = appendEvalSha(d.out, &sc.evalCall)
+	}
+	err := d.flush()
+	if err == nil {
+		err = d.deadline(true)
+	}
+	for range loads {
+		if err != nil {
+			break
+		}
+		err = d.loaded()
+	}
+	return err
+}
+
+// loaded reads the reply to a SCRIPT LOAD: the script's SHA1 (a bulk
+// string of hex digits, read as a line) or an error.
+func (d *directConn) loaded() error {
+	t, err := d.kind()
+	if err == nil && t == '$' {
+		_, err = d.number()
+	} else if err == nil && t != '-' {
+		err = errProtocol
+	}
+	if err == nil {
+		_, err = d.line()
+	}
+	return err
+}
+
+// scriptSource returns the source of s, which go-redis keeps to itself but
+// hands to ScriptLoad when s is loaded.
+func scriptSource(s *redis.Script) string {
+	var c sourceCatcher
+	s.Load(context.Background(), &c)
+	return c.src
+}
+
+// sourceCatcher is a redis.Scripter that catches the source Script.Load
+// hands it, and fails the load, so that the script's hash stays as it is.
+type sourceCatcher struct {
+	redis.Scripter // not called: Load calls ScriptLoad only
+	src            string
+}
+
+var errSourceCaught = errors.New("redisstore: script source read, not loaded")
+
+func (c *sourceCatcher) ScriptLoad(ctx context.Context, src string) *redis.StringCmd {
+	c.src = src
+	cmd := redis.NewStringCmd(ctx)
+	cmd.SetErr(errSourceCaught)
+	return cmd
 }
 
 // flush writes out what was appended to d.out.

@@ -52,7 +52,7 @@ func TestDirectPipelinerExact(t *testing.T) {
 	c, p := directPipeliner(t, &redis.Options{Addr: srv.Addr}, time.Second)
 	for _, name := range []string{algorithms.SlidingLog, algorithms.FixedWindow, algorithms.TokenBucket, algorithms.GCRA, algorithms.Concurrency} {
 		s := pipelinedStore(t, c, p, name, oneTier(100, time.Hour), "direct")
-		// The script's first call (NOSCRIPT, then EVAL through go-redis).
+		// The script's first call (NOSCRIPT, then SCRIPT LOAD).
 		if _, err := s.Take(context.Background(), "warm", time.Time{}, 1); err != nil {
 			t.Fatal(err)
 		}
@@ -75,8 +75,9 @@ func TestDirectPipelinerExact(t *testing.T) {
 	}
 }
 
-// After a restart Redis has no scripts: the EVALSHA gets NOSCRIPT and the
-// call is sent again with EVAL. Close fails later calls.
+// After a restart Redis has no scripts: the EVALSHA gets NOSCRIPT, and
+// the script is loaded and the call sent again on the Pipeliner's
+// connection. Close fails later calls.
 func TestDirectPipelinerNoScriptAndClose(t *testing.T) {
 	srv := redistest.Start(t)
 	c, p := directPipeliner(t, &redis.Options{Addr: srv.Addr}, 0)
@@ -88,9 +89,19 @@ func TestDirectPipelinerNoScriptAndClose(t *testing.T) {
 	if _, err := redistest.Do(srv.Addr, "SCRIPT", "FLUSH"); err != nil {
 		t.Fatal(err)
 	}
+	if _, err := redistest.Do(srv.Addr, "CONFIG", "RESETSTAT"); err != nil {
+		t.Fatal(err)
+	}
+	before := pooledUses(c)
 	d, err := s.Take(ctx, "k", time.Time{}, 1)
 	if err != nil || !d.Allowed || d.Remaining != 8 {
 		t.Fatalf("after SCRIPT FLUSH: %+v, %v", d, err)
+	}
+	if n := pooledUses(c) - before; n != 0 {
+		t.Errorf("go-redis's pool gave %d connections, want none", n)
+	}
+	if m := commandStats(t, c); m["script|load"] != 1 || m["evalsha"] != 2 || m["eval"] != 0 {
+		t.Errorf("Redis ran %d SCRIPT LOAD, %d EVALSHA and %d EVAL, want 1, 2 and 0", m["script|load"], m["evalsha"], m["eval"])
 	}
 	if d, err := s.Take(ctx, "k", time.Time{}, 1); err != nil || d.Remaining != 7 {
 		t.Fatalf("once the script is cached again: %+v, %v", d, err)
@@ -98,6 +109,32 @@ func TestDirectPipelinerNoScriptAndClose(t *testing.T) {
 	p.Close()
 	if _, err := s.Take(ctx, "k", time.Time{}, 1); !errors.Is(err, redis.ErrClosed) {
 		t.Fatalf("after Close: %v", err)
+	}
+}
+
+// A user that may run scripts but not load them (SCRIPT LOAD denied by
+// its ACL): after NOSCRIPT, the calls of a batch are sent again through
+// go-redis, as EVAL, and decided once each.
+func TestDirectPipelinerScriptLoadDenied(t *testing.T) {
+	srv := redistest.Start(t)
+	if _, err := redistest.Do(srv.Addr, "ACL", "SETUSER", "noload", "on", ">pw", "~*", "+@all", "-script|load"); err != nil {
+		t.Fatal(err)
+	}
+	c, p := directPipeliner(t, &redis.Options{Addr: srv.Addr, Username: "noload", Password: "pw"}, time.Second)
+	s := pipelinedStore(t, c, p, algorithms.GCRA, oneTier(100, time.Hour), "noload")
+	admitted := takeConcurrently(t, 16, 4, func(int, int) (algorithms.Decision, error) {
+		return s.Take(context.Background(), "k", time.Time{}, 1)
+	})
+	if admitted != 64 {
+		t.Errorf("admitted %d of 64, want all", admitted)
+	}
+	m := commandStat(t, c, "rejected_calls")
+	n := commandStats(t, c)
+	if m["script|load"] == 0 || n["eval"] == 0 {
+		t.Errorf("%v SCRIPT LOAD refused, %d EVAL: want the loads refused and the calls sent as EVAL", m["script|load"], n["eval"])
+	}
+	if d, err := s.Take(context.Background(), "k", time.Time{}, 1); err != nil || d.Remaining != 35 {
+		t.Errorf("after 64 admitted of 100: %+v, %v, want 35 left (each call decided once)", d, err)
 	}
 }
 
@@ -173,7 +210,7 @@ func TestDirectPipelinerAuthAndDB(t *testing.T) {
 	c, p := directPipeliner(t, &redis.Options{Addr: srv.Addr, Username: "limiter", Password: "pw", DB: 3}, time.Second)
 	s := pipelinedStore(t, c, p, algorithms.GCRA, oneTier(10, time.Hour), "auth")
 	ctx := context.Background()
-	// The script's first call (NOSCRIPT, then EVAL through go-redis).
+	// The script's first call (NOSCRIPT, then SCRIPT LOAD).
 	if _, err := s.Take(ctx, "warm", time.Time{}, 1); err != nil {
 		t.Fatal(err)
 	}
@@ -212,6 +249,11 @@ func TestDirectPipelinerHooked(t *testing.T) {
 	c, s := newClientStore(t, "hooked")
 	ctx := context.Background()
 	if _, err := s.Take(ctx, "k", time.Time{}, 1); err != nil {
+		t.Fatal(err)
+	}
+	// go-redis's connection, dialed before the hook is added: the hook
+	// would see its handshake (CLIENT SETINFO) as a pipeline too.
+	if err := c.Ping(ctx).Err(); err != nil {
 		t.Fatal(err)
 	}
 	counter := &countHook{}

@@ -1,6 +1,6 @@
 // Package redisstore is the Redis store of caddy-ratelimit: one Lua script per
 // algorithm (the Redis twin of each Go algorithm in package algorithms),
-// embedded with go:embed and run with EVALSHA (EVAL on NOSCRIPT), and the
+// embedded with go:embed and run with EVALSHA (loaded again on NOSCRIPT), and the
 // Store that runs them through a go-redis UniversalClient (one node,
 // Cluster or Sentinel). Around it: Client, the client the stores of a
 // Redis share with its circuit breakers (one per master on a Cluster),

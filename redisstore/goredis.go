@@ -1,7 +1,7 @@
 package redisstore
 
 // The package's script calls through go-redis (a Cluster, a client with
-// hooks, the EVAL after NOSCRIPT): pipelines of EVALSHA, each call sent
+// hooks, the EVAL after NOSCRIPT where SCRIPT LOAD did not help): pipelines of EVALSHA, each call sent
 // again only when Redis refused it without running it.
 
 import (
