@@ -115,10 +115,14 @@ func (h *Handler) unmarshalCaddyfile(d *caddyfile.Dispenser, names *caddyExtName
 	for nesting := d.Nesting(); d.NextBlock(nesting); {
 		sub := d.Val()
 		if sub != "zone" {
-			if line, dup := seen[sub]; dup {
-				return d.Errf("%s already specified (at line %d)", sub, line)
+			name := sub
+			if name == "log_key" { // mholt/caddy-ratelimit's name for it
+				name = "log_keys"
 			}
-			seen[sub] = d.Line()
+			if line, dup := seen[name]; dup {
+				return d.Errf("%s already specified (at line %d)", name, line)
+			}
+			seen[name] = d.Line()
 		}
 		var err error
 		switch sub {
@@ -339,6 +343,9 @@ func checkJSONNumber(name, v string, n int64) error {
 // their range.
 func parseEvents(v string) (int64, error) {
 	n, err := strconv.ParseInt(v, 10, 64)
+	if errors.Is(err, strconv.ErrRange) && v[0] != '-' {
+		return 0, fmt.Errorf("events %s is too large: at most %d", v, maxCount)
+	}
 	if err != nil {
 		return 0, fmt.Errorf("events must be a positive integer, got %q", v)
 	}

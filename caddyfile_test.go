@@ -249,6 +249,11 @@ func TestCaddyfileErrors(t *testing.T) {
 		{"duplicate zone", site("\trate_limit {\n\t\tzone z {\n\t\t\tkey k\n\t\t\tlimit 1 1s\n\t\t}\n\t\tzone z {\n\t\t\tkey k\n\t\t\tlimit 1 1s\n\t\t}\n\t}"), []string{"Caddyfile:7", `duplicate zone name "z"`, "line 3"}},
 		{"zone without block", site("\trate_limit {\n\t\tzone z\n\t}"), []string{"Caddyfile:3", `zone "z": no limit`}},
 		{"zone without limit", zone("\t\t\tkey k"), []string{"Caddyfile:3", `zone "z": no limit`}},
+		{"log_key and log_keys", site("\trate_limit {\n" + zoneZ + "\t\tlog_keys\n\t\tlog_key\n\t}"), []string{"Caddyfile:8", "log_keys already specified (at line 7)"}},
+		{"events placeholder never a number", zone("\t\t\tkey k\n\t\t\tlimit x{http.request.header.X-Plan} 1m default 10 max 50"), []string{"Caddyfile:5", `events "x{http.request.header.X-Plan}" can never be a number: "x", outside its placeholders, is not all digits`}},
+		{"cost placeholder never a number", zone("\t\t\tkey k\n\t\t\tlimit 10 1m\n\t\t\tcost {http.request.header.X-Cost}pts"), []string{"Caddyfile:6", `cost "{http.request.header.X-Cost}pts" can never be a number`}},
+		{"default zero", zone("\t\t\tkey k\n\t\t\tlimit {http.request.header.X-Plan} 1m default 0 max 50"), []string{"Caddyfile:5", "default: must be positive, got 0"}},
+		{"min_window zero", zone("\t\t\tkey k\n\t\t\tlimit 5 {http.request.header.X-W} default_window 1m min_window 0s"), []string{"Caddyfile:5", "min_window: must be positive, got 0s"}},
 		{"unknown zone subdirective", zone("\t\t\tkey k\n\t\t\tlimit 1 1s\n\t\t\tmax_events 5"), []string{"Caddyfile:6", `unknown subdirective "max_events"`, "empty_key"}},
 
 		// key.
@@ -273,7 +278,7 @@ func TestCaddyfileErrors(t *testing.T) {
 		{"limit zero events", zone("\t\t\tkey k\n\t\t\tlimit 0 1s"), []string{"Caddyfile:5", "events must be positive, got 0"}},
 		{"limit negative events", zone("\t\t\tkey k\n\t\t\tlimit -5 1s"), []string{"Caddyfile:5", "events must be positive, got -5"}},
 		{"limit non-numeric events", zone("\t\t\tkey k\n\t\t\tlimit ten 1s"), []string{"Caddyfile:5", `events must be a positive integer, got "ten"`}},
-		{"limit overflowing events", zone("\t\t\tkey k\n\t\t\tlimit 99999999999999999999 1s"), []string{"Caddyfile:5", "events must be a positive integer"}},
+		{"limit overflowing events", zone("\t\t\tkey k\n\t\t\tlimit 99999999999999999999 1s"), []string{"Caddyfile:5", "events 99999999999999999999 is too large"}},
 		{"limit events above bound", zone("\t\t\tkey k\n\t\t\tlimit 1125899906842625 1s"), []string{"Caddyfile:5", "events must be at most 1125899906842624"}},
 		{"limit bad window", zone("\t\t\tkey k\n\t\t\tlimit 10 1fortnight"), []string{"Caddyfile:5", `window: bad duration "1fortnight"`}},
 		{"limit negative window", zone("\t\t\tkey k\n\t\t\tlimit 10 -1s"), []string{"Caddyfile:5", "window must be at least 1ms, got -1s"}},

@@ -335,21 +335,27 @@ func parseLimit(args []string) (Limit, error) {
 		}
 		seen[opt] = true
 		v := args[i+1]
+		var n int64
+		var w time.Duration
 		switch {
 		case opt == "default" && phEvents:
-			l.Events, err = parseEvents(v)
+			n, err = parseEvents(v)
+			l.Events = n
 		case opt == "max" && phEvents:
-			l.MaxEvents, err = parseEvents(v)
+			n, err = parseEvents(v)
+			l.MaxEvents = n
 		case opt == "default_window" && phWindow:
-			var w time.Duration
 			w, err = parseWindow(v)
 			l.Window = caddy.Duration(w)
 		case opt == "min_window" && phWindow:
-			var w time.Duration
 			w, err = parseWindow(v)
 			l.MinWindow = caddy.Duration(w)
 		default:
 			return l, fmt.Errorf("limit %s %s: unexpected %q (default <n> max <n> go with events from a placeholder, default_window <d> min_window <d> with a window from one)", args[0], args[1], opt)
+		}
+		if err == nil && (n < 0 || w < 0 || n == 0 && w == 0) {
+			// JSON's 0 is "not set": written out, it is a mistake.
+			err = fmt.Errorf("must be positive, got %s", v)
 		}
 		if err != nil {
 			return l, fmt.Errorf("limit %s %s: %s: %v", args[0], args[1], opt, err)

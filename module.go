@@ -102,7 +102,7 @@ type Handler struct {
 	ProblemDetails bool `json:"problem_details,omitempty"`
 
 	// Jitter adds a random fraction of up to this much of the wait to
-	// Retry-After (0.2: up to 20% more; any non-negative value), so
+	// Retry-After (0.2: up to 20% more; from 0 to 10), so
 	// rejected clients do not all retry at the same instant. Retry-After is
 	// never made shorter. Default: 0.
 	Jitter float64 `json:"jitter,omitempty"`

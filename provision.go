@@ -361,6 +361,7 @@ func (h *Handler) provisionZone(ctx caddy.Context, zc *Zone, lz *loadZones, plac
 		}
 	}
 
+	h.lintPlaceholders(zc)
 	if i, j, ok := shadowedLimit(zc.Limits); ok {
 		l, m := zc.Limits[i], zc.Limits[j]
 		h.rt.logger.Warn("a limit never decides: another limit of the zone has its window and no more events",
@@ -420,3 +421,21 @@ var (
 	_ caddy.CleanerUpper          = (*Handler)(nil)
 	_ caddyhttp.MiddlewareHandler = (*Handler)(nil)
 )
+
+// lintPlaceholders warns of each template of zc (its key, cost and limits)
+// that names a request placeholder Caddy does not set: it has the same
+// value for every request, so the zone keeps one count for everyone, or
+// the default, where a per-request value was meant.
+func (h *Handler) lintPlaceholders(zc *Zone) {
+	type template struct{ option, tmpl string }
+	templates := []template{{"key", zc.Key}, {"cost", zc.Cost}}
+	for _, l := range zc.Limits {
+		templates = append(templates, template{"limit", l.EventsPlaceholder}, template{"limit", l.WindowPlaceholder})
+	}
+	for _, t := range templates {
+		if ph, ok := keyresolver.UnknownRequestPlaceholder(t.tmpl); ok {
+			h.rt.logger.Warn("rate limit placeholder is not one Caddy sets (a typo?): it has the same value for every request",
+				zap.String("zone", zc.Name), zap.String("option", t.option), zap.String("placeholder", ph))
+		}
+	}
+}

@@ -87,7 +87,8 @@ type RedisConfig struct {
 	KeyPrefix string `json:"key_prefix,omitempty"`
 
 	// DialTimeout bounds connecting to Redis (nanoseconds in JSON, or a
-	// duration string; at least 1ms, as the other timeouts). Default: 1s.
+	// duration string; at least 1ms and at most 1m, as the other
+	// timeouts). Default: 1s.
 	DialTimeout caddy.Duration `json:"dial_timeout,omitempty"`
 
 	// ReadTimeout bounds waiting for one reply. A decision that takes
@@ -190,6 +191,9 @@ func (rc *RedisConfig) validate() error {
 		if d := time.Duration(t.d); d != 0 {
 			if err := checkAtLeast(t.name, d, minRedisTimeout); err != nil {
 				return &zoneError{option: t.name, err: fmt.Errorf("redis: %v", err), hint: jsonHint(d)}
+			}
+			if d > maxRedisTimeout {
+				return zoneErrf(t.name, "redis: %s must be at most %s (a request waits that long for a hung Redis), got %s", t.name, maxRedisTimeout, d)
 			}
 		}
 	}

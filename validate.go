@@ -92,6 +92,9 @@ func (h *Handler) validateOptions() error {
 // store redis, and sync_interval needs counter algorithms. With store redis
 // it also refuses the options that would be ignored there.
 func (h *Handler) validateRedisOptions() error {
+	if err := onErrorEnum.check(h.OnError); err != nil {
+		return &zoneError{option: "on_error", err: err}
+	}
 	redisStore := h.onRedis()
 	if !redisStore {
 		switch {
@@ -105,9 +108,6 @@ func (h *Handler) validateRedisOptions() error {
 			return zoneErrf("on_error", "on_error applies only to store redis (the memory store cannot fail)")
 		}
 		return nil
-	}
-	if err := onErrorEnum.check(h.OnError); err != nil {
-		return &zoneError{option: "on_error", err: err}
 	}
 	if h.Redis != nil {
 		if err := h.Redis.validate(); err != nil {

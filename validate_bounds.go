@@ -42,6 +42,16 @@ const (
 	minBlockFor      = time.Millisecond
 )
 
+// maxRedisTimeout bounds dial_timeout, read_timeout and write_timeout: a
+// request waits up to that long for a hung Redis before on_error decides
+// it (and a shutdown waits for that request), which past a minute is a
+// typo, not a policy.
+const maxRedisTimeout = time.Minute
+
+// maxJitter bounds jitter: up to 10 more times the wait. More only stretches
+// Retry-After towards the end of time.
+const maxJitter = 10
+
 // checkZoneName accepts names that are safe in headers (a structured-field
 // string needs no escaping), logs, metrics labels and store keys: 1 to 128
 // printable ASCII characters other than space, quotes, backslash and
@@ -132,6 +142,20 @@ func checkLimitTemplate(what, tmpl string) error {
 	if err := keyresolver.CheckTemplate(tmpl); err != nil {
 		return fmt.Errorf("%s placeholder: %v", what, err)
 	}
+	if what == "events" {
+		return checkNumberTemplate(what, tmpl)
+	}
+	return nil
+}
+
+// checkNumberTemplate refuses a template for a number (events, cost)
+// with text outside its placeholders that is not a digit: its value is
+// never a number, so every request would get the default.
+func checkNumberTemplate(what, tmpl string) error {
+	lit := keyresolver.Literal(tmpl)
+	if strings.Trim(lit, "0123456789") != "" {
+		return fmt.Errorf("%s %q can never be a number: %q, outside its placeholders, is not all digits", what, tmpl, lit)
+	}
 	return nil
 }
 
@@ -192,11 +216,15 @@ func checkStatus(code int) error {
 	return nil
 }
 
-// checkJitter accepts any non-negative fraction, as mholt/caddy-ratelimit
-// does (0.2: up to 20% more; 2: up to three times the wait).
+// checkJitter accepts a non-negative fraction up to maxJitter, as
+// mholt/caddy-ratelimit does any (0.2: up to 20% more; 2: up to three
+// times the wait).
 func checkJitter(f float64) error {
 	if math.IsNaN(f) || math.IsInf(f, 0) || f < 0 {
 		return fmt.Errorf("jitter must be a non-negative fraction (e.g. 0.2: up to 20%% more), got %v", f)
+	}
+	if f > maxJitter {
+		return fmt.Errorf("jitter must be at most %d (up to %d times the wait), got %v", maxJitter, maxJitter+1, f)
 	}
 	return nil
 }
@@ -208,7 +236,7 @@ func checkCost(s string) error {
 		return fmt.Errorf("cost: %v", err)
 	}
 	if hasPlaceholder(s) {
-		return nil
+		return checkNumberTemplate("cost", s)
 	}
 	n, err := strconv.ParseInt(s, 10, 64)
 	if err != nil {

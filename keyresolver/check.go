@@ -1,6 +1,9 @@
 package keyresolver
 
-import "fmt"
+import (
+	"fmt"
+	"strings"
+)
 
 // CheckTemplate reports braces of tmpl that Caddy's replacer would not read
 // as a placeholder: a '{' that is never closed, a '}' that closes nothing, a
@@ -34,4 +37,29 @@ func CheckTemplate(tmpl string) error {
 		return fmt.Errorf("unclosed placeholder %q: no '}' (escape a literal brace as \\{)", tmpl[open:])
 	}
 	return nil
+}
+
+// Literal returns the text of tmpl outside its placeholders, with escaped
+// braces as the braces they stand for: what every value of tmpl holds
+// whatever the placeholders give. tmpl is one CheckTemplate accepts.
+func Literal(tmpl string) string {
+	var b strings.Builder
+	in := false
+	for i := 0; i < len(tmpl); i++ {
+		c := tmpl[i]
+		switch {
+		case c == '\\' && i+1 < len(tmpl) && (tmpl[i+1] == '{' || tmpl[i+1] == '}'):
+			if !in {
+				b.WriteByte(tmpl[i+1])
+			}
+			i++
+		case c == '{':
+			in = true
+		case c == '}' && in:
+			in = false
+		case !in:
+			b.WriteByte(c)
+		}
+	}
+	return b.String()
 }

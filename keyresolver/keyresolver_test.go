@@ -143,3 +143,37 @@ func TestUnsetPathSegment(t *testing.T) {
 		}
 	}
 }
+
+func TestUnknownRequestPlaceholder(t *testing.T) {
+	for _, c := range []struct{ tmpl, want string }{
+		{"{http.request.header.X-Api-Key}:{http.request.method}", ""},
+		{"{http.request.remote.host/24}{http.request.uri.query.page}{http.request.cookie.sid}", ""},
+		{"{http.request.tls.client.fingerprint}{http.request.host.labels.1}{http.request.uri.path.0}", ""},
+		{"{http.request.orig_uri.path.dir}{http.request.uuid}{http.vars.tenant}{nonsense}", ""}, // other namespaces: not Caddy's alone
+		{"{http.request.haeder.X-Api-Key}", "{http.request.haeder.X-Api-Key}"},
+		{"a-{http.request.method}-{http.request.remote_host}", "{http.request.remote_host}"},
+		{"{http.request.header.X Api}", "{http.request.header.X Api}"},
+		{"{http.request.header.}", "{http.request.header.}"},
+		{"{http.request.cookie.}", "{http.request.cookie.}"},
+		{"{http.request.header.X", ""}, // unclosed: CheckTemplate's
+	} {
+		got, ok := UnknownRequestPlaceholder(c.tmpl)
+		if got != c.want || ok != (c.want != "") {
+			t.Errorf("UnknownRequestPlaceholder(%q) = %q, %v; want %q", c.tmpl, got, ok, c.want)
+		}
+	}
+}
+
+func TestLiteral(t *testing.T) {
+	for tmpl, want := range map[string]string{
+		"{http.request.header.X-Plan}":    "",
+		"1{a}0":                           "10",
+		`x\{{a}\}`:                        "x{}",
+		"pre-{http.request.method}:{b}-x": "pre-:-x",
+		"plain":                           "plain",
+	} {
+		if got := Literal(tmpl); got != want {
+			t.Errorf("Literal(%q) = %q, want %q", tmpl, got, want)
+		}
+	}
+}
