@@ -1,14 +1,18 @@
 package ratelimit
 
 import (
+	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/caddyserver/caddy/v2"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 	"go.uber.org/zap/zaptest/observer"
 
+	"github.com/zonelimit/caddy-ratelimit/algorithms"
 	"github.com/zonelimit/caddy-ratelimit/internal/redistest"
 )
 
@@ -113,4 +117,31 @@ func fmtAny(v any) string {
 		return e.Error()
 	}
 	return ""
+}
+
+// Windows that make a limit hold less than it reads, and request
+// placeholders Caddy never sets, are logged at warn, once each.
+func TestLintWarnings(t *testing.T) {
+	h := provision(t, `{"zones":[{"name":"z","key":"k","limits":[{"events":1,"window":"1m"}]}]}`, newClock())
+	warn := observe(h, zapcore.WarnLevel)
+	sec := caddy.Duration(time.Second)
+	h.lintWindows(&Zone{Name: "c", Algorithm: algorithms.Concurrency, Limits: []Limit{{Events: 1, Window: caddy.Duration(time.Millisecond)}}})
+	h.lintWindows(&Zone{Name: "c1s", Algorithm: algorithms.Concurrency, Limits: []Limit{{Events: 1, Window: sec}}})
+	h.SyncInterval = sec
+	h.lintWindows(&Zone{Name: "s", Algorithm: algorithms.FixedWindow, Limits: []Limit{{Events: 5, Window: sec}, {Events: 50, Window: 60 * sec}}})
+	h.lintPlaceholders(&Zone{Name: "p", Key: "{http.request.haeder.X-Key}", Cost: "{http.request.header.X-Cost}",
+		Limits: []Limit{{EventsPlaceholder: "{http.request.header.X Plan}"}}})
+	var got []string
+	for _, e := range warn.All() {
+		m := e.ContextMap()
+		if w, ok := m["window"]; ok {
+			got = append(got, fmt.Sprint(m["zone"], " ", w))
+		} else {
+			got = append(got, fmt.Sprint(m["zone"], " ", m["option"], " ", m["placeholder"]))
+		}
+	}
+	want := []string{"c 1ms", "s 1s", "p key {http.request.haeder.X-Key}", "p limit {http.request.header.X Plan}"}
+	if !slices.Equal(got, want) {
+		t.Errorf("warnings %q, want %q", got, want)
+	}
 }

@@ -362,6 +362,7 @@ func (h *Handler) provisionZone(ctx caddy.Context, zc *Zone, lz *loadZones, plac
 	}
 
 	h.lintPlaceholders(zc)
+	h.lintWindows(zc)
 	if i, j, ok := shadowedLimit(zc.Limits); ok {
 		l, m := zc.Limits[i], zc.Limits[j]
 		h.rt.logger.Warn("a limit never decides: another limit of the zone has its window and no more events",
@@ -436,6 +437,28 @@ func (h *Handler) lintPlaceholders(zc *Zone) {
 		if ph, ok := keyresolver.UnknownRequestPlaceholder(t.tmpl); ok {
 			h.rt.logger.Warn("rate limit placeholder is not one Caddy sets (a typo?): it has the same value for every request",
 				zap.String("zone", zc.Name), zap.String("option", t.option), zap.String("placeholder", ph))
+		}
+	}
+}
+
+// minConcurrencyLease is the shortest concurrency window that is not
+// warned of: a request that runs longer than its lease loses its slot.
+const minConcurrencyLease = time.Second
+
+// lintWindows warns of windows that make a zone's limit hold less than it
+// reads: a concurrency lease that ends before most requests do, and a
+// sync_interval no shorter than a window (each instance may then admit
+// the whole limit between two syncs).
+func (h *Handler) lintWindows(zc *Zone) {
+	for _, l := range zc.Limits {
+		w := time.Duration(l.Window)
+		if zc.Algorithm == algorithms.Concurrency && w < minConcurrencyLease {
+			h.rt.logger.Warn("rate limit concurrency window is short: a request still in flight after it loses its slot, and is no longer counted",
+				zap.String("zone", zc.Name), zap.Duration("window", w))
+		}
+		if s := time.Duration(h.SyncInterval); s >= w {
+			h.rt.logger.Warn("rate limit sync_interval is not shorter than the window: each instance may admit the whole limit between two syncs",
+				zap.String("zone", zc.Name), zap.Duration("sync_interval", s), zap.Duration("window", w))
 		}
 	}
 }
