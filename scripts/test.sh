@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # The whole test suite, as CI runs it (.ci/run calls this):
 #
-#   1. deps       install redis-server and redis-tools, and gcc (go test -race
-#                 needs cgo), from Debian's packages when missing (the tests
-#                 start their own Redis servers)
+#   1. deps       install redis-server and redis-tools, gcc (go test -race
+#                 needs cgo) and curl, from Debian's packages when missing
+#                 (the tests start their own Redis servers)
 #   2. gofmt      `gofmt -l` must list nothing
 #   3. vet        go vet ./... (CGO_ENABLED=0, as staticcheck, scripts/run.sh
 #                 and xcaddy build: they reuse what it compiled)
