@@ -12,9 +12,17 @@ import (
 // negative number always gives "", and so does the key if nothing else is
 // in it.
 func UnsetPathSegment(tmpl string) (string, bool) {
-	const prefix = "{http.request.uri.path."
+	return firstPlaceholder(tmpl, "http.request.uri.path.", func(seg string) bool {
+		n, err := strconv.Atoi(seg)
+		return err != nil || n < 0
+	})
+}
+
+// firstPlaceholder returns the first placeholder of tmpl whose name starts
+// with prefix and for which bad holds of the rest of its name.
+func firstPlaceholder(tmpl, prefix string, bad func(rest string) bool) (string, bool) {
 	for rest := tmpl; ; {
-		i := strings.Index(rest, prefix)
+		i := strings.Index(rest, "{"+prefix)
 		if i < 0 {
 			return "", false
 		}
@@ -23,7 +31,7 @@ func UnsetPathSegment(tmpl string) (string, bool) {
 		if end < 0 {
 			return "", false
 		}
-		if n, err := strconv.Atoi(rest[len(prefix):end]); err != nil || n < 0 {
+		if bad(rest[1+len(prefix) : end]) {
 			return rest[:end+1], true
 		}
 		rest = rest[end+1:]
@@ -37,22 +45,7 @@ func UnsetPathSegment(tmpl string) (string, bool) {
 // the empty string, for every request: one key, or one number, for all.
 // The names are those of Caddy v2's HTTP replacer.
 func UnknownRequestPlaceholder(tmpl string) (string, bool) {
-	const ns = "http.request."
-	for rest := tmpl; ; {
-		i := strings.Index(rest, "{"+ns)
-		if i < 0 {
-			return "", false
-		}
-		rest = rest[i:]
-		end := strings.IndexByte(rest, '}')
-		if end < 0 {
-			return "", false
-		}
-		if !knownRequestPlaceholder(rest[1+len(ns) : end]) {
-			return rest[:end+1], true
-		}
-		rest = rest[end+1:]
-	}
+	return firstPlaceholder(tmpl, "http.request.", func(name string) bool { return !knownRequestPlaceholder(name) })
 }
 
 // requestPlaceholders are the names under http.request that Caddy's
