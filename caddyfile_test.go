@@ -212,6 +212,7 @@ func TestCaddyfileErrors(t *testing.T) {
 		{"lease under 10ms", site("\trate_limit {\n" + zoneZ + "\t\tstore redis\n\t\tlease 5ms\n\t}"), []string{"Caddyfile:8", "lease must be at least 10ms, got 5ms"}},
 		{"sync_interval bad duration", site("\trate_limit {\n" + zoneZ + "\t\tstore redis\n\t\tsync_interval soon\n\t}"), []string{"Caddyfile:8", "sync_interval: bad duration"}},
 		{"redis unknown subdirective", site("\trate_limit {\n" + zoneZ + "\t\tstore redis\n\t\tredis {\n\t\t\thost x\n\t\t}\n\t}"), []string{"Caddyfile:9", `redis: unknown subdirective "host"`}},
+		{"redis address with a space", site("\trate_limit {\n" + zoneZ + "\t\tstore redis\n\t\tredis \"bad host:6379\"\n\t}"), []string{"Caddyfile:8", `address "bad host:6379" is not host:port`}},
 		{"redis address without port", site("\trate_limit {\n" + zoneZ + "\t\tstore redis\n\t\tredis {\n\t\t\taddress localhost\n\t\t}\n\t}"), []string{"Caddyfile:9", `address "localhost" is not host:port`}},
 		{"redis url and address", site("\trate_limit {\n" + zoneZ + "\t\tstore redis\n\t\tredis 127.0.0.1:6379 {\n\t\t\turl redis://127.0.0.1:6379\n\t\t}\n\t}"), []string{"Caddyfile:9", "url and address are mutually exclusive"}},
 		{"redis url scheme", site("\trate_limit {\n" + zoneZ + "\t\tstore redis\n\t\tredis {\n\t\t\turl http://x\n\t\t}\n\t}"), []string{"Caddyfile:9", "redis:// or rediss://"}},

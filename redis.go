@@ -14,6 +14,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode"
 
 	"github.com/caddyserver/caddy/v2"
 	"github.com/redis/go-redis/v9"
@@ -222,8 +223,8 @@ func checkHostPort(a string) error {
 		}
 		return nil
 	}
-	_, port, err := net.SplitHostPort(a)
-	if err != nil || port == "" {
+	host, port, err := net.SplitHostPort(a)
+	if err != nil || port == "" || strings.ContainsFunc(host, unicode.IsSpace) {
 		return fmt.Errorf("redis: address %q is not host:port", a)
 	}
 	return checkPort("address", a, port)
