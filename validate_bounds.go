@@ -89,6 +89,9 @@ func (l *Limit) checkPlaceholder() error {
 	if set, err := checkPlaceholderSet("events", l.EventsPlaceholder, l.MaxEvents != 0, "max_events applies only with an events placeholder"); !set || err != nil {
 		return err
 	}
+	if err := checkNumberTemplate("events", l.EventsPlaceholder); err != nil {
+		return err
+	}
 	switch {
 	case l.Events <= 0:
 		return fmt.Errorf("events from the placeholder %s need a default: events (Caddyfile: default <n>), for a request whose placeholder gives no number", l.EventsPlaceholder)
@@ -141,9 +144,6 @@ func checkLimitTemplate(what, tmpl string) error {
 	}
 	if err := keyresolver.CheckTemplate(tmpl); err != nil {
 		return fmt.Errorf("%s placeholder: %v", what, err)
-	}
-	if what == "events" {
-		return checkNumberTemplate(what, tmpl)
 	}
 	return nil
 }

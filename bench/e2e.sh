@@ -226,11 +226,11 @@ commit=$(git rev-parse --short HEAD 2>/dev/null || echo unknown)
 		# Caddy's own CPU per request (all rounds), and plain's over this
 		# scenario's: the throughput ratio when Caddy's core is the
 		# bottleneck, without the noise of wrk's scheduling.
-		cu=$(awk -v c="${CPUT[$s]}" -v n="${TOTAL[$s]}" -v hz="$CLK_TCK" 'BEGIN { printf "%.1f", n ? c * 1e6 / hz / n : 0 }')
-		cp=$(awk -v c="${CPUT[plain]}" -v n="${TOTAL[plain]}" -v hz="$CLK_TCK" 'BEGIN { printf "%.1f", n ? c * 1e6 / hz / n : 0 }')
+		cu=$(tick_us "${CPUT[$s]}" "${TOTAL[$s]}" 1)
+		cp=$(tick_us "${CPUT[plain]}" "${TOTAL[plain]}" 1)
 		cr=$(awk -v a="$cu" -v p="$cp" 'BEGIN { printf "%.3f", (a > 0 ? p / a : 0) }')
 		# The kernel's part of cpu_us (system calls, network stack).
-		su=$(awk -v c="${SYST[$s]}" -v n="${TOTAL[$s]}" -v hz="$CLK_TCK" 'BEGIN { printf "%.1f", n ? c * 1e6 / hz / n : 0 }')
+		su=$(tick_us "${SYST[$s]}" "${TOTAL[$s]}" 1)
 		# Context switches of Caddy's threads per request, and how busy
 		# Caddy's core was: a Caddy that waits (for Redis) rather than
 		# works goes idle and comes back, and each time Go's scheduler

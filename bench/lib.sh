@@ -213,6 +213,10 @@ proc_ticks() { awk '{ print $14 + $15 }' "/proc/$1/stat" 2>/dev/null || echo 0; 
 proc_sys_ticks() { awk '{ print $15 }' "/proc/$1/stat" 2>/dev/null || echo 0; }
 CLK_TCK=$(getconf CLK_TCK 2>/dev/null || echo 100)
 
+# tick_us TICKS N DIGITS: TICKS of CPU over N requests, in µs a request,
+# with DIGITS decimals (0 when N is 0).
+tick_us() { awk -v c="$1" -v n="$2" -v hz="$CLK_TCK" -v d="$3" 'BEGIN { printf "%.*f", d, n ? c * 1e6 / hz / n : 0 }'; }
+
 # median: the median of the numbers on standard input, one a line;
 # median_of "LIST": of a space-separated list.
 median() { sort -g | awk '{ v[NR] = $1 } END { if (NR % 2) print v[(NR + 1) / 2]; else printf "%.2f\n", (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }

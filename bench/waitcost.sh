@@ -34,7 +34,6 @@ pid=$!
 on_exit "kill $pid 2>/dev/null; wait $pid 2>/dev/null"
 wait_port "$port" 10 || { cat "$workdir/log" >&2; die "waitcost did not start"; }
 
-
 echo "waitcost: load average $(cut -d' ' -f1-3 /proc/loadavg) at the start; $ROUNDS rounds of $DURATION, wrk -c$CONNECTIONS"
 paths=(now alone batch)
 declare -A CPU=() SYS=()
@@ -46,8 +45,8 @@ for ((r = 1; r <= ROUNDS; r++)); do
 			awk '/requests in/ { print $1 }')
 		c1=$(proc_ticks "$pid") s1=$(proc_sys_ticks "$pid")
 		[ -n "$n" ] && [ "$n" -gt 0 ] || die "wrk got no answers from /$p (see $workdir/log)"
-		CPU[$p]+=" $(awk -v t=$((c1 - c0)) -v n="$n" -v hz="$CLK_TCK" 'BEGIN { printf "%.2f", t / hz * 1e6 / n }')"
-		SYS[$p]+=" $(awk -v t=$((s1 - s0)) -v n="$n" -v hz="$CLK_TCK" 'BEGIN { printf "%.2f", t / hz * 1e6 / n }')"
+		CPU[$p]+=" $(tick_us $((c1 - c0)) "$n" 2)"
+		SYS[$p]+=" $(tick_us $((s1 - s0)) "$n" 2)"
 	done
 done
 

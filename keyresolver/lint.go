@@ -4,6 +4,8 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+
+	"golang.org/x/net/http/httpguts"
 )
 
 // UnsetPathSegment returns the first placeholder of a path segment in tmpl
@@ -70,7 +72,7 @@ var (
 // knownRequestPlaceholder reports whether Caddy sets http.request.<name>.
 func knownRequestPlaceholder(name string) bool {
 	if field, ok := strings.CutPrefix(name, "header."); ok {
-		return isToken(field)
+		return httpguts.ValidHeaderFieldName(field)
 	}
 	if slices.Contains(requestPlaceholders, name) {
 		return true
@@ -81,19 +83,4 @@ func knownRequestPlaceholder(name string) bool {
 		}
 	}
 	return false
-}
-
-// isToken reports whether s is an HTTP token (RFC 9110), as a header
-// name must be.
-func isToken(s string) bool {
-	if s == "" {
-		return false
-	}
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		if c <= ' ' || c >= 0x7f || strings.IndexByte(`"(),/:;<=>?@[\]{}`, c) >= 0 {
-			return false
-		}
-	}
-	return true
 }
